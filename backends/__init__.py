@@ -1,0 +1,1 @@
+"""Execution backends (the CodeExecutor protocol and its implementations)."""

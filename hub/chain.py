@@ -1,0 +1,91 @@
+"""The per-workspace hash chain. Pure.
+
+Canonical encoding (documented in docs/events.md, "Hash chain"): the event as JSON with
+``hash`` and ``position`` removed (``position`` is store-specific, so an export imported into
+another store keeps its hashes), fields left at their defaults omitted, object keys sorted at
+every level, no whitespace, UTF-8 (msgspec ``order="sorted"``). Then::
+
+    hash = sha256(utf8(prev) + canonical)     prev = "" for seq 1, else the previous hash
+
+``prev`` is itself part of the canonical bytes too, so an edited link shows in both places.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from typing import Final
+
+import msgspec
+
+from hub.events import Event
+
+GENESIS: Final = ""
+_sorted_encoder: Final = msgspec.json.Encoder(order="sorted")
+
+
+def canonical_bytes(event: Event) -> bytes:
+    return _sorted_encoder.encode(msgspec.structs.replace(event, hash=None, position=0))
+
+
+def compute_hash(event: Event) -> str:
+    """The hash this event must carry, given its ``prev``."""
+    prev = event.prev or GENESIS
+    return hashlib.sha256(prev.encode() + canonical_bytes(event)).hexdigest()
+
+
+def seal(
+    draft: Event,
+    *,
+    id: str,
+    workspace: str,
+    seq: int,
+    position: int,
+    timestamp: int,
+    producer: str,
+    prev: str,
+) -> Event:
+    """Turn a draft into a stored event: set the envelope fields and the hash."""
+    unhashed = msgspec.structs.replace(
+        draft,
+        id=id,
+        workspace=workspace,
+        seq=seq,
+        position=0,
+        timestamp=timestamp,
+        producer=producer,
+        prev=prev or None,
+        hash=None,
+    )
+    digest = hashlib.sha256(prev.encode() + _sorted_encoder.encode(unhashed)).hexdigest()
+    return msgspec.structs.replace(unhashed, position=position, hash=digest)
+
+
+class ChainBreak(msgspec.Struct, frozen=True):
+    """The first problem found in a workspace's chain."""
+
+    seq: int
+    problem: str
+
+
+def verify_chain(events: Iterable[Event], *, after_seq: int = 0, prev: str = GENESIS) -> (
+    tuple[int, ChainBreak | None]
+):
+    """Check seqs are gapless and unique from ``after_seq + 1`` and every hash links.
+
+    Returns (events checked, first break or None).
+    """
+    expected_seq = after_seq + 1
+    count = 0
+    for ev in events:
+        if ev.seq != expected_seq:
+            problem = "duplicate seq" if ev.seq < expected_seq else f"gap before seq {ev.seq}"
+            return count, ChainBreak(seq=min(ev.seq, expected_seq), problem=problem)
+        if (ev.prev or GENESIS) != prev:
+            return count, ChainBreak(seq=ev.seq, problem="prev does not match previous hash")
+        if ev.hash != compute_hash(ev):
+            return count, ChainBreak(seq=ev.seq, problem="hash does not match content")
+        prev = ev.hash
+        expected_seq += 1
+        count += 1
+    return count, None

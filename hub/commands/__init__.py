@@ -1,0 +1,1 @@
+"""Subcommands of ``agora``; see :mod:`hub.cli`."""

@@ -1,0 +1,214 @@
+"""The :class:`EventStore` interface every log store implements (SQLite, PostgreSQL).
+
+Vocabulary (the same in SQL columns, Struct fields, CLI flags and docs): *workspace*, *seq*
+(1-based, gapless per workspace), *position* (global append order), *event*, *kind*,
+*payload*, *producer*, *head* (the last seq of a workspace).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Sequence
+from types import TracebackType
+from typing import Self
+
+import msgspec
+
+from hub.chain import GENESIS, ChainBreak, verify_chain
+from hub.events import Event
+
+
+class AppendResult(msgspec.Struct, frozen=True):
+    """What an append wrote, or, for a retried batch (``duplicate``), what was written before."""
+
+    workspace: str
+    events: tuple[Event, ...]
+    duplicate: bool = False
+
+    @property
+    def seqs(self) -> list[int]:
+        return [e.seq for e in self.events]
+
+    @property
+    def ids(self) -> list[str]:
+        return [e.id for e in self.events]
+
+
+class Head(msgspec.Struct, frozen=True):
+    """The end of one workspace's log."""
+
+    workspace: str
+    seq: int
+    hash: str
+    timestamp: int
+    position: int
+
+
+class Snapshot(msgspec.Struct, frozen=True):
+    """A disposable cache of a projection's state at ``seq`` (encoded by the projection)."""
+
+    workspace: str
+    name: str
+    version: int
+    seq: int
+    body: bytes
+
+
+class VerifyReport(msgspec.Struct, frozen=True):
+    workspace: str
+    checked: int
+    head: int
+    error: ChainBreak | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class BlobStore(abc.ABC):
+    """Content-addressed storage (sha256, lowercase hex) for large file content and artifacts."""
+
+    @abc.abstractmethod
+    async def put(self, data: bytes) -> str:
+        """Store ``data`` durably; return its sha256. Idempotent."""
+
+    @abc.abstractmethod
+    async def get(self, sha256: str) -> bytes:
+        """Return the content. Raises :class:`hub.errors.NotFound`."""
+
+    @abc.abstractmethod
+    async def has(self, sha256: str) -> bool: ...
+
+
+class EventStore(abc.ABC):
+    """A durable, append-only, hash-chained log of events, partitioned by workspace.
+
+    Use as ``async with store:`` (or ``await store.open()`` / ``await store.close()``;
+    ``close`` is idempotent and waits for pending appends to commit).
+    """
+
+    blobs: BlobStore
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @abc.abstractmethod
+    async def open(self) -> None: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    # -- writing ----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def append(
+        self, workspace: str, drafts: Sequence[Event], *, expected_seq: int | None = None
+    ) -> AppendResult:
+        """Append ``drafts`` atomically; return the stored events once durably committed.
+
+        Assigns ``seq``, ``position``, ``timestamp``, ``prev``, ``hash`` and an ``id`` where the
+        draft has none; keeps the draft's ``producer`` (the caller sets it from authentication).
+        Raises :class:`hub.errors.Conflict` (``details['head']``) when ``expected_seq`` is not
+        the current head, or when a batch mixes ids already written with new ones;
+        :class:`hub.errors.BadRequest` for an empty batch or an id repeated in it. A batch whose
+        ids were all written before returns the original result with ``duplicate=True`` and
+        writes nothing.
+        """
+
+    @abc.abstractmethod
+    async def import_events(self, workspace: str, events: Sequence[Event]) -> int:
+        """Restore exported events verbatim (same seq, id, timestamp, hashes) into an empty
+        workspace. Raises ``Conflict`` if the workspace is not empty and ``IntegrityError``
+        if the chain does not verify. Returns the number imported."""
+
+    # -- reading ----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def read_batch(
+        self,
+        workspace: str,
+        *,
+        after_seq: int = 0,
+        until_seq: int | None = None,
+        limit: int = 1000,
+    ) -> list[Event]:
+        """Up to ``limit`` events with ``after_seq < seq <= until_seq``, in seq order."""
+
+    @abc.abstractmethod
+    async def read_raw(
+        self, workspace: str, *, after_seq: int = 0, limit: int = 1000
+    ) -> list[tuple[int, bytes]]:
+        """Like :meth:`read_batch` but the stored JSON bytes, for fan-out without re-encoding."""
+
+    @abc.abstractmethod
+    async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Event]:
+        """Up to ``limit`` events of every workspace with ``position > after_position``."""
+
+    @abc.abstractmethod
+    async def head(self, workspace: str) -> Head | None:
+        """The workspace's head, or None if it has no events."""
+
+    @abc.abstractmethod
+    async def heads(self) -> list[Head]:
+        """Every workspace's head, ordered by workspace name."""
+
+    async def workspaces(self) -> list[str]:
+        return [h.workspace for h in await self.heads()]
+
+    async def read(
+        self,
+        workspace: str,
+        *,
+        after_seq: int = 0,
+        until_seq: int | None = None,
+        batch: int = 5000,
+    ) -> AsyncIterator[Event]:
+        """Every event after ``after_seq`` (up to ``until_seq``), fetched in batches."""
+        while True:
+            page = await self.read_batch(
+                workspace, after_seq=after_seq, until_seq=until_seq, limit=batch
+            )
+            for ev in page:
+                yield ev
+            if len(page) < batch:
+                return
+            after_seq = page[-1].seq
+
+    # -- snapshots (disposable caches) ------------------------------------------------------
+
+    @abc.abstractmethod
+    async def save_snapshot(self, snapshot: Snapshot) -> None: ...
+
+    @abc.abstractmethod
+    async def load_snapshot(
+        self, workspace: str, name: str, version: int, *, at_or_before: int | None = None
+    ) -> Snapshot | None:
+        """The newest snapshot of that name and version with ``seq <= at_or_before``."""
+
+    @abc.abstractmethod
+    async def delete_snapshots(self, workspace: str | None = None) -> int: ...
+
+    # -- audit ------------------------------------------------------------------------------
+
+    async def verify(self, workspace: str) -> VerifyReport:
+        """Walk the workspace's chain; report the first broken link, gap or duplicate."""
+        checked = 0
+        prev = GENESIS
+        last = 0
+        async for ev in self.read(workspace):
+            n, err = verify_chain([ev], after_seq=last, prev=prev)
+            if err is not None:
+                return VerifyReport(workspace=workspace, checked=checked, head=last, error=err)
+            checked += n
+            prev = ev.hash or GENESIS
+            last = ev.seq
+        return VerifyReport(workspace=workspace, checked=checked, head=last)

@@ -1,0 +1,150 @@
+"""Validation of names, paths, ids and event drafts. Pure: raises :class:`BadRequest`/`TooLarge`.
+
+Everything a client (or ``agora append``) sends passes :func:`validate_draft` before it can be
+decided or appended, so nothing invalid reaches the log.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from typing import Final
+
+import msgspec
+
+from hub.errors import BadRequest, TooLarge
+from hub.events import (
+    ArtifactPublished,
+    Event,
+    FileDeleted,
+    FileMoved,
+    FileWritten,
+)
+
+WORKSPACE_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,128}")
+MAX_PATH_BYTES: Final = 1024
+MAX_ID_BYTES: Final = 256
+SHA256_RE: Final = re.compile(r"[0-9a-f]{64}")
+
+
+class Limits(msgspec.Struct, frozen=True, kw_only=True):
+    """Size limits applied to drafts. Defaults are documented in docs/events.md."""
+
+    max_file_bytes: int = 16 * 1024 * 1024
+    max_event_bytes: int = 1024 * 1024
+    # File content above this many bytes moves to the blob store; the event keeps its sha256.
+    blob_threshold: int = 64 * 1024
+
+
+DEFAULT_LIMITS: Final = Limits()
+
+
+def validate_workspace(name: str, field: str = "workspace") -> str:
+    if not isinstance(name, str) or not WORKSPACE_RE.fullmatch(name) or name in {".", ".."}:
+        raise BadRequest(
+            f"invalid workspace name {name!r}: use 1-128 of [A-Za-z0-9._-]", field=field
+        )
+    return name
+
+
+def validate_path(path: str, field: str = "path") -> str:
+    """A relative, normalised POSIX path: no leading ``/``, no ``.``/``..``/empty parts, no NUL."""
+    if not isinstance(path, str) or path == "":
+        raise BadRequest("path must be a non-empty string", field=field)
+    if "\x00" in path:
+        raise BadRequest("path must not contain NUL", field=field)
+    if len(path.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
+        raise BadRequest(f"path longer than {MAX_PATH_BYTES} bytes", field=field)
+    if path.startswith("/"):
+        raise BadRequest(f"path {path!r} must be relative", field=field)
+    for part in path.split("/"):
+        if part in ("", ".", ".."):
+            raise BadRequest(
+                f"path {path!r} is not normalised (empty, '.' or '..' component)", field=field
+            )
+    return path
+
+
+def validate_id(value: str, field: str) -> str:
+    if not value or len(value.encode("utf-8", "surrogatepass")) > MAX_ID_BYTES:
+        raise BadRequest(f"{field} must be 1-{MAX_ID_BYTES} bytes", field=field)
+    if any(ord(c) < 0x20 for c in value):
+        raise BadRequest(f"{field} must not contain control characters", field=field)
+    return value
+
+
+def validate_sha256(value: str, field: str) -> str:
+    if not SHA256_RE.fullmatch(value):
+        raise BadRequest(f"{field} must be a lowercase hex sha256", field=field)
+    return value
+
+
+def file_content(payload_text: str | None, payload_b64: str | None, field: str) -> bytes:
+    """Decoded inline content of a ``fileWritten`` (text as UTF-8, or base64)."""
+    if payload_text is not None:
+        return payload_text.encode("utf-8", "surrogatepass")
+    if payload_b64 is not None:
+        try:
+            return base64.b64decode(payload_b64, validate=True)
+        except (binascii.Error, ValueError) as e:
+            raise BadRequest("payload.base64 is not valid base64", field=field) from e
+    return b""
+
+
+def validate_draft(event: Event, limits: Limits = DEFAULT_LIMITS) -> Event:
+    """Check one draft's fields. Raises :class:`BadRequest` naming the field, or ``TooLarge``."""
+    if event.id:
+        validate_id(event.id, "id")
+    for name in ("correlation_id", "causation_id", "topic", "consumer"):
+        value = getattr(event, name)
+        if value is not None:
+            validate_id(value, _camel(name))
+    match event:
+        case FileWritten(payload=p):
+            validate_path(p.path, "payload.path")
+            sources = [s for s in (p.text, p.base64, p.blob) if s is not None]
+            if len(sources) != 1:
+                raise BadRequest(
+                    "fileWritten needs exactly one of payload.text, payload.base64, payload.blob",
+                    field="payload",
+                )
+            if p.blob is not None:
+                validate_sha256(p.blob, "payload.blob")
+            else:
+                size = len(file_content(p.text, p.base64, "payload.base64"))
+                if size > limits.max_file_bytes:
+                    raise TooLarge(
+                        f"file content is {size} bytes; the limit is {limits.max_file_bytes}",
+                        field="payload",
+                        limit=limits.max_file_bytes,
+                    )
+            _check_base_rev(p.base_rev)
+        case FileDeleted(payload=p):
+            validate_path(p.path, "payload.path")
+            _check_base_rev(p.base_rev)
+        case FileMoved(payload=p):
+            validate_path(p.from_, "payload.from")
+            validate_path(p.to, "payload.to")
+            if p.from_ == p.to:
+                raise BadRequest("payload.from and payload.to are the same", field="payload.to")
+            _check_base_rev(p.base_rev)
+        case ArtifactPublished(payload=p):
+            validate_id(p.key, "payload.key")
+            if p.blob:
+                validate_sha256(p.blob, "payload.blob")
+            if p.size_bytes < 0:
+                raise BadRequest("payload.sizeBytes must be >= 0", field="payload.sizeBytes")
+        case _:
+            pass
+    return event
+
+
+def _check_base_rev(rev: int | None) -> None:
+    if rev is not None and rev < 0:
+        raise BadRequest("payload.baseRev must be >= 0", field="payload.baseRev")
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
