@@ -26,6 +26,7 @@ COMMANDS: tuple[str, ...] = (
     "export",
     "import_",
     "workspaces",
+    "db",
 )
 
 

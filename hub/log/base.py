@@ -150,6 +150,12 @@ class EventStore(abc.ABC):
         """Like :meth:`read_batch` but the stored JSON bytes, for fan-out without re-encoding."""
 
     @abc.abstractmethod
+    async def lookup_ids(self, workspace: str, ids: Sequence[str]) -> dict[str, Event]:
+        """The stored events of ``workspace`` among ``ids`` (id → event; missing ids absent).
+
+        Lets the hub answer a retried publish whose rules fail only because it was applied."""
+
+    @abc.abstractmethod
     async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Event]:
         """Up to ``limit`` events of every workspace with ``position > after_position``."""
 

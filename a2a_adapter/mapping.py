@@ -1,0 +1,537 @@
+"""Agora events ↔ A2A 1.0 task updates: one table, both directions. Pure (no I/O).
+
+A2A (``specification/a2a.proto`` of A2A v1.0) sees a workspace as a *context* (``contextId`` =
+workspace) and each work item (``correlationId``) or execution (``execId``) as a *task*.
+:data:`CROSSINGS` says, for every event kind that touches a task, which A2A update it becomes,
+the task state it stands for and the role of the message it carries; :func:`to_a2a` and
+:func:`from_a2a` read only that table.
+
+Lossless. Several kinds land on the same A2A shape — ``feedbackRequested``/``blocked`` both
+mean INPUT_REQUIRED; ``workClaimed``/``feedbackProvided``/``messagePosted`` (and
+``execStarted``/``execCancelRequested``) are all WORKING; ``workPublished`` and ``execOutput``
+are both artifact updates — so every update carries ``metadata["agora.kind"]`` and the event's
+envelope (``metadata["agora.event"]``: id, seq, producer, links, hash chain) and
+``from_a2a(to_a2a(e)) == e`` holds for every mapped event (tested with Hypothesis).
+
+Payloads cross as message or artifact *parts* (``metadata["agora.payload"]`` names the shape):
+
+- ``"none"``: no payload, no message.
+- ``"text"``: a string payload (or a ``messagePosted`` with only ``text``) is one text part.
+- ``"message"``: a payload that *is* an A2A message (``{"messageId", "parts", …}`` in ProtoJSON,
+  which is what the adapter writes for a peer's message) crosses as that message.
+- ``"artifact"``: a ``workPublished`` payload that is an A2A artifact (``{"artifactId",
+  "parts", …}``, plus ``append``/``lastChunk``) crosses as that artifact.
+- ``"json"``: anything else is one data part holding the payload's JSON.
+- ``"output"``: an ``execOutput`` chunk is a text part when it is valid UTF-8, else a raw part.
+
+JSON numbers inside data parts travel as ``google.protobuf.Value`` doubles: integral values come
+back as ``int`` and integers beyond ±2**53 cannot cross exactly (a protocol limit, see
+docs/a2a.md "Known deviations").
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, Literal, NamedTuple
+
+import msgspec
+from a2a.types.a2a_pb2 import (
+    Artifact,
+    Message,
+    Part,
+    Role,
+    TaskArtifactUpdateEvent,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+)
+from google.protobuf import json_format, struct_pb2
+
+from hub.events import (
+    Event,
+    ExecFinished,
+    ExecOutput,
+    MessagePayload,
+    MessagePosted,
+    event_from_builtins,
+    event_to_builtins,
+)
+from hub.projections.executions import ExecStatus
+from hub.projections.work import WorkStatus
+
+__all__ = [
+    "CROSSINGS",
+    "EVENT_KEY",
+    "EXEC_STATE",
+    "INTERRUPTED_STATES",
+    "KIND_KEY",
+    "PAYLOAD_KEY",
+    "TERMINAL_STATES",
+    "WORK_STATE",
+    "A2AUpdate",
+    "Crossing",
+    "MappingError",
+    "closing_chunks",
+    "foreign_kind",
+    "from_a2a",
+    "message_payload",
+    "plain",
+    "task_id_of",
+    "to_a2a",
+]
+
+A2AUpdate = TaskStatusUpdateEvent | TaskArtifactUpdateEvent
+
+KIND_KEY: Final = "agora.kind"
+EVENT_KEY: Final = "agora.event"
+PAYLOAD_KEY: Final = "agora.payload"
+CHUNK_KEY: Final = "agora.n"
+SYNTHETIC_KEY: Final = "agora.synthetic"
+
+Shape = Literal["none", "text", "message", "artifact", "json", "output"]
+
+
+class MappingError(ValueError):
+    """An A2A object that does not carry what :func:`from_a2a` needs (names what is wrong)."""
+
+
+class Crossing(NamedTuple):
+    """How one event kind crosses to A2A."""
+
+    update: Literal["status", "artifact"]
+    state: TaskState | None
+    """The task state this kind stands for; ``None``: the task keeps its state (the caller
+    passes it), or, for ``execFinished``, the state follows the payload's ``status``."""
+    role: Role
+    """Who speaks in the status message: ROLE_USER for the requester's side, else ROLE_AGENT."""
+    task: Literal["work", "exec"]
+
+
+S = TaskState
+# The one table (docs/a2a.md renders it). Kinds not listed (files, presence, artifacts by key,
+# execDisposed) are workspace facts, not task updates: to_a2a returns [] for them.
+CROSSINGS: Final[Mapping[str, Crossing]] = {
+    "needWork": Crossing("status", S.TASK_STATE_SUBMITTED, Role.ROLE_USER, "work"),
+    "workClaimed": Crossing("status", S.TASK_STATE_WORKING, Role.ROLE_AGENT, "work"),
+    "feedbackRequested": Crossing("status", S.TASK_STATE_INPUT_REQUIRED, Role.ROLE_AGENT, "work"),
+    "blocked": Crossing("status", S.TASK_STATE_INPUT_REQUIRED, Role.ROLE_AGENT, "work"),
+    "feedbackProvided": Crossing("status", S.TASK_STATE_WORKING, Role.ROLE_USER, "work"),
+    "messagePosted": Crossing("status", None, Role.ROLE_USER, "work"),
+    "workPublished": Crossing("artifact", None, Role.ROLE_AGENT, "work"),
+    "completed": Crossing("status", S.TASK_STATE_COMPLETED, Role.ROLE_AGENT, "work"),
+    "workCancelled": Crossing("status", S.TASK_STATE_CANCELED, Role.ROLE_USER, "work"),
+    "execRequested": Crossing("status", S.TASK_STATE_SUBMITTED, Role.ROLE_USER, "exec"),
+    "execStarted": Crossing("status", S.TASK_STATE_WORKING, Role.ROLE_AGENT, "exec"),
+    "execOutput": Crossing("artifact", None, Role.ROLE_AGENT, "exec"),
+    "execCancelRequested": Crossing("status", None, Role.ROLE_USER, "exec"),
+    "execFinished": Crossing("status", None, Role.ROLE_AGENT, "exec"),
+}
+
+# Work-item status (hub/projections/work.py) → task state. GetTask reads the projection's
+# status through this table; the stream computes the same status with the same lifecycle.
+WORK_STATE: Final[Mapping[WorkStatus, TaskState]] = {
+    "requested": S.TASK_STATE_SUBMITTED,
+    "claimed": S.TASK_STATE_WORKING,
+    "published": S.TASK_STATE_WORKING,
+    "feedbackRequested": S.TASK_STATE_INPUT_REQUIRED,
+    "inProgress": S.TASK_STATE_WORKING,
+    "blocked": S.TASK_STATE_INPUT_REQUIRED,
+    "completed": S.TASK_STATE_COMPLETED,
+    "cancelled": S.TASK_STATE_CANCELED,
+}
+
+# Execution status (hub/projections/executions.py) → task state.
+EXEC_STATE: Final[Mapping[ExecStatus, TaskState]] = {
+    "requested": S.TASK_STATE_SUBMITTED,
+    "running": S.TASK_STATE_WORKING,
+    "completed": S.TASK_STATE_COMPLETED,
+    "failed": S.TASK_STATE_FAILED,
+    "cancelled": S.TASK_STATE_CANCELED,
+}
+
+TERMINAL_STATES: Final[frozenset[TaskState]] = frozenset(
+    {S.TASK_STATE_COMPLETED, S.TASK_STATE_FAILED, S.TASK_STATE_CANCELED, S.TASK_STATE_REJECTED}
+)
+INTERRUPTED_STATES: Final[frozenset[TaskState]] = frozenset(
+    {S.TASK_STATE_INPUT_REQUIRED, S.TASK_STATE_AUTH_REQUIRED}
+)
+
+# The reverse direction for a *foreign* agent (a bridged A2A peer, whose updates carry no
+# agora metadata): task state → the kind the bridge writes. WORKING is workClaimed the first
+# time (the peer took the item) and messagePosted after that when it carries a message;
+# SUBMITTED writes nothing (the needWork already exists). FAILED and REJECTED end the item as
+# workCancelled (work items have no failed state), keeping the peer's state in the payload.
+_FOREIGN: Final[Mapping[TaskState, str | None]] = {
+    S.TASK_STATE_SUBMITTED: None,
+    S.TASK_STATE_WORKING: "workClaimed",
+    S.TASK_STATE_INPUT_REQUIRED: "feedbackRequested",
+    S.TASK_STATE_AUTH_REQUIRED: "blocked",
+    S.TASK_STATE_COMPLETED: "completed",
+    S.TASK_STATE_CANCELED: "workCancelled",
+    S.TASK_STATE_FAILED: "workCancelled",
+    S.TASK_STATE_REJECTED: "workCancelled",
+}
+
+_MESSAGE_KEYS: Final = frozenset({"messageId", "parts", "metadata", "extensions", "referenceTaskIds"})
+_ARTIFACT_KEYS: Final = frozenset(
+    {"artifactId", "name", "description", "parts", "metadata", "extensions"}
+)
+_CHUNK_FLAGS: Final = frozenset({"append", "lastChunk"})
+_EXACT_INT: Final = 2**53
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON helpers
+
+
+def plain(value: Any) -> Any:
+    """``value`` with integral floats (|x| <= 2**53) turned back into ints, recursively.
+
+    protobuf's ``Value`` stores every JSON number as a double; this undoes that for the numbers
+    a double holds exactly.
+    """
+    if isinstance(value, float):
+        if value.is_integer() and abs(value) <= _EXACT_INT:
+            return int(value)
+        return value
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
+def _value(obj: Any) -> struct_pb2.Value:
+    value = struct_pb2.Value()
+    json_format.ParseDict(obj, value)
+    return value
+
+
+def _struct(obj: Mapping[str, Any]) -> struct_pb2.Struct:
+    out = struct_pb2.Struct()
+    json_format.ParseDict(dict(obj), out)
+    return out
+
+
+def _dict(message: Any) -> dict[str, Any]:
+    """ProtoJSON of a protobuf message with numbers made plain."""
+    out: dict[str, Any] = plain(json_format.MessageToDict(message))
+    return out
+
+
+def _canonical_message(payload: Any) -> Message | None:
+    """The A2A message ``payload`` is, if it is exactly one in ProtoJSON (else None)."""
+    if not isinstance(payload, dict) or "parts" not in payload or "messageId" not in payload:
+        return None
+    if not payload.keys() <= _MESSAGE_KEYS:
+        return None
+    message = Message()
+    try:
+        json_format.ParseDict(payload, message)
+    except (json_format.ParseError, TypeError, ValueError):
+        return None
+    if not message.parts or _dict(message) != payload:
+        return None
+    return message
+
+
+def _canonical_artifact(payload: Any) -> tuple[Artifact, bool, bool] | None:
+    """The A2A artifact (with append, lastChunk) ``payload`` is exactly, or None."""
+    if not isinstance(payload, dict) or "parts" not in payload or "artifactId" not in payload:
+        return None
+    if not payload.keys() <= _ARTIFACT_KEYS | _CHUNK_FLAGS:
+        return None
+    append = payload.get("append", False)
+    last = payload.get("lastChunk", False)
+    if append not in (True, False) or last not in (True, False):
+        return None
+    if "append" in payload and append is False or "lastChunk" in payload and last is False:
+        return None  # a canonical payload omits false flags, as ProtoJSON does
+    body = {k: v for k, v in payload.items() if k not in _CHUNK_FLAGS}
+    artifact = Artifact()
+    try:
+        json_format.ParseDict(body, artifact)
+    except (json_format.ParseError, TypeError, ValueError):
+        return None
+    if not artifact.parts or _dict(artifact) != body:
+        return None
+    return artifact, bool(append), bool(last)
+
+
+def _joined_text(parts: Iterable[Part]) -> str | None:
+    texts = [p.text for p in parts if p.WhichOneof("content") == "text"]
+    return "\n".join(texts) if texts else None
+
+
+def message_payload(message: Message) -> dict[str, Any]:
+    """A peer's message as an event payload: its ProtoJSON without task, context and role."""
+    body = Message()
+    body.CopyFrom(message)
+    body.ClearField("task_id")
+    body.ClearField("context_id")
+    body.ClearField("role")
+    return _dict(body)
+
+
+def _payload_builtins(event: Event) -> Any:
+    payload = getattr(event, "payload", None)
+    if isinstance(payload, msgspec.Struct):
+        return msgspec.to_builtins(payload)
+    return payload
+
+
+# ---------------------------------------------------------------------------------------------
+# Event → A2A
+
+
+def task_id_of(event: Event) -> str | None:
+    """The task an event belongs to: its correlationId (work) or execId (execution)."""
+    crossing = CROSSINGS.get(event.kind)
+    if crossing is None:
+        return None
+    if crossing.task == "exec":
+        exec_id: str = event.payload.exec_id  # type: ignore[attr-defined]
+        return exec_id
+    return event.correlation_id
+
+
+def _envelope(event: Event) -> dict[str, Any]:
+    env = event_to_builtins(event)
+    env.pop("kind", None)
+    env.pop("payload", None)
+    return env
+
+
+def _encode(event: Event) -> tuple[Shape, Message | None, list[Part]]:
+    """The payload's shape, the A2A message it is (if any) and its parts otherwise."""
+    payload = getattr(event, "payload", None)
+    if isinstance(event, MessagePosted):
+        p = event.payload
+        if p.text is not None and p.data is None and p.media_type is None:
+            return "text", None, [Part(text=p.text)]
+        message = _canonical_message(p.data)
+        if message is not None and p.media_type is None and p.text == _joined_text(message.parts):
+            return "message", message, []
+        return "json", None, [Part(data=_value(msgspec.to_builtins(p)))]
+    if isinstance(payload, msgspec.Struct):
+        return "json", None, [Part(data=_value(msgspec.to_builtins(payload)))]
+    if payload is None:
+        return "none", None, []
+    if isinstance(payload, str):
+        return "text", None, [Part(text=payload)]
+    message = _canonical_message(payload)
+    if message is not None:
+        return "message", message, []
+    return "json", None, [Part(data=_value(payload))]
+
+
+def to_a2a(
+    event: Event, *, state: TaskState | None = None, append: bool = False
+) -> list[A2AUpdate]:
+    """The A2A updates for one stored event (``[]`` for kinds that are not task updates).
+
+    ``state``: the task's state after the event, as the caller's fold computed it (needed for
+    kinds that keep the state, e.g. ``messagePosted``; defaults to the table's state, WORKING
+    where the table has none). ``append``: for ``execOutput``, whether an earlier chunk of the
+    same stream was sent. Raises :class:`MappingError` for an event without a task id.
+    """
+    crossing = CROSSINGS.get(event.kind)
+    if crossing is None:
+        return []
+    task_id = task_id_of(event)
+    if not task_id:
+        raise MappingError(f"{event.kind} event {event.id!r} has no task id")
+    context_id = event.workspace
+    metadata: dict[str, Any] = {KIND_KEY: event.kind, EVENT_KEY: _envelope(event)}
+
+    if isinstance(event, ExecOutput):
+        p = event.payload
+        try:
+            part = Part(text=p.data.decode("utf-8"), media_type="text/plain")
+        except UnicodeDecodeError:
+            part = Part(raw=p.data, media_type="application/octet-stream")
+        metadata[PAYLOAD_KEY] = "output"
+        metadata[CHUNK_KEY] = p.n
+        return [
+            TaskArtifactUpdateEvent(
+                task_id=task_id,
+                context_id=context_id,
+                artifact=Artifact(artifact_id=f"{p.exec_id}:{p.stream}", name=p.stream, parts=[part]),
+                append=append,
+                last_chunk=False,
+                metadata=_struct(metadata),
+            )
+        ]
+
+    shape, message, parts = _encode(event)
+    if crossing.update == "artifact":
+        canonical = _canonical_artifact(getattr(event, "payload", None))
+        if canonical is not None:
+            artifact, chunk_append, last = canonical
+            shape = "artifact"
+        else:
+            if message is not None:  # a message-shaped payload published as work: keep parts
+                shape, parts = "json", [Part(data=_value(_payload_builtins(event)))]
+            if shape == "none":
+                shape, parts = "json", [Part(data=_value(None))]
+            artifact = Artifact(artifact_id=event.id or f"{task_id}:{event.seq}", parts=parts)
+            chunk_append, last = False, False
+        metadata[PAYLOAD_KEY] = shape
+        return [
+            TaskArtifactUpdateEvent(
+                task_id=task_id,
+                context_id=context_id,
+                artifact=artifact,
+                append=chunk_append,
+                last_chunk=last,
+                metadata=_struct(metadata),
+            )
+        ]
+
+    metadata[PAYLOAD_KEY] = shape
+    if state is None:
+        if isinstance(event, ExecFinished):
+            state = EXEC_STATE[event.payload.status]
+        else:
+            state = crossing.state if crossing.state is not None else S.TASK_STATE_WORKING
+    status = TaskStatus(state=state)
+    if event.timestamp:
+        status.timestamp.FromMilliseconds(event.timestamp)
+    if message is not None or parts:
+        msg = Message()
+        if message is not None:
+            msg.CopyFrom(message)
+        else:
+            msg.message_id = event.id or f"{task_id}:{event.seq}"
+            msg.parts.extend(parts)
+        msg.role = crossing.role
+        msg.task_id = task_id
+        msg.context_id = context_id
+        status.message.CopyFrom(msg)
+    return [
+        TaskStatusUpdateEvent(
+            task_id=task_id, context_id=context_id, status=status, metadata=_struct(metadata)
+        )
+    ]
+
+
+def closing_chunks(
+    exec_id: str, context_id: str, streams: Iterable[str]
+) -> list[TaskArtifactUpdateEvent]:
+    """Empty ``lastChunk`` updates that close each output stream of a finished execution.
+
+    Marked ``metadata["agora.synthetic"]``: they stand for no event, and :func:`from_a2a`
+    returns None for them.
+    """
+    return [
+        TaskArtifactUpdateEvent(
+            task_id=exec_id,
+            context_id=context_id,
+            artifact=Artifact(
+                artifact_id=f"{exec_id}:{stream}",
+                name=stream,
+                parts=[Part(text="", media_type="text/plain")],
+            ),
+            append=True,
+            last_chunk=True,
+            metadata=_struct({KIND_KEY: "execFinished", SYNTHETIC_KEY: True}),
+        )
+        for stream in streams
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# A2A → event
+
+
+def _decode_parts(shape: str, parts: list[Part], kind: str) -> Any:
+    if shape == "none":
+        return None
+    if not parts:
+        raise MappingError(f"{kind}: payload shape {shape!r} needs a part")
+    part = parts[0]
+    if shape == "text":
+        if part.WhichOneof("content") != "text":
+            raise MappingError(f"{kind}: payload shape 'text' needs a text part")
+        return {"text": part.text} if kind == "messagePosted" else part.text
+    if shape == "json":
+        if part.WhichOneof("content") != "data":
+            raise MappingError(f"{kind}: payload shape 'json' needs a data part")
+        return plain(json_format.MessageToDict(part.data))
+    raise MappingError(f"{kind}: unknown payload shape {shape!r}")
+
+
+def from_a2a(update: A2AUpdate) -> Event | None:
+    """The stored event an update of :func:`to_a2a` stands for; None for a synthetic update.
+
+    Raises :class:`MappingError` when the update lacks the agora metadata (a foreign update:
+    use :func:`foreign_kind`) or does not decode to a valid event.
+    """
+    meta = plain(json_format.MessageToDict(update.metadata)) if update.HasField("metadata") else {}
+    if meta.get(SYNTHETIC_KEY):
+        return None
+    kind = meta.get(KIND_KEY)
+    envelope = meta.get(EVENT_KEY)
+    if not isinstance(kind, str) or kind not in CROSSINGS or not isinstance(envelope, dict):
+        raise MappingError("the update carries no agora.kind/agora.event metadata")
+    shape = meta.get(PAYLOAD_KEY, "none")
+    payload: Any
+    if isinstance(update, TaskArtifactUpdateEvent):
+        artifact = update.artifact
+        if shape == "output":
+            part = artifact.parts[0] if artifact.parts else Part()
+            content = part.WhichOneof("content")
+            data = part.text.encode("utf-8") if content == "text" else part.raw
+            payload = {
+                "execId": update.task_id,
+                "stream": artifact.name,
+                "n": meta.get(CHUNK_KEY),
+                "data": base64.b64encode(data).decode("ascii"),
+            }
+        elif shape == "artifact":
+            payload = _dict(artifact)
+            if update.append:
+                payload["append"] = True
+            if update.last_chunk:
+                payload["lastChunk"] = True
+        else:
+            payload = _decode_parts(shape, list(artifact.parts), kind)
+    else:
+        message = update.status.message if update.status.HasField("message") else None
+        if shape == "message":
+            if message is None:
+                raise MappingError(f"{kind}: payload shape 'message' needs a status message")
+            body = message_payload(message)
+            payload = (
+                {"text": _joined_text(message.parts), "data": body}
+                if kind == "messagePosted"
+                else body
+            )
+        else:
+            payload = _decode_parts(shape, list(message.parts) if message else [], kind)
+    obj = dict(envelope)
+    obj["kind"] = kind
+    if payload is not None or kind == "messagePosted":
+        obj["payload"] = {} if payload is None else payload
+    try:
+        return event_from_builtins(obj)
+    except msgspec.ValidationError as e:
+        raise MappingError(f"{kind}: {e}") from e
+
+
+def foreign_kind(state: TaskState, *, claimed: bool, has_message: bool) -> str | None:
+    """The kind a bridged peer's status update becomes (None: write nothing).
+
+    ``claimed``: whether the peer already claimed the work item; ``has_message``: whether the
+    update carries a status message.
+    """
+    kind = _FOREIGN.get(state)
+    if kind == "workClaimed" and claimed:
+        return "messagePosted" if has_message else None
+    return kind
+
+
+def message_posted_payload(message: Message) -> MessagePayload:
+    """A peer's message (not a state change) as a ``messagePosted`` payload."""
+    return MessagePayload(text=_joined_text(message.parts), data=message_payload(message))

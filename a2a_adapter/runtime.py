@@ -1,0 +1,61 @@
+"""The seam between the A2A adapter and the execution runtime (which is not built yet).
+
+A peer asks for an execution with a data part ``{"agora.exec": {"backend": …, "source": …,
+"input": …}}`` (docs/a2a.md, "The exec data part"). The adapter parses it into an
+:class:`ExecRequest` and calls :meth:`Runtime.exec`; the runtime writes ``execRequested`` …
+``execFinished`` to the workspace log like any other execution, and the A2A task (id = the
+execId) is read back from those events. With no runtime configured the adapter answers
+``UnsupportedOperation``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Protocol
+
+import msgspec
+
+from hub.auth import Capability
+
+__all__ = ["EXEC_PART_KEY", "ExecRequest", "Runtime", "parse_exec_part"]
+
+EXEC_PART_KEY: Final = "agora.exec"
+
+
+class ExecRequest(
+    msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid_unknown_fields=True
+):
+    """What an ``agora.exec`` data part may ask for (a subset of the ``exec`` op)."""
+
+    backend: str
+    source: str | None = None
+    input: Any = None
+    language: str | None = None
+    argv: list[str] = []
+    timeout_ms: int | None = None
+
+
+class Runtime(Protocol):
+    """What the adapter needs from the execution runtime."""
+
+    async def exec(
+        self, workspace: str, request: ExecRequest, *, exec_id: str, capability: Capability
+    ) -> str:
+        """Start an execution in ``workspace`` for the holder of ``capability``; return its
+        execId (``exec_id``). The runtime checks the ``exec`` right and the backend against
+        the capability and writes the lifecycle events. Raises :class:`hub.errors.AgoraError`
+        subclasses (``Forbidden``, ``NotFound`` for an unknown backend, ``Busy``, …)."""
+        ...
+
+    async def kill(self, workspace: str, exec_id: str, *, capability: Capability) -> None:
+        """Ask the runtime to cancel ``exec_id``. Raises :class:`hub.errors.AgoraError`."""
+        ...
+
+
+def parse_exec_part(data: Any) -> ExecRequest | None:
+    """The :class:`ExecRequest` in a data part's value, or None if it is not an exec part.
+
+    Raises ``msgspec.ValidationError`` when the part names ``agora.exec`` but is malformed.
+    """
+    if not isinstance(data, dict) or EXEC_PART_KEY not in data:
+        return None
+    return msgspec.convert(data[EXEC_PART_KEY], ExecRequest)

@@ -1,0 +1,191 @@
+"""The :class:`CodeExecutor` protocol every execution backend implements, and the public API.
+
+This module is the one import the runtime needs::
+
+    from backends.base import CodeExecutor, ExecutionRequest, narrow, collect, ...
+
+Lifecycle of a backend instance (an async context manager, like every resource in Agora)::
+
+    async with ProcessBackend() as backend:          # start(): probes, sweeps, warms up
+        ok, why = backend.available()
+        policy = narrow(backend.default_policy, wire_policy)   # may raise Rejected
+        request = ExecutionRequest(exec_id=..., payload=Source("echo hi"), policy=policy)
+        async with contextlib.aclosing(backend.execute(request, workdir)) as events:
+            async for event in events:                # OutputChunk ..., then ExecutionResult
+                ...
+        await backend.cancel(exec_id)                 # from any other task
+                                                      # aclose(): stops runs, removes leftovers
+
+Contract of :meth:`CodeExecutor.execute` (checked by ``tests/backends/test_conformance.py``):
+
+* It validates first (:func:`backends.validate.validate_request`) and raises before running
+  anything: :class:`~backends.errors.UnsupportedLanguage`, ``InvalidRequest``,
+  ``UnsupportedPolicy``, ``Rejected``; ``hub.errors.Busy`` for a running id or a full backend;
+  :class:`~backends.errors.BackendUnavailable` when the backend cannot run now. Failures of the
+  machinery mid-run raise ``ExecutionFailed``/``SandboxError``.
+* Otherwise it yields :class:`~backends.result.OutputChunk` s (each stream's bytes in order,
+  at most the stream's cap) and ends with exactly one
+  :class:`~backends.result.ExecutionResult`. Everything the program does — exit codes,
+  timeouts, kills, memory exhaustion — is a result, never an exception.
+* By the time the result is yielded the program and everything it started are gone (process
+  group killed, container removed).
+* Closing the generator early or cancelling the consuming task kills the program; the cleanup
+  is shielded, so it completes even then. Consume it from one task, and close it
+  (``contextlib.aclosing``) when stopping early.
+* ``workdir`` is the directory the runtime prepared (workspace files pushed in); the program
+  runs in it (``process``) or sees it mounted at ``/workspace`` read-only or read-write per the
+  policy (``container``). ``None`` means no workspace: the backend uses a private scratch
+  directory. Changes are pulled back by the runtime after the result.
+
+:meth:`CodeExecutor.cancel` stops a running execution (its result is
+``cancelled/killed``, exit 130, output so far kept) and returns once the program is gone;
+``False`` if no such execution is running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from backends.capabilities import BackendCapabilities, ExecutionIsolation, ExecutionLanguage
+from backends.errors import (
+    BackendUnavailable,
+    CompileFailed,
+    DependencyNotFound,
+    ExecutionError,
+    ExecutionFailed,
+    ExecutionInternal,
+    ExecutionTimeout,
+    InvalidCode,
+    InvalidRequest,
+    Rejected,
+    SandboxError,
+    UnsupportedLanguage,
+    UnsupportedPolicy,
+)
+from backends.policy import (
+    EnvironmentPolicy,
+    FilesystemPolicy,
+    NetworkPolicy,
+    PolicyPatch,
+    SandboxPolicy,
+    host_local,
+    narrow,
+    strict,
+    strict_js,
+    strict_python,
+)
+from backends.request import UNSET, ExecutionPayload, ExecutionRequest, GuestModule, ModuleBlob, Source
+from backends.result import (
+    Diagnostic,
+    ExecEvent,
+    ExecutionMetadata,
+    ExecutionResult,
+    OutputChunk,
+    classify,
+)
+from backends.validate import validate_policy, validate_request
+
+__all__ = [
+    "UNSET",
+    "BackendCapabilities",
+    "BackendUnavailable",
+    "CodeExecutor",
+    "CompileFailed",
+    "DependencyNotFound",
+    "Diagnostic",
+    "EnvironmentPolicy",
+    "ExecEvent",
+    "ExecutionError",
+    "ExecutionFailed",
+    "ExecutionInternal",
+    "ExecutionIsolation",
+    "ExecutionLanguage",
+    "ExecutionMetadata",
+    "ExecutionPayload",
+    "ExecutionRequest",
+    "ExecutionResult",
+    "ExecutionTimeout",
+    "FilesystemPolicy",
+    "GuestModule",
+    "InvalidCode",
+    "InvalidRequest",
+    "ModuleBlob",
+    "NetworkPolicy",
+    "OutputChunk",
+    "PolicyPatch",
+    "Rejected",
+    "SandboxError",
+    "SandboxPolicy",
+    "Source",
+    "UnsupportedLanguage",
+    "UnsupportedPolicy",
+    "classify",
+    "collect",
+    "host_local",
+    "narrow",
+    "strict",
+    "strict_js",
+    "strict_python",
+    "validate_policy",
+    "validate_request",
+]
+
+
+@runtime_checkable
+class CodeExecutor(Protocol):
+    """An execution backend (see the module docstring for the full contract)."""
+
+    @property
+    def name(self) -> str:
+        """The instance id the runtime routes by (e.g. ``"process"``, ``"container-ro"``)."""
+        ...
+
+    @property
+    def capabilities(self) -> BackendCapabilities:
+        """What this instance enforces (final once :meth:`start` has run)."""
+        ...
+
+    @property
+    def default_policy(self) -> SandboxPolicy:
+        """The instance's defaults: the widest policy it runs; requests may only narrow it."""
+        ...
+
+    def available(self) -> tuple[bool, str]:
+        """``(True, "")`` if it can run now, else ``(False, reason)``. Never blocks: it reports
+        the state found by the last :meth:`start`."""
+        ...
+
+    async def start(self) -> None:
+        """Probe the host/engine and get ready (idempotent; ``execute`` calls it if needed)."""
+        ...
+
+    def execute(self, request: ExecutionRequest, workdir: Path | None) -> AsyncIterator[ExecEvent]:
+        """Run ``request``: yields output chunks, then one :class:`ExecutionResult`."""
+        ...
+
+    async def cancel(self, exec_id: str) -> bool:
+        """Stop a running execution and wait until it is gone. False if none is running."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop every running execution, release everything. Idempotent."""
+        ...
+
+
+async def collect(events: AsyncIterator[ExecEvent]) -> ExecutionResult:
+    """Drain an ``execute`` stream and return its result (chunks are already in it).
+
+    Closes the stream in any case. Raises what ``execute`` raises, or
+    :class:`ExecutionInternal` if the stream ended without a result.
+    """
+    result: ExecutionResult | None = None
+    async with contextlib.aclosing(events) as stream:  # type: ignore[type-var]
+        async for event in stream:
+            if isinstance(event, ExecutionResult):
+                result = event
+    if result is None:
+        raise ExecutionInternal("the backend's stream ended without a result")
+    return result

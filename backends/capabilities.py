@@ -1,0 +1,75 @@
+"""What a backend really enforces: its isolation class and capability flags. Pure.
+
+Principle 4 (ARCHITECTURE.md, "Truthful capabilities"): a backend reports only the controls it
+really enforces; :func:`backends.validate.validate_policy` refuses a request asking for a
+control the backend cannot enforce, before any user code runs.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+from backends.policy import FilesystemMode
+
+__all__ = ["ALL_FILESYSTEM_MODES", "BackendCapabilities", "ExecutionIsolation", "ExecutionLanguage"]
+
+
+class ExecutionLanguage(enum.StrEnum):
+    """How a backend interprets the payload (adk-code's languages)."""
+
+    RUST = "rust"
+    JAVASCRIPT = "javascript"
+    WASM = "wasm"
+    PYTHON = "python"
+    COMMAND = "command"
+
+
+class ExecutionIsolation(enum.StrEnum):
+    """Isolation class of a backend (adk-code's), strongest last but one:
+
+    ``inProcess`` (runs inside the hub's process), ``hostLocal`` (a host process, e.g. the
+    ``process`` backend), ``containerEphemeral`` (a fresh container per run),
+    ``containerPersistent`` (a long-lived container shared by runs), ``providerHosted`` (a
+    remote service).
+    """
+
+    IN_PROCESS = "inProcess"
+    HOST_LOCAL = "hostLocal"
+    CONTAINER_EPHEMERAL = "containerEphemeral"
+    CONTAINER_PERSISTENT = "containerPersistent"
+    PROVIDER_HOSTED = "providerHosted"
+
+
+ALL_FILESYSTEM_MODES: frozenset[FilesystemMode] = frozenset(
+    {"none", "workspaceReadOnly", "workspaceReadWrite", "paths", "host"}
+)
+
+
+class BackendCapabilities(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """The controls a backend enforces and the features it supports.
+
+    ``enforces_*``: the backend makes the control true for the program (not merely "passes it
+    on"). ``filesystem_modes``: the :class:`~backends.policy.FilesystemPolicy` modes it can
+    provide at all (a container cannot offer ``host``). ``languages``: what it runs.
+    """
+
+    isolation: ExecutionIsolation
+    enforces_network: bool = False
+    enforces_filesystem: bool = False
+    enforces_environment: bool = False
+    enforces_timeout: bool = False
+    enforces_memory: bool = False
+    enforces_pids: bool = False
+    enforces_cpu: bool = False
+    supports_structured_output: bool = False
+    supports_process_execution: bool = False
+    supports_persistent_workspace: bool = False
+    supports_interactive_sessions: bool = False
+    languages: frozenset[ExecutionLanguage] = frozenset()
+    filesystem_modes: frozenset[FilesystemMode] = ALL_FILESYSTEM_MODES
+
+    def replace(self, **changes: object) -> BackendCapabilities:
+        """A copy with ``changes`` (snake_case field names)."""
+        return msgspec.structs.replace(self, **changes)

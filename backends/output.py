@@ -1,0 +1,84 @@
+"""The output channel of one execution: two capped streams feeding one bounded queue.
+
+Producers (a backend's pipe readers, or a thread reading a container's attach socket through
+:meth:`OutputChannel.feed_threadsafe`) call :meth:`OutputChannel.feed`; the ``execute``
+generator drains the channel with :meth:`OutputChannel.get` and yields each :class:`OutputChunk`.
+
+Bounds: each stream keeps at most its cap (:class:`backends.harness.OutputCap`); bytes past it
+are read and dropped (counted), so a program never blocks on a full pipe because it wrote too
+much. Kept bytes wait in a queue of at most ``queue_size`` chunks: a consumer that stops reading
+slows the program down (back-pressure) instead of growing memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Final
+
+from backends.harness import OutputCap
+from backends.result import OutputChunk, Stream
+
+__all__ = ["OutputChannel"]
+
+_DONE: Final = None
+
+
+class OutputChannel:
+    """Collects one execution's stdout and stderr (see the module docstring). Loop-bound."""
+
+    def __init__(self, max_stdout: int, max_stderr: int, *, queue_size: int = 64) -> None:
+        self.caps: dict[Stream, OutputCap] = {
+            "stdout": OutputCap(max_stdout),
+            "stderr": OutputCap(max_stderr),
+        }
+        self._kept: dict[Stream, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
+        # Unbounded queue, bounded by feed(): end-of-stream markers must never wait for room
+        # (a producer closing its stream while being cancelled cannot block).
+        self._queue: asyncio.Queue[OutputChunk | None] = asyncio.Queue()
+        self._queue_size = queue_size
+        self._room = asyncio.Event()
+        self._room.set()
+        self._open: set[Stream] = {"stdout", "stderr"}
+
+    async def feed(self, stream: Stream, data: bytes) -> None:
+        """Add bytes the program wrote; waits while ``queue_size`` chunks are queued
+        (back-pressure). Bytes past the stream's cap return at once."""
+        kept = self.caps[stream].feed(data)
+        if not kept:
+            return
+        while self._queue.qsize() >= self._queue_size:
+            self._room.clear()
+            await self._room.wait()
+        self._emit(stream, kept)
+
+    def close(self, stream: Stream) -> None:
+        """End of ``stream`` (idempotent, never waits)."""
+        if stream not in self._open:
+            return
+        self._emit(stream, self.caps[stream].flush())
+        self._open.discard(stream)
+        self._queue.put_nowait(_DONE)
+
+    def _emit(self, stream: Stream, kept: bytes) -> None:
+        if kept:
+            self._kept[stream] += kept
+            self._queue.put_nowait(OutputChunk(stream, kept))
+
+    async def get(self) -> OutputChunk | None:
+        """The next kept chunk in arrival order; ``None`` once both streams are closed."""
+        while self._open or not self._queue.empty():
+            item = await self._queue.get()
+            if self._queue.qsize() < self._queue_size:
+                self._room.set()
+            if item is not None:
+                return item
+        return None
+
+    def kept(self, stream: Stream) -> bytes:
+        return bytes(self._kept[stream])
+
+    def truncated(self, stream: Stream) -> bool:
+        return self.caps[stream].truncated
+
+    def total(self, stream: Stream) -> int:
+        return self.caps[stream].total

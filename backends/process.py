@@ -1,0 +1,500 @@
+"""The ``process`` backend: a host process per execution (isolation ``hostLocal``).
+
+What it runs (``language``):
+
+* ``command`` with source text → ``/bin/sh -c SOURCE sh ARGV...`` (``$1…`` are ``argv``).
+* ``command`` without source → ``argv`` itself (``argv[0]`` looked up on the minimal ``PATH``).
+* ``python`` → the hub's own interpreter, isolated: ``python -I -c SOURCE ARGV...``; ``input``
+  (JSON) is written to stdin when no ``stdin`` is given, and the last stdout line, if it is
+  JSON, is the result's ``value`` (adk-code's harness rule). Not a sandbox: use the ``python``
+  backend for untrusted Python.
+
+How it confines the program, and what it does *not* do:
+
+* Own session and process group (``start_new_session``). Timeout or cancel: SIGTERM to the
+  group, SIGKILL after ``kill_grace_s``. When the main process exits, whatever it left behind
+  in its group is killed too, so nothing outlives the run. A program that calls ``setsid()``
+  leaves the group and is not tracked — use the ``container`` backend for real containment.
+* Environment cleared: only ``PATH`` (minimal), ``HOME`` (the working directory), ``LANG`` and
+  the request's explicit variables (each allowed by the policy). The hub's environment
+  (``AGORA_SECRET``…) is never inherited.
+* Working directory: the runtime's ``workdir`` (plus the request's relative ``cwd``); without
+  one, a private scratch directory removed afterwards.
+* Network ``disabled``: the program runs in a new, empty network namespace
+  (``unshare --net``, or ``unshare -rn`` for a non-root hub). Whether that works here is probed
+  once per process at :meth:`ProcessBackend.start`; if it does not, the capabilities say
+  ``enforcesNetwork=false`` and every network-disabled request is refused.
+* Filesystem: not confined (it is the hub user's host view), so only mode ``host`` is accepted
+  (every restricted mode is refused: ``validate_policy``). Memory/pids/cpu limits are not
+  enforced, so policies setting them are refused.
+* Output: each stream capped (bytes past the cap are read and dropped, counted, flagged).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncGenerator, Sequence
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from backends.capabilities import BackendCapabilities, ExecutionIsolation, ExecutionLanguage
+from backends.errors import BackendUnavailable, ExecutionFailed, InvalidRequest
+from backends.harness import extract_value
+from backends.output import OutputChannel
+from backends.policy import SandboxPolicy, host_local
+from backends.request import ExecutionRequest
+from backends.result import (
+    Diagnostic,
+    ExecEvent,
+    ExecutionMetadata,
+    ExecutionResult,
+    Stream,
+    classify,
+    signal_exit_code,
+)
+from backends.runs import Run, RunRegistry, TaskSet
+from backends.validate import validate_request
+
+__all__ = ["DEFAULT_PATH", "ProcessBackend", "probe_network_isolation"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
+READ_SIZE: Final = 64 * 1024
+SHELL: Final = "/bin/sh"
+
+# The result of the one-per-process probe: the argv prefix that puts a program in a new network
+# namespace, or () when none works. None = not probed yet.
+_netns_prefix: tuple[str, ...] | None = None
+_probe_lock: asyncio.Lock | None = None
+
+
+async def probe_network_isolation() -> tuple[str, ...]:
+    """The command prefix that runs a program without network (``unshare --net --`` as root,
+    ``unshare -rn --`` otherwise), or ``()`` if neither works here. Probed once per process."""
+    global _netns_prefix, _probe_lock
+    if _netns_prefix is not None:
+        return _netns_prefix
+    if _probe_lock is None:
+        _probe_lock = asyncio.Lock()
+    async with _probe_lock:
+        if _netns_prefix is not None:
+            return _netns_prefix
+        found: tuple[str, ...] = ()
+        unshare = shutil.which("unshare", path=DEFAULT_PATH + ":/usr/sbin:/sbin")
+        if unshare is not None:
+            candidates = [(unshare, "--net", "--"), (unshare, "-rn", "--")]
+            if os.geteuid() != 0:
+                candidates.reverse()
+            for prefix in candidates:
+                if await _runs_ok([*prefix, "true"]):
+                    found = prefix
+                    break
+        _netns_prefix = found
+        log.info("process backend network isolation: %s", " ".join(found) or "unavailable")
+        return found
+
+
+async def _runs_ok(argv: Sequence[str]) -> bool:
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={"PATH": DEFAULT_PATH},
+            start_new_session=True,
+        )
+    except OSError:
+        return False
+    try:
+        async with asyncio.timeout(5):
+            return await proc.wait() == 0
+    except TimeoutError:
+        _kill_group(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        return False
+
+
+def _kill_group(pgid: int, sig: signal.Signals) -> None:
+    """Signal a process group; a group that is already gone is fine."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+class ProcessBackend:
+    """Runs each execution as a host process (see the module docstring).
+
+    ``policy``: the instance's default policy (default: :func:`host_local` with the network
+    disabled — the widest this instance runs; pass ``host_local()`` to allow network).
+    ``network_isolation``: ``None`` probes ``unshare``; ``False`` never isolates (then
+    network-disabled requests are refused). ``python``: the interpreter for the ``python``
+    language (default: the hub's own; ``""`` disables the language).
+    """
+
+    def __init__(
+        self,
+        name: str = "process",
+        *,
+        policy: SandboxPolicy | None = None,
+        network_isolation: bool | None = None,
+        kill_grace_s: float = 1.0,
+        max_concurrent: int = 24,
+        python: str | None = None,
+        path: str = DEFAULT_PATH,
+    ) -> None:
+        self._name = name
+        self._policy = policy if policy is not None else host_local().replace(network="disabled")
+        self._want_netns = network_isolation
+        self._netns: tuple[str, ...] = ()
+        self._kill_grace_s = kill_grace_s
+        self._python = sys.executable if python is None else python
+        self._path = path
+        self._registry = RunRegistry(name, max_concurrent)
+        self._started = False
+        self._caps = self._capabilities(network=False)
+
+    # -- CodeExecutor ----------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def capabilities(self) -> BackendCapabilities:
+        return self._caps
+
+    @property
+    def default_policy(self) -> SandboxPolicy:
+        return self._policy
+
+    def available(self) -> tuple[bool, str]:
+        if self._registry.closed:
+            return False, "the backend is closed"
+        if not os.access(SHELL, os.X_OK):
+            return False, f"{SHELL} is missing"
+        return True, ""
+
+    async def start(self) -> None:
+        """Probe network isolation once (idempotent)."""
+        if self._started:
+            return
+        if self._want_netns is not False:
+            self._netns = await probe_network_isolation()
+        self._caps = self._capabilities(network=bool(self._netns))
+        self._started = True
+
+    async def __aenter__(self) -> ProcessBackend:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._registry.aclose()
+
+    async def cancel(self, exec_id: str) -> bool:
+        run = self._registry.get(exec_id)
+        if run is None or not run.request_stop("cancelled"):
+            return False
+        await run.exited.wait()
+        return True
+
+    async def execute(
+        self, request: ExecutionRequest, workdir: Path | None
+    ) -> AsyncGenerator[ExecEvent, None]:
+        """Run ``request`` as a host process (contract: :mod:`backends.base`)."""
+        await self.start()
+        ok, why = self.available()
+        if not ok:
+            raise BackendUnavailable(f"backend {self._name!r} is unavailable: {why}")
+        validate_request(request, self._caps)
+        argv, stdin = self._command(request)
+        run = self._registry.admit(request.exec_id)
+        started = time.monotonic()
+        scratch: Path | None = None
+        proc: asyncio.subprocess.Process | None = None
+        try:
+            if workdir is None:
+                workdir = scratch = Path(tempfile.mkdtemp(prefix="agora-exec-"))
+            cwd = _working_dir(workdir, request.effective_cwd)
+            env = self._environment(request, cwd)
+            if request.policy.network == "disabled":
+                argv = [*self._netns, *argv]
+            try:
+                proc, exited = await _spawn(
+                    argv,
+                    stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                    cwd=cwd,
+                    env=env,
+                )
+            except FileNotFoundError as e:
+                result = self._spawn_failure(request, started, 127, f"{argv[0]}: not found ({e})")
+            except PermissionError as e:
+                result = self._spawn_failure(
+                    request, started, 126, f"{argv[0]}: permission denied ({e})"
+                )
+            else:
+                channel = OutputChannel(request.effective_max_stdout, request.effective_max_stderr)
+                tasks = TaskSet()
+                try:
+                    assert proc.stdout is not None and proc.stderr is not None
+                    tasks.create_task(_pump(proc.stdout, "stdout", channel))
+                    tasks.create_task(_pump(proc.stderr, "stderr", channel))
+                    if stdin is not None:
+                        tasks.create_task(_feed_stdin(proc, stdin))
+                    reaper = tasks.create_task(_reap(proc, exited, run))
+                    tasks.create_task(self._stopper(proc, run, request))
+                    while (chunk := await channel.get()) is not None:
+                        yield chunk
+                    returncode = await reaper
+                    failure = tasks.failure()
+                    if failure is not None:
+                        raise ExecutionFailed(
+                            f"reading the program's output failed: {failure!r}"
+                        ) from failure
+                finally:
+                    await tasks.aclose()
+                result = self._result(request, run, returncode, channel, started)
+        finally:
+            await self._registry.shielded(self._cleanup(run, proc, scratch))
+        yield result
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _capabilities(self, *, network: bool) -> BackendCapabilities:
+        languages = {ExecutionLanguage.COMMAND}
+        if self._python:
+            languages.add(ExecutionLanguage.PYTHON)
+        return BackendCapabilities(
+            isolation=ExecutionIsolation.HOST_LOCAL,
+            enforces_network=network,
+            enforces_filesystem=False,
+            enforces_environment=True,
+            enforces_timeout=True,
+            supports_structured_output=bool(self._python),
+            supports_process_execution=True,
+            languages=frozenset(languages),
+            filesystem_modes=frozenset({"host"}),
+        )
+
+    def _command(self, request: ExecutionRequest) -> tuple[list[str], bytes | None]:
+        """``(argv, stdin bytes or None)`` for ``request``. Raises :class:`InvalidRequest`."""
+        source = request.source or ""
+        stdin = request.stdin
+        if request.language == ExecutionLanguage.PYTHON:
+            if stdin is None and request.has_input:
+                stdin = msgspec.json.encode(request.input) + b"\n"
+            return [self._python, "-I", "-c", source, *request.argv], stdin
+        if source:
+            return [SHELL, "-c", source, "sh", *request.argv], stdin
+        if not request.argv:
+            raise InvalidRequest("a command needs source text or argv", field="source")
+        return list(request.argv), stdin
+
+    def _environment(self, request: ExecutionRequest, cwd: Path) -> dict[str, str]:
+        env = {"PATH": self._path, "HOME": str(cwd), "LANG": "C.UTF-8"}
+        env.update(request.env)  # validated: every name is in the policy's allow-list
+        return env
+
+    async def _stopper(
+        self, proc: asyncio.subprocess.Process, run: Run, request: ExecutionRequest
+    ) -> None:
+        """On timeout or cancel: SIGTERM the group, then SIGKILL after the grace period."""
+        if await run.wait_stop(request.effective_timeout_ms / 1000) is None:
+            return
+        _kill_group(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._kill_grace_s):
+                await run.exited.wait()
+        _kill_group(proc.pid, signal.SIGKILL)
+
+    def _result(
+        self,
+        request: ExecutionRequest,
+        run: Run,
+        returncode: int | None,
+        channel: OutputChannel,
+        started: float,
+    ) -> ExecutionResult:
+        status, reason, exit_code = classify(
+            signal_exit_code(returncode), cancelled=run.cancelled, timed_out=run.timed_out
+        )
+        stdout = channel.kept("stdout")
+        value: object = msgspec.UNSET
+        if request.language == ExecutionLanguage.PYTHON and not channel.truncated("stdout"):
+            stdout, value = extract_value(stdout)
+        return ExecutionResult(
+            status=status,
+            reason=reason,
+            exit_code=exit_code,
+            stdout=stdout,
+            stderr=channel.kept("stderr"),
+            value=value,
+            stdout_truncated=channel.truncated("stdout"),
+            stderr_truncated=channel.truncated("stderr"),
+            stdout_total=channel.total("stdout"),
+            stderr_total=channel.total("stderr"),
+            duration_ms=_elapsed_ms(started),
+            metadata=self._metadata(request),
+            diagnostics=_diagnostics(request, run, channel),
+        )
+
+    def _spawn_failure(
+        self, request: ExecutionRequest, started: float, code: int, message: str
+    ) -> ExecutionResult:
+        return ExecutionResult(
+            status="failed",
+            reason="exit",
+            exit_code=code,
+            stderr=message.encode() + b"\n",
+            stderr_total=len(message) + 1,
+            duration_ms=_elapsed_ms(started),
+            metadata=self._metadata(request),
+            diagnostics=[Diagnostic(level="error", message=message)],
+        )
+
+    def _metadata(self, request: ExecutionRequest) -> ExecutionMetadata:
+        return ExecutionMetadata(
+            backend=self._name,
+            language=request.language,
+            isolation=ExecutionIsolation.HOST_LOCAL,
+            identity=request.identity,
+        )
+
+    async def _cleanup(
+        self, run: Run, proc: asyncio.subprocess.Process | None, scratch: Path | None
+    ) -> None:
+        """Kill whatever is left of the run's process group, reap it, drop the scratch dir."""
+        try:
+            if proc is not None and proc.returncode is None:
+                # Not reaped yet (the run was cancelled or failed mid-way): kill the group.
+                _kill_group(proc.pid, signal.SIGKILL)
+                await proc.wait()
+            if scratch is not None:
+                await asyncio.to_thread(shutil.rmtree, scratch, True)
+        finally:
+            run.exited.set()
+            self._registry.release(run)
+
+
+def _working_dir(root: Path, cwd: str) -> Path:
+    """``root/cwd``, created if missing. Raises :class:`InvalidRequest` if it is not a
+    directory."""
+    path = root if cwd == "." else root / cwd
+    if cwd != ".":
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise InvalidRequest(f"cwd {cwd!r} is not a usable directory: {e}", field="cwd") from e
+    return path
+
+
+async def _pump(reader: asyncio.StreamReader, stream: Stream, channel: OutputChannel) -> None:
+    """Copy one pipe into the channel until EOF (reading on past the cap: nothing blocks).
+    The stream is closed whatever happens, so the consumer never waits forever."""
+    try:
+        while data := await reader.read(READ_SIZE):
+            await channel.feed(stream, data)
+    finally:
+        channel.close(stream)
+
+
+async def _feed_stdin(proc: asyncio.subprocess.Process, data: bytes) -> None:
+    """Write ``data`` to the program's stdin and close it; a program that stops reading is
+    fine."""
+    assert proc.stdin is not None
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        proc.stdin.write(data)
+        await proc.stdin.drain()
+    proc.stdin.close()
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        await proc.stdin.wait_closed()
+
+
+class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """asyncio's subprocess protocol plus an event for "the main process exited".
+
+    ``Process.wait()`` only returns once the pipes are closed too, and a background child
+    holding stdout open would keep them open: the reaper needs the exit itself.
+    """
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.exited = asyncio.Event()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        self.exited.set()
+
+
+async def _spawn(
+    argv: Sequence[str], *, stdin: int, cwd: Path, env: dict[str, str]
+) -> tuple[asyncio.subprocess.Process, asyncio.Event]:
+    """Start ``argv`` in a new session and process group, stdout/stderr piped. Returns the
+    process and the event set when it exits. Raises ``OSError`` if it cannot be started."""
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.subprocess_exec(
+        lambda: _Protocol(limit=READ_SIZE, loop=loop),
+        *argv,
+        stdin=stdin,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+        close_fds=True,
+    )
+    return asyncio.subprocess.Process(transport, protocol, loop), protocol.exited
+
+
+async def _reap(proc: asyncio.subprocess.Process, exited: asyncio.Event, run: Run) -> int | None:
+    """Wait for the main process to exit, then kill what it left in its group (so the pipes
+    close and nothing outlives the run). Returns its exit status."""
+    await exited.wait()
+    _kill_group(proc.pid, signal.SIGKILL)
+    run.exited.set()
+    return proc.returncode
+
+
+def _elapsed_ms(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
+
+
+def _diagnostics(request: ExecutionRequest, run: Run, channel: OutputChannel) -> list[Diagnostic]:
+    notes: list[Diagnostic] = []
+    if run.timed_out:
+        notes.append(
+            Diagnostic(
+                level="error",
+                code="timeout",
+                message=f"timed out after {request.effective_timeout_ms} ms; the program was "
+                "stopped",
+            )
+        )
+    if run.cancelled:
+        notes.append(Diagnostic(level="note", code="killed", message="Execution cancelled."))
+    for stream in ("stdout", "stderr"):
+        if channel.truncated(stream):  # type: ignore[arg-type]
+            cap = channel.caps[stream].limit  # type: ignore[index]
+            total = channel.total(stream)  # type: ignore[arg-type]
+            notes.append(
+                Diagnostic(
+                    level="warning",
+                    code="outputTruncated",
+                    message=f"{stream} truncated at {cap} bytes ({total} bytes written)",
+                )
+            )
+    return notes

@@ -1,0 +1,169 @@
+"""Bookkeeping every backend shares: running executions, stop requests, shielded cleanup.
+
+* :class:`Run` is one execution's control block: a stop request (``cancel`` or the timeout)
+  is recorded once, whichever comes first, so concurrent kills share one finalisation.
+* :class:`RunRegistry` admits executions (unique running ids → ``busy``; a concurrency cap →
+  ``busy``; a closed backend → ``unavailable``), finds them for ``cancel``, and owns the
+  cleanup tasks, so a cancelled ``execute`` still kills and removes what it started and
+  ``aclose`` waits for every cleanup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Coroutine, Iterator
+from typing import Any, Literal, TypeVar
+
+from backends.errors import BackendUnavailable
+from hub.errors import Busy
+
+__all__ = ["Run", "RunRegistry", "StopReason", "TaskSet"]
+
+StopReason = Literal["cancelled", "timeout"]
+T = TypeVar("T")
+
+
+class Run:
+    """The control block of one running execution."""
+
+    __slots__ = ("_stop", "exec_id", "exited", "stop_reason")
+
+    def __init__(self, exec_id: str) -> None:
+        self.exec_id = exec_id
+        self.stop_reason: StopReason | None = None
+        self._stop = asyncio.Event()
+        self.exited = asyncio.Event()
+        """Set by the backend once the program (and everything it started) is gone."""
+
+    def request_stop(self, reason: StopReason) -> bool:
+        """Record a stop request; the first one wins. False if the program already exited or a
+        stop was already requested."""
+        if self.exited.is_set() or self.stop_reason is not None:
+            return False
+        self.stop_reason = reason
+        self._stop.set()
+        return True
+
+    async def wait_stop(self, timeout_s: float) -> StopReason | None:
+        """Wait for a stop request or, after ``timeout_s``, request the timeout stop. Returns
+        the reason, or ``None`` if the program exited first (then nothing is to be stopped)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._stop.wait()
+        if self.stop_reason is None:
+            self.request_stop("timeout")
+        return self.stop_reason
+
+    @property
+    def cancelled(self) -> bool:
+        return self.stop_reason == "cancelled"
+
+    @property
+    def timed_out(self) -> bool:
+        return self.stop_reason == "timeout"
+
+
+class TaskSet:
+    """The helper tasks of one execution (pipe readers, reaper, stopper), owned by its
+    ``execute`` generator.
+
+    A TaskGroup cannot span a ``yield`` of an async generator (closing the generator throws
+    ``GeneratorExit`` into the group, which 3.11 wraps into an exception group), so the
+    generator owns its tasks through this set and always ends them in ``finally`` with
+    :meth:`aclose`: cancel what still runs, wait for all of them.
+    """
+
+    def __init__(self) -> None:
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    def create_task(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        task = asyncio.create_task(coro)
+        self._tasks.append(task)
+        return task
+
+    def failure(self) -> BaseException | None:
+        """The first exception a finished task raised (cancellations aside), if any."""
+        for task in self._tasks:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                return task.exception()
+        return None
+
+    async def aclose(self) -> None:
+        """Cancel the tasks still running and wait for all of them. Idempotent."""
+        for task in self._tasks:
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks)
+
+
+class RunRegistry:
+    """The running executions of one backend instance and their cleanup tasks."""
+
+    def __init__(self, backend: str, max_concurrent: int) -> None:
+        self.backend = backend
+        self.max_concurrent = max_concurrent
+        self.closed = False
+        self._runs: dict[str, Run] = {}
+        self._cleanups: set[asyncio.Task[None]] = set()
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def __iter__(self) -> Iterator[Run]:
+        return iter(list(self._runs.values()))
+
+    def admit(self, exec_id: str) -> Run:
+        """Register a new run. Raises :class:`BackendUnavailable` when closed, :class:`Busy` when
+        ``exec_id`` is running or the concurrency cap is reached."""
+        if self.closed:
+            raise BackendUnavailable(f"backend {self.backend!r} is closed", backend=self.backend)
+        if exec_id in self._runs:
+            raise Busy(f"execution {exec_id!r} is already running", execId=exec_id)
+        if len(self._runs) >= self.max_concurrent:
+            raise Busy(
+                f"backend {self.backend!r} is running its maximum of "
+                f"{self.max_concurrent} executions",
+                backend=self.backend,
+                limit=self.max_concurrent,
+            )
+        run = Run(exec_id)
+        self._runs[exec_id] = run
+        return run
+
+    def get(self, exec_id: str) -> Run | None:
+        return self._runs.get(exec_id)
+
+    def release(self, run: Run) -> None:
+        if self._runs.get(run.exec_id) is run:
+            del self._runs[run.exec_id]
+
+    async def shielded(self, cleanup: Coroutine[Any, Any, None]) -> None:
+        """Run ``cleanup`` to the end even if the caller is cancelled meanwhile.
+
+        The cleanup runs as a task this registry owns; a cancelled caller gets its
+        ``CancelledError`` at once while the task goes on, and :meth:`aclose` waits for it.
+        """
+        task = asyncio.create_task(cleanup)
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+        await asyncio.shield(task)
+
+    def spawn(self, job: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Start a background job owned by this registry (awaited by :meth:`aclose`)."""
+        task = asyncio.create_task(job)
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+        return task
+
+    async def aclose(self) -> None:
+        """Refuse new runs, stop the running ones, and wait for them and every cleanup.
+        Idempotent."""
+        self.closed = True
+        runs = list(self._runs.values())
+        for run in runs:
+            run.request_stop("cancelled")
+        for run in runs:
+            await run.exited.wait()
+        while self._cleanups:
+            await asyncio.gather(*list(self._cleanups), return_exceptions=True)

@@ -1,0 +1,609 @@
+"""Benchmark of the WebSocket hub against raw ``websockets`` doing the same fan-out.
+
+    python bench/hub_bench.py [--quick] [--repeats N]
+
+Three processes: ``agora serve`` (a subprocess, its data directory on the real disk, durable
+appends in the path), a tiny raw broadcast server (this file with ``--raw-server``: plain
+``websockets`` that acks each publish and relays it to every subscriber with
+``websockets.broadcast``, frames padded to the hub's sizes — the floor), and this driver, the
+single timing process holding every client, so publish and receipt times come from one clock.
+
+Clients are minimal: a hand-rolled RFC 6455 client on an asyncio ``Protocol`` that only splits
+frames and looks for a marker, so the numbers measure the servers, not a client library (the
+driver has one core of two; ``websockets``' own client costs ~4x more per frame).
+
+Measured, each on the hub and on the raw server, medians of ``--repeats`` runs (default 3):
+
+- publish → deliver latency, p50/p99, with 10 and with 100 subscribers: one publisher sends
+  one event at a time and waits until every subscriber has it;
+- events/s acknowledged from 64 concurrent publishers (each keeps ``--window`` publishes in
+  flight, single-event publishes);
+- deliveries/s to 100 subscribers (4 publishers publishing as fast as acks allow).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from websockets.speedups import apply_mask  # noqa: E402  (C masking, as websockets uses)
+
+SECRET = "bench-secret-0123456789abcdef0123456789abcdef"
+WORKSPACE = "bench"
+BANNER = re.compile(rb"agora serving ws://[^:\s]+:(\d+)")
+MARK = re.compile(rb'"n":(\d+)')
+PAYLOAD_TEXT = "x" * 64  # event body size: a short chat message
+
+# ---------------------------------------------------------------------------------------------
+# A minimal WebSocket client (RFC 6455): handshake, masked text frames out, frame split in.
+
+
+class RawClient(asyncio.Protocol):
+    """One connection. ``on_frame(payload)`` is called for every text frame received."""
+
+    def __init__(self, on_frame: Callable[[bytes], None]) -> None:
+        self.on_frame = on_frame
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.handshaken = asyncio.get_running_loop().create_future()
+        self.closed = asyncio.get_running_loop().create_future()
+        self.close_code: int | None = None
+
+    @classmethod
+    async def open(cls, port: int, on_frame: Callable[[bytes], None]) -> RawClient:
+        loop = asyncio.get_running_loop()
+        _, proto = await loop.create_connection(lambda: cls(on_frame), "127.0.0.1", port)
+        assert proto.transport is not None
+        key = base64.b64encode(os.urandom(16)).decode()
+        proto.transport.write(
+            (
+                f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: agora.v1\r\n\r\n"
+            ).encode()
+        )
+        await asyncio.wait_for(proto.handshaken, 10)
+        return proto
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+        if not self.handshaken.done():
+            self.handshaken.set_exception(ConnectionError("closed during handshake"))
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buffer
+        buf += data
+        if not self.handshaken.done():
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            if not buf.startswith(b"HTTP/1.1 101"):
+                self.handshaken.set_exception(ConnectionError(bytes(buf[:end]).decode()))
+                return
+            del buf[: end + 4]
+            self.handshaken.set_result(None)
+        pos, size = 0, len(buf)
+        on_frame = self.on_frame
+        while size - pos >= 2:
+            b0, b1 = buf[pos], buf[pos + 1]
+            length, head = b1 & 0x7F, 2
+            if length == 126:
+                if size - pos < 4:
+                    break
+                length, head = int.from_bytes(buf[pos + 2 : pos + 4], "big"), 4
+            elif length == 127:
+                if size - pos < 10:
+                    break
+                length, head = int.from_bytes(buf[pos + 2 : pos + 10], "big"), 10
+            end = pos + head + length
+            if end > size:
+                break
+            opcode = b0 & 0x0F
+            if opcode == 1:
+                on_frame(bytes(buf[pos + head : end]))
+            elif opcode == 9:  # ping → pong
+                self._send(0xA, bytes(buf[pos + head : end]))
+            elif opcode == 8:  # close
+                if length >= 2:
+                    self.close_code = int.from_bytes(buf[pos + head : pos + head + 2], "big")
+                self._send(0x8, bytes(buf[pos + head : pos + head + 2]))
+            pos = end
+        if pos:
+            del buf[:pos]
+
+    def _send(self, opcode: int, payload: bytes) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        n = len(payload)
+        if n < 126:
+            head = bytes((0x80 | opcode, 0x80 | n))
+        elif n < 65536:
+            head = bytes((0x80 | opcode, 0x80 | 126)) + n.to_bytes(2, "big")
+        else:
+            head = bytes((0x80 | opcode, 0x80 | 127)) + n.to_bytes(8, "big")
+        mask = os.urandom(4)
+        self.transport.write(head + mask + apply_mask(payload, mask))
+
+    def send(self, payload: bytes) -> None:
+        self._send(0x1, payload)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+def frame(**fields: Any) -> bytes:
+    return json.dumps(fields, separators=(",", ":")).encode()
+
+
+# ---------------------------------------------------------------------------------------------
+# Targets: the hub, and the raw broadcast server
+
+
+@dataclass
+class Target:
+    name: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    token: str = ""
+    workdir: Path | None = None
+    counter: Iterator[int] = field(default_factory=lambda: iter(range(1, 1 << 62)))
+
+    def workspace(self) -> str:
+        """A fresh workspace per measurement (a fresh log; no history to catch up)."""
+        return f"{WORKSPACE}-{next(self.counter)}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _wait_banner(proc: subprocess.Popen[bytes], log: Path, pattern: re.Pattern[bytes]) -> int:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        match = pattern.search(log.read_bytes())
+        if match:
+            return int(match.group(1))
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited: {log.read_text(errors='replace')}")
+        time.sleep(0.02)
+    raise RuntimeError("server printed no banner")
+
+
+def start_hub(profile: Path | None = None) -> Target:
+    from hub.auth import TokenSigner
+
+    # The real disk (not tmpfs): appends are durable (fsync) as in production.
+    base = Path("/var/tmp") if Path("/var/tmp").is_dir() else None
+    workdir = Path(tempfile.mkdtemp(prefix="agora-bench-", dir=base))
+    log = workdir / "hub.log"
+    argv = [sys.executable]
+    if profile is not None:
+        argv += ["-m", "cProfile", "-o", str(profile)]
+    argv += ["-m", "hub", "serve", "--host", "127.0.0.1", "--port", "0"]
+    argv += ["--data", str(workdir / "data"), "--config", str(workdir / "agora.toml")]
+    # Rate limits off the table: 64 publishers must not be throttled by the per-connection
+    # token bucket (its default, 2000 events/s, is a policy, not a capacity).
+    (workdir / "agora.toml").write_text(
+        "[limits]\npublish_rate = 1000000.0\npublish_burst = 1000000\n"
+    )
+    env = dict(os.environ, AGORA_SECRET=SECRET, PYTHONPATH=str(ROOT))
+    env.pop("PYTHONASYNCIODEBUG", None)
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    port = _wait_banner(proc, log, BANNER)
+    token = TokenSigner(SECRET.encode()).issue(
+        "bench", ["*"], ["read", "write"], ttl_seconds=24 * 3600
+    )
+    return Target("hub", port, proc, token, workdir)
+
+
+def start_raw(event_bytes: int, ack_bytes: int) -> Target:
+    workdir = Path(tempfile.mkdtemp(prefix="agora-bench-raw-"))
+    log = workdir / "raw.log"
+    argv = [sys.executable, str(Path(__file__).resolve()), "--raw-server"]
+    argv += ["--event-bytes", str(event_bytes), "--ack-bytes", str(ack_bytes)]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    port = _wait_banner(proc, log, re.compile(rb"raw serving (\d+)"))
+    return Target("raw", port, proc, "raw", workdir)
+
+
+# ---------------------------------------------------------------------------------------------
+# Client roles
+
+
+class Peer:
+    """A connection that has said hello, with helpers to wait for a reply frame."""
+
+    def __init__(self) -> None:
+        self.client: RawClient | None = None
+        self.replies: asyncio.Queue[bytes] = asyncio.Queue()
+        self.handler: Callable[[bytes], None] | None = None
+
+    def on_frame(self, data: bytes) -> None:
+        if self.handler is not None and data.startswith(b'{"op":"event"'):
+            self.handler(data)
+        else:
+            self.replies.put_nowait(data)
+
+    @classmethod
+    async def open(cls, target: Target) -> Peer:
+        peer = cls()
+        peer.client = await RawClient.open(target.port, peer.on_frame)
+        peer.client.send(frame(op="hello", rid=0, token=target.token))
+        reply = await asyncio.wait_for(peer.replies.get(), 10)
+        if b'"welcome"' not in reply:
+            raise RuntimeError(f"no welcome: {reply[:200]!r}")
+        return peer
+
+    async def subscribe(self, workspace: str, handler: Callable[[bytes], None]) -> None:
+        assert self.client is not None
+        self.handler = handler
+        self.client.send(frame(op="subscribe", rid=1, workspace=workspace))
+        reply = await asyncio.wait_for(self.replies.get(), 10)
+        if b'"subscribed"' not in reply:
+            raise RuntimeError(f"not subscribed: {reply[:200]!r}")
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+
+
+def publish_frame(workspace: str, n: int) -> bytes:
+    event = {"kind": "messagePosted", "payload": {"text": PAYLOAD_TEXT, "data": {"n": n}}}
+    return frame(op="publish", workspace=workspace, event=event)
+
+
+async def open_subscribers(
+    target: Target, workspace: str, count: int, handler: Callable[[int, bytes], None]
+) -> list[Peer]:
+    peers = await asyncio.gather(*(Peer.open(target) for _ in range(count)))
+    for i, peer in enumerate(peers):
+        await peer.subscribe(workspace, lambda data, i=i: handler(i, data))
+    await asyncio.sleep(0.2)  # presence events (memberJoined) settle before measuring
+    return list(peers)
+
+
+async def measure_latency(target: Target, subscribers: int, events: int) -> tuple[float, float]:
+    """p50, p99 (ms) from publish send to receipt at each subscriber, one event at a time."""
+    workspace = target.workspace()
+    sent: dict[int, int] = {}
+    pending = {"left": 0}
+    done: asyncio.Future[None] | None = None
+    samples: list[int] = []
+    loop = asyncio.get_running_loop()
+
+    def on_event(_: int, data: bytes) -> None:
+        nonlocal done
+        now = time.perf_counter_ns()
+        match = MARK.search(data)
+        if match is None:
+            return  # not ours (presence)
+        n = int(match.group(1))
+        if n in sent:
+            samples.append(now - sent[n])
+            pending["left"] -= 1
+            if pending["left"] == 0 and done is not None and not done.done():
+                done.set_result(None)
+
+    subs = await open_subscribers(target, workspace, subscribers, on_event)
+    publisher = await Peer.open(target)
+    assert publisher.client is not None
+    warmup = max(20, events // 10)
+    try:
+        for n in range(warmup + events):
+            done = loop.create_future()
+            pending["left"] = subscribers
+            data = publish_frame(workspace, n)
+            sent[n] = time.perf_counter_ns()
+            publisher.client.send(data)
+            await asyncio.wait_for(done, 10)
+            await asyncio.wait_for(publisher.replies.get(), 10)  # the ack
+            if n == warmup - 1:
+                samples.clear()
+            await asyncio.sleep(0.0005)  # let both sides go idle: latency, not throughput
+    finally:
+        publisher.close()
+        for peer in subs:
+            peer.close()
+    samples.sort()
+    return samples[len(samples) // 2] / 1e6, samples[int(len(samples) * 0.99)] / 1e6
+
+
+async def measure_ingest(target: Target, publishers: int, seconds: float, window: int) -> float:
+    """Acknowledged events/s from ``publishers`` connections, ``window`` in flight each."""
+    workspace = target.workspace()
+    peers = await asyncio.gather(*(Peer.open(target) for _ in range(publishers)))
+    acked = [0]
+    stop = False
+    start = 0.0
+
+    async def run(peer: Peer) -> None:
+        assert peer.client is not None
+        data = publish_frame(workspace, 0)
+        for _ in range(window):
+            peer.client.send(data)
+        while True:
+            reply = await peer.replies.get()
+            if not reply.startswith(b'{"op":"ack"'):
+                raise RuntimeError(f"publish failed: {reply[:300]!r}")
+            acked[0] += 1
+            if stop:
+                return
+            peer.client.send(data)
+
+    tasks = [asyncio.create_task(run(p)) for p in peers]
+    try:
+        await asyncio.sleep(min(1.0, seconds / 3))  # warm up
+        before, start = acked[0], time.perf_counter()
+        await asyncio.sleep(seconds)
+        count, elapsed = acked[0] - before, time.perf_counter() - start
+        stop = True
+        await asyncio.wait_for(asyncio.gather(*tasks), 30)
+    finally:
+        for t in tasks:
+            t.cancel()
+        for peer in peers:
+            peer.close()
+    return count / elapsed
+
+
+async def measure_fanout(
+    target: Target, subscribers: int, events: int, publishers: int, window: int
+) -> float:
+    """Deliveries/s to ``subscribers``: ``events`` published as fast as acks allow, timed
+    from the first publish to the last delivery."""
+    workspace = target.workspace()
+    received = [0]
+    expected = subscribers * events
+    finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def on_event(_: int, data: bytes) -> None:
+        if MARK.search(data) is None:
+            return
+        received[0] += 1
+        if received[0] >= expected and not finished.done():
+            finished.set_result(None)
+
+    subs = await open_subscribers(target, workspace, subscribers, on_event)
+    pubs = await asyncio.gather(*(Peer.open(target) for _ in range(publishers)))
+    share = events // publishers
+
+    async def run(peer: Peer, count: int) -> None:
+        assert peer.client is not None
+        data = publish_frame(workspace, 1)
+        sent = min(window, count)
+        for _ in range(sent):
+            peer.client.send(data)
+        for _ in range(count):
+            reply = await peer.replies.get()
+            if not reply.startswith(b'{"op":"ack"'):
+                raise RuntimeError(f"publish failed: {reply[:300]!r}")
+            if sent < count:
+                peer.client.send(data)
+                sent += 1
+
+    start = time.perf_counter()
+    try:
+        counts = [share] * publishers
+        counts[0] += events - share * publishers
+        await asyncio.wait_for(
+            asyncio.gather(*(run(p, c) for p, c in zip(pubs, counts, strict=True))), 120
+        )
+        await asyncio.wait_for(finished, 120)
+    finally:
+        for peer in [*subs, *pubs]:
+            peer.close()
+    return received[0] / (time.perf_counter() - start)
+
+
+async def probe_sizes(target: Target) -> tuple[int, int]:
+    """The hub's event and ack frame sizes for the benchmark's event (for the raw server)."""
+    workspace = target.workspace()
+    got: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+    def on_event(_: int, data: bytes) -> None:
+        if MARK.search(data) and not got.done():
+            got.set_result(data)
+
+    subs = await open_subscribers(target, workspace, 1, on_event)
+    publisher = await Peer.open(target)
+    assert publisher.client is not None
+    publisher.client.send(publish_frame(workspace, 0))
+    event = await asyncio.wait_for(got, 10)
+    ack = await asyncio.wait_for(publisher.replies.get(), 10)
+    publisher.close()
+    subs[0].close()
+    return len(event), len(ack)
+
+
+# ---------------------------------------------------------------------------------------------
+# The raw broadcast server (``--raw-server``)
+
+
+def raw_server(port: int, event_bytes: int, ack_bytes: int) -> None:
+    from websockets.asyncio.server import ServerConnection, broadcast, serve
+
+    subscribers: set[ServerConnection] = set()
+    ack = b'{"op":"ack","workspace":"bench","seq":1,"id":"x","duplicate":false'
+    ack += b" " * max(0, ack_bytes - len(ack) - 1) + b"}"
+    head = b'{"op":"event","workspace":"bench","event":'
+
+    async def handler(ws: ServerConnection) -> None:
+        try:
+            async for message in ws:
+                data = message.encode() if isinstance(message, str) else message
+                if data.startswith(b'{"op":"publish"'):
+                    await ws.send(ack, text=True)
+                    body = head + data
+                    body += b" " * max(0, event_bytes - len(body) - 1) + b"}"
+                    broadcast(subscribers, body, text=True)
+                elif data.startswith(b'{"op":"hello"'):
+                    await ws.send(
+                        b'{"op":"welcome","rid":0,"agent":"bench","rights":[]}', text=True
+                    )
+                elif data.startswith(b'{"op":"subscribe"'):
+                    await ws.send(b'{"op":"subscribed","rid":1,"head":0}', text=True)
+                    subscribers.add(ws)
+        finally:
+            subscribers.discard(ws)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        async with serve(handler, "127.0.0.1", port, compression=None, max_size=2**24) as server:
+            bound = server.sockets[0].getsockname()[1]
+            print(f"raw serving {bound}", flush=True)
+            await stop.wait()
+
+    asyncio.run(main())
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver
+
+
+@dataclass
+class Plan:
+    repeats: int
+    latency_events: int
+    ingest_seconds: float
+    fanout_events: int
+    window: int
+
+
+async def run_target(target: Target, plan: Plan) -> dict[str, list[float]]:
+    results: dict[str, list[float]] = {}
+
+    def add(key: str, value: float) -> None:
+        results.setdefault(key, []).append(value)
+
+    for _ in range(plan.repeats):
+        for subs in (10, 100):
+            p50, p99 = await measure_latency(target, subs, plan.latency_events)
+            add(f"lat{subs}.p50", p50)
+            add(f"lat{subs}.p99", p99)
+        add("ingest", await measure_ingest(target, 64, plan.ingest_seconds, plan.window))
+        add("fanout", await measure_fanout(target, 100, plan.fanout_events, 4, plan.window))
+    return results
+
+
+def report(
+    hub: dict[str, list[float]], raw: dict[str, list[float]], sizes: tuple[int, int]
+) -> None:
+    med = statistics.median
+    rows = [
+        ("latency p50, 10 subscribers (ms)", "lat10.p50", "lower"),
+        ("latency p99, 10 subscribers (ms)", "lat10.p99", "lower"),
+        ("latency p50, 100 subscribers (ms)", "lat100.p50", "lower"),
+        ("latency p99, 100 subscribers (ms)", "lat100.p99", "lower"),
+        ("acked events/s, 64 publishers", "ingest", "higher"),
+        ("deliveries/s, 100 subscribers", "fanout", "higher"),
+    ]
+    print()
+    print(f"event frame {sizes[0]} B, ack frame {sizes[1]} B; medians of {len(hub['ingest'])} runs")
+    print(f"{'':38} {'hub':>12} {'raw ws':>12} {'hub/raw':>8}   runs (hub)")
+    for label, key, _ in rows:
+        h, r = med(hub[key]), med(raw[key])
+        fmt = "{:12.3f}" if key.startswith("lat") else "{:12,.0f}"
+        runs = ", ".join((f"{v:.3f}" if key.startswith("lat") else f"{v:,.0f}") for v in hub[key])
+        print(f"{label:38} {fmt.format(h)} {fmt.format(r)} {h / r:8.2f}   {runs}")
+    print()
+    checks = [
+        ("p99 <= 2 ms at 10 subscribers", med(hub["lat10.p99"]) <= 2.0),
+        (">= 20,000 acknowledged events/s", med(hub["ingest"]) >= 20_000),
+        ("fan-out >= 0.7x raw websockets", med(hub["fanout"]) >= 0.7 * med(raw["fanout"])),
+    ]
+    for label, ok in checks:
+        print(f"  target {label:36} {'met' if ok else 'MISSED'}")
+
+
+async def drive(args: argparse.Namespace) -> None:
+    plan = (
+        Plan(
+            repeats=args.repeats,
+            latency_events=200,
+            ingest_seconds=2.0,
+            fanout_events=500,
+            window=args.window,
+        )
+        if args.quick
+        else Plan(
+            repeats=args.repeats,
+            latency_events=1000,
+            ingest_seconds=5.0,
+            fanout_events=2000,
+            window=args.window,
+        )
+    )
+    print(f"{os.cpu_count()} cores, Python {sys.version.split()[0]}; plan: {plan}", flush=True)
+    hub = start_hub(Path(args.profile) if args.profile else None)
+    raw: Target | None = None
+    try:
+        sizes = await probe_sizes(hub)
+        raw = start_raw(*sizes)
+        print("measuring the hub …", flush=True)
+        hub_results = await run_target(hub, plan)
+        print("measuring raw websockets …", flush=True)
+        raw_results = await run_target(raw, plan)
+    finally:
+        hub.stop()
+        if raw is not None:
+            raw.stop()
+    report(hub_results, raw_results, sizes)
+    if args.profile:
+        print(f"\nhub profile written to {args.profile} (python -m pstats {args.profile})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer events, shorter runs")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per measurement (>= 3)")
+    parser.add_argument("--window", type=int, default=8, help="publishes in flight per publisher")
+    parser.add_argument("--profile", metavar="FILE", help="run the hub under cProfile")
+    parser.add_argument("--raw-server", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--event-bytes", type=int, default=512, help=argparse.SUPPRESS)
+    parser.add_argument("--ack-bytes", type=int, default=128, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.raw_server:
+        raw_server(args.port, args.event_bytes, args.ack_bytes)
+        return
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(drive(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""``agora import WORKSPACE``: restore an ``agora export`` verbatim into an empty workspace.
+
+Same seqs, ids, timestamps, producers and hashes (positions are the new store's own). Refused,
+with nothing written: a workspace that already has events, an event of another workspace, and
+a broken hash chain (the first bad seq and its input line are named). The whole export is
+read into memory first, because the store restores it as one atomic batch.
+
+Blobs are not in the JSON Lines; ``--blobs DIR`` (as written by ``agora export --blobs``)
+copies the referenced ones into the store's blob store before the events are imported. A blob
+still missing afterwards is a warning, not an error: the events are the log's truth, and the
+content can be supplied later.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from hub.commands._audit import (
+    EXIT_FAILED,
+    EXIT_OK,
+    add_store_args,
+    add_workspace_arg,
+    decode_lines,
+    read_input,
+    report,
+    report_all,
+    warn,
+    where,
+    with_store,
+)
+from hub.commands.common import fail
+from hub.commands.export import blob_refs, copy_blobs
+from hub.errors import AgoraError, BadRequest, Conflict, IntegrityError, NotFound
+from hub.log.base import EventStore
+from hub.log.blobs import FileBlobStore
+
+COMMAND = "import"
+# Most missing blobs named one by one; the rest are counted.
+MAX_NAMED_BLOBS = 20
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        COMMAND,
+        help="restore an 'agora export' into an empty workspace",
+        description=(
+            "Read the JSON Lines written by 'agora export' (stdin or --input FILE) and restore "
+            "the events verbatim, hashes included, into WORKSPACE, which must have no events. "
+            "The hash chain is verified first; nothing is written if it is broken."
+        ),
+    )
+    add_workspace_arg(parser)
+    parser.add_argument(
+        "--input",
+        "-i",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="read the export from FILE (default: stdin)",
+    )
+    parser.add_argument(
+        "--blobs",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="copy the referenced blobs from DIR (written by 'agora export --blobs DIR')",
+    )
+    add_store_args(parser)
+    parser.set_defaults(func=run)
+
+
+async def run(args: argparse.Namespace) -> int:
+    workspace: str = args.workspace
+    if args.blobs is not None and not args.blobs.is_dir():
+        return report(COMMAND, NotFound(f"no blob directory {str(args.blobs)!r}"))
+    try:
+        data = read_input(args.input)
+    except AgoraError as e:
+        return report(COMMAND, e)
+
+    numbered, errors = decode_lines(data)
+    if errors:
+        return report_all(COMMAND, errors)
+    if not numbered:
+        return report(COMMAND, BadRequest("no events in the input", field="events"))
+    for line, ev in numbered:
+        if ev.workspace != workspace:
+            message = (
+                f"the export is of workspace {ev.workspace!r}, not {workspace!r} "
+                "(an export is restored under its own name: the name is hashed)"
+            )
+            return fail(COMMAND, f"badRequest: {where(line, 'workspace', message)}", EXIT_FAILED)
+    events = [ev for _, ev in numbered]
+    line_of = {ev.seq: line for line, ev in numbered}
+
+    async def body(store: EventStore) -> int:
+        head = await store.head(workspace)
+        if head is not None:
+            raise Conflict(
+                f"workspace {workspace!r} is not empty (head {head.seq}); "
+                "import needs a workspace without events",
+                head=head.seq,
+            )
+        refs: dict[str, int] = {}  # blob -> the first seq referencing it
+        for ev in events:
+            for sha in blob_refs(ev):
+                refs.setdefault(sha, ev.seq)
+        copied = 0
+        if args.blobs is not None:
+            # Content first: no imported event ever references a blob that was at hand.
+            copied, _ = await copy_blobs(FileBlobStore(args.blobs), store.blobs, refs)
+        try:
+            count = await store.import_events(workspace, events)
+        except IntegrityError as e:
+            seq = e.details.get("seq")
+            problem = e.details.get("problem")
+            if isinstance(seq, int) and isinstance(problem, str):
+                message = where(line_of.get(seq), None, f"seq {seq}: {problem}")
+            else:
+                message = e.message
+            message = f"badRequest: {message} (hash chain broken; nothing imported)"
+            return fail(COMMAND, message, EXIT_FAILED)
+        blobs = f", {copied} blob(s) copied" if args.blobs is not None else ""
+        print(f"imported {count} events into {workspace} (head {events[-1].seq}){blobs}")
+        missing = [(sha, seq) for sha, seq in refs.items() if not await store.blobs.has(sha)]
+        for sha, seq in missing[:MAX_NAMED_BLOBS]:
+            warn(COMMAND, f"blob {sha} (referenced at seq {seq}) is not in the blob store")
+        if len(missing) > MAX_NAMED_BLOBS:
+            warn(COMMAND, f"... and {len(missing) - MAX_NAMED_BLOBS} more missing blobs")
+        if missing:
+            warn(COMMAND, "copy missing blobs in with --blobs DIR (see 'agora export --blobs')")
+        return EXIT_OK
+
+    return await with_store(COMMAND, args, body, read_only=False)

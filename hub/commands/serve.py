@@ -1,0 +1,91 @@
+"""``agora serve``: run the WebSocket hub until SIGTERM or SIGINT.
+
+Prints ``agora serving ws://HOST:PORT (data DIR)`` on stdout once the socket listens (tests and
+scripts wait for that line), then logs one line per connection to stderr. On SIGTERM/SIGINT it
+stops accepting, closes clients with 1001, finishes pending appends, closes the store and exits
+0. Exit 2 for bad configuration or an address that cannot be bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from hub.auth import TokenSigner, load_or_create_secret
+from hub.commands.common import add_config_arg, add_data_args, config_from_args, fail
+from hub.errors import AgoraError
+
+
+def register(subparsers: Any) -> None:
+    """Add ``serve`` to the ``agora`` parser."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "serve",
+        help="run the WebSocket hub",
+        description="Serve the Agora WebSocket protocol (docs/protocol.md) until SIGTERM/SIGINT.",
+    )
+    parser.add_argument(
+        "--host", default=None, help="interface to bind (default: 127.0.0.1, or the config's)"
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="TCP port; 0 picks a free one (default: 8765, or the config's)",
+    )
+    add_data_args(parser)
+    add_config_arg(parser)
+    parser.set_defaults(func=serve_command)
+
+
+async def serve_command(args: argparse.Namespace) -> int:
+    """Run the hub; 0 after a clean shutdown, 2 for bad configuration or a bind failure."""
+    # Imported here so that `agora --help` does not pull in websockets and the store drivers.
+    from hub.log.factory import open_store
+    from hub.server import Hub
+
+    _configure_logging()
+    try:
+        config = config_from_args(args)
+        data_dir = config.storage.data_dir
+        secret = load_or_create_secret(data_dir, os.environ)
+        signer = TokenSigner(secret)
+        store = open_store(config.storage.store, data_dir)
+    except AgoraError as e:
+        return fail("serve", e)
+    except OSError as e:
+        return fail("serve", f"cannot use the data directory: {e}")
+
+    def ready(url: str) -> None:
+        print(f"agora serving {url} (data {data_dir})", flush=True)
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await Hub(config, store, signer).run(stop, on_ready=ready)
+    except AgoraError as e:
+        return fail("serve", e)
+    except OSError as e:
+        return fail("serve", f"cannot listen on {config.server.host}:{config.server.port}: {e}")
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+    logging.getLogger("agora.server").info("stopped")
+    return 0
+
+
+def _configure_logging() -> None:
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    logging.getLogger("websockets").setLevel(logging.WARNING)

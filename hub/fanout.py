@@ -1,0 +1,188 @@
+"""Fan-out: committed events to every subscriber, without ever blocking the writer.
+
+:class:`Fanout` is a :class:`hub.workspaces.Workspaces` listener. Workspaces calls it
+synchronously, in seq order, with each committed batch; it encodes each event's ``event`` frame
+**once per workspace** (the stored JSON embedded with ``msgspec.Raw``) and offers the same
+``bytes`` object to every subscription of that workspace. Offering only enqueues: a connection
+whose bounded :class:`SendQueue` is full is told to :meth:`Outlet.overflow` (the server closes
+it with 4408) and the others, and the writer, never wait for it.
+
+A :class:`Subscription` starts *buffering*: it is registered before the subscriber's head is
+read, so every event committed from then on reaches it; the server sends the catch-up from the
+store, then :meth:`Subscription.go_live` drains the buffer skipping seqs already sent. That is
+what makes the catch-up → live switch free of gaps and duplicates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Sequence
+from typing import Final, Generic, Protocol, TypeVar
+
+from hub.events import Event, encode_event
+from hub.protocol import encode_event_frame
+
+__all__ = ["Fanout", "Outgoing", "Outlet", "SendQueue", "Subscription"]
+
+Outgoing = tuple[bytes, str | None, int]
+"""One queued frame: its JSON bytes, and for an ``event`` frame its workspace and seq (else
+``None``, 0); the writer records the last seq it handed to the socket per workspace."""
+
+NOT_AN_EVENT: Final = 0
+
+T = TypeVar("T")
+
+
+class SendQueue(Generic[T]):
+    """A connection's bounded queue of outgoing frames (``maxsize`` frames).
+
+    Live events are *offered* (:meth:`offer`: never waits, fails when full). Replies and
+    catch-up events are *put* (:meth:`put`: waits while the queue holds ``low_water`` frames or
+    more), so they only use the lower part of the queue and always leave room for live events:
+    a connection busy catching up is not mistaken for a slow one.
+    """
+
+    def __init__(self, maxsize: int, low_water: int | None = None) -> None:
+        if maxsize < 1:
+            raise ValueError("maxsize must be >= 1")
+        self.maxsize = maxsize
+        self.low_water = max(1, maxsize // 2 if low_water is None else min(low_water, maxsize))
+        self._items: deque[T] = deque()
+        self._not_empty = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def offer(self, item: T) -> bool:
+        """Append ``item`` unless the queue is full; return whether it was appended."""
+        if len(self._items) >= self.maxsize:
+            return False
+        self._append(item)
+        return True
+
+    async def put(self, item: T) -> None:
+        """Append ``item`` once the queue is below its low-water mark."""
+        while len(self._items) >= self.low_water:
+            self._room.clear()
+            await self._room.wait()
+        self._append(item)
+
+    async def get(self) -> T:
+        """Remove and return the oldest frame, waiting for one."""
+        while not self._items:
+            self._not_empty.clear()
+            await self._not_empty.wait()
+        item = self._items.popleft()
+        if len(self._items) < self.low_water:
+            self._room.set()
+        return item
+
+    def _append(self, item: T) -> None:
+        self._items.append(item)
+        self._not_empty.set()
+        if len(self._items) >= self.low_water:
+            self._room.clear()
+
+
+class Outlet(Protocol):
+    """The connection end of a subscription (implemented by the server's connection)."""
+
+    def offer(self, item: Outgoing) -> bool:
+        """Queue ``item`` without waiting; False when the send queue is full."""
+        ...
+
+    def overflow(self) -> None:
+        """The subscriber cannot keep up: close it (4408). Called synchronously; idempotent."""
+        ...
+
+
+class Subscription:
+    """One connection following one workspace. Touched only from the event loop.
+
+    ``last_seq``: the seq of the last event queued for the subscriber (starts at the
+    subscription's ``afterSeq``, or the head for a live-only one). ``pending_limit``: how many
+    live events may wait while the catch-up runs before the subscriber counts as too slow.
+    """
+
+    __slots__ = ("agent", "closed", "last_seq", "live", "outlet", "pending", "pending_limit",
+                 "workspace")
+
+    def __init__(
+        self, outlet: Outlet, workspace: str, agent: str, *, pending_limit: int
+    ) -> None:
+        self.outlet = outlet
+        self.workspace = workspace
+        self.agent = agent
+        self.pending_limit = pending_limit
+        self.live = False
+        self.closed = False
+        self.last_seq = 0
+        self.pending: list[tuple[int, bytes]] = []
+
+    def deliver(self, frames: Sequence[tuple[int, bytes]]) -> None:
+        """Offer committed events (seq, frame bytes) in seq order; never waits."""
+        if self.closed:
+            return
+        if not self.live:
+            self.pending.extend(frames)
+            if len(self.pending) > self.pending_limit:
+                self._overflow()
+            return
+        for seq, data in frames:
+            if seq <= self.last_seq:
+                continue  # already sent by the catch-up
+            if not self.outlet.offer((data, self.workspace, seq)):
+                self._overflow()
+                return
+            self.last_seq = seq
+
+    def go_live(self) -> None:
+        """The catch-up has queued every event up to ``last_seq``: queue the buffered events
+        after it and deliver directly from now on."""
+        pending, self.pending = self.pending, []
+        self.live = True
+        self.deliver(pending)
+
+    def _overflow(self) -> None:
+        self.closed = True
+        self.pending = []
+        self.outlet.overflow()
+
+
+class Fanout:
+    """The registry of subscriptions and the :class:`Workspaces` listener that feeds them."""
+
+    def __init__(self) -> None:
+        self._subscriptions: dict[str, dict[int, Subscription]] = {}
+        self.frames_encoded = 0  # for tests and metrics: frames built (once per event)
+
+    def add(self, subscription: Subscription) -> None:
+        """Start delivering ``subscription``'s workspace to it (it buffers until live)."""
+        subs = self._subscriptions.setdefault(subscription.workspace, {})
+        subs[id(subscription)] = subscription
+
+    def remove(self, subscription: Subscription) -> None:
+        """Stop delivering to ``subscription``. Idempotent."""
+        subscription.closed = True
+        subs = self._subscriptions.get(subscription.workspace)
+        if subs is None:
+            return
+        subs.pop(id(subscription), None)
+        if not subs:
+            del self._subscriptions[subscription.workspace]
+
+    def subscribers(self, workspace: str) -> int:
+        return len(self._subscriptions.get(workspace, ()))
+
+    def __call__(self, workspace: str, batch: Sequence[Event]) -> None:
+        """The listener: encode each event frame once, offer it to every subscriber."""
+        subs = self._subscriptions.get(workspace)
+        if not subs:
+            return
+        frames = [(ev.seq, encode_event_frame(workspace, encode_event(ev))) for ev in batch]
+        self.frames_encoded += len(frames)
+        for subscription in tuple(subs.values()):
+            subscription.deliver(frames)

@@ -1,0 +1,71 @@
+"""Choose the log store from a URL: one mapping from scheme to store, nothing else.
+
+``None`` (the default) or ``sqlite://`` → SQLite at ``<data_dir>/agora.db``;
+``sqlite:///abs/path/file.db`` → SQLite at that file; SQLite blobs live in
+``<data_dir>/blobs``. ``postgresql://user@host:port/db?schema=NAME&pool_size=N`` (or
+``postgres://``) → PostgreSQL, blobs in the database (every node sharing it sees them).
+New stores add one entry to ``_SCHEMES``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+from urllib.parse import unquote, urlsplit
+
+from hub.errors import BadRequest
+from hub.log.base import EventStore
+from hub.log.sqlite import SqliteEventStore
+
+DEFAULT_DB_NAME: Final = "agora.db"
+BLOBS_DIR_NAME: Final = "blobs"
+
+
+def _sqlite(url: str, data_dir: Path) -> EventStore:
+    parts = urlsplit(url)
+    if parts.netloc or parts.query or parts.fragment:
+        raise BadRequest(
+            f"invalid SQLite URL {url!r}: use sqlite:///absolute/path/to/file.db", field="store"
+        )
+    path = unquote(parts.path)
+    db = data_dir / DEFAULT_DB_NAME if path in ("", "/") else Path(path)
+    return SqliteEventStore(db, blobs_dir=data_dir / BLOBS_DIR_NAME)
+
+
+def _postgres(url: str, data_dir: Path) -> EventStore:
+    # Imported here: asyncpg is loaded only by hubs that use PostgreSQL.
+    from hub.log.postgres import PostgresEventStore
+
+    return PostgresEventStore.from_url(url)
+
+
+# scheme → builder(url, data_dir). Builders construct; they do no I/O beyond path handling.
+_SCHEMES: Final[dict[str, Callable[[str, Path], EventStore]]] = {
+    "sqlite": _sqlite,
+    "postgresql": _postgres,
+    "postgres": _postgres,
+}
+
+
+def open_store(url: str | None, data_dir: Path) -> EventStore:
+    """The store for ``url`` (not yet opened: use ``async with open_store(...) as store``).
+
+    Creates ``data_dir``. Raises :class:`BadRequest` for an unknown scheme or a malformed
+    URL, :class:`OSError` if ``data_dir`` cannot be created.
+    """
+    data_dir = Path(data_dir)
+    url = url or "sqlite://"
+    scheme, sep, _ = url.partition("://")
+    if not sep:
+        scheme = "(none)"
+    builder = _SCHEMES.get(scheme.lower())
+    if builder is None:
+        known = ", ".join(f"{s}://" for s in sorted(_SCHEMES))
+        raise BadRequest(
+            # Only the scheme is echoed: a store URL may carry a password.
+            f"unknown store URL scheme {scheme!r}: supported are {known}",
+            field="store",
+        )
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return builder(url, data_dir)

@@ -1,0 +1,214 @@
+"""The PostgreSQL schema of the event store, as an ordered list of versioned migrations.
+
+Each :class:`Migration` has a version (1, 2, 3, … with no gaps), a description and SQL
+statements in which ``{schema}`` stands for the quoted schema name. The schema records what it
+holds in ``schema_version`` (one row per applied migration). :func:`migrate` applies the missing
+ones in one transaction under an advisory lock, so two hub nodes starting together never both
+apply a migration; :func:`check_version` refuses a schema newer than this code knows.
+
+A new migration is appended to :data:`MIGRATIONS`; a published one is never edited (a database
+that already applied it would never see the change). docs/operations.md, "PostgreSQL", lists
+the versions.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final, TypeAlias
+
+import asyncpg
+import asyncpg.pool
+import msgspec
+
+from hub.errors import BadRequest, Unavailable
+
+SCHEMA_RE: Final = re.compile(r"[a-z_][a-z0-9_]{0,47}")
+"""Schema names the store accepts: a plain lower-case SQL identifier that needs no quoting, at
+most 48 characters so that the NOTIFY channel ``<schema>_events`` fits PostgreSQL's 63."""
+
+
+Conn: TypeAlias = (
+    "asyncpg.Connection[asyncpg.Record] | asyncpg.pool.PoolConnectionProxy[asyncpg.Record]"
+)
+"""A connection, direct or borrowed from a pool."""
+
+
+class Migration(msgspec.Struct, frozen=True):
+    version: int
+    description: str
+    statements: tuple[str, ...]
+
+
+MIGRATIONS: Final[tuple[Migration, ...]] = (
+    Migration(
+        1,
+        "events, heads, blobs, snapshots",
+        (
+            # The log. ``position`` is assigned from max(position) + 1 under a table lock (see
+            # hub.log.postgres), so it is gapless and its order is commit order.
+            """
+            CREATE TABLE {schema}.events (
+                position  BIGINT PRIMARY KEY,
+                workspace TEXT   NOT NULL,
+                seq       BIGINT NOT NULL CHECK (seq > 0),
+                id        TEXT   NOT NULL,
+                kind      TEXT   NOT NULL,
+                timestamp BIGINT NOT NULL,
+                hash      TEXT   NOT NULL,
+                body      BYTEA  NOT NULL,
+                CONSTRAINT events_workspace_seq UNIQUE (workspace, seq),
+                CONSTRAINT events_workspace_id UNIQUE (workspace, id)
+            )
+            """,
+            # The end of each workspace's log, written in the same transaction as its events
+            # (an index: it can be rebuilt from ``events``).
+            """
+            CREATE TABLE {schema}.heads (
+                workspace TEXT   PRIMARY KEY,
+                seq       BIGINT NOT NULL,
+                hash      TEXT   NOT NULL,
+                timestamp BIGINT NOT NULL,
+                position  BIGINT NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE {schema}.blobs (
+                sha256 TEXT  PRIMARY KEY,
+                data   BYTEA NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE {schema}.snapshots (
+                workspace TEXT    NOT NULL,
+                name      TEXT    NOT NULL,
+                version   INTEGER NOT NULL,
+                seq       BIGINT  NOT NULL,
+                body      BYTEA   NOT NULL,
+                PRIMARY KEY (workspace, name, version, seq)
+            )
+            """,
+        ),
+    ),
+)
+
+LATEST: Final = MIGRATIONS[-1].version
+
+
+class SchemaVersionError(Unavailable):
+    """The database schema is not the version this code runs on: newer than it knows (a newer
+    hub migrated it), or older while the store was opened with ``migrate=False``.
+    ``details``: ``schema``, ``found``, ``supported``."""
+
+
+def validate_schema(schema: str) -> str:
+    """Return ``schema`` if it is an acceptable schema name, else raise :class:`BadRequest`."""
+    if not isinstance(schema, str) or not SCHEMA_RE.fullmatch(schema):
+        raise BadRequest(
+            f"invalid PostgreSQL schema name {schema!r}: use 1-48 of [a-z0-9_], "
+            "not starting with a digit",
+            field="schema",
+        )
+    return schema
+
+
+def quote(schema: str) -> str:
+    """The schema as a quoted SQL identifier (validated first, so quoting is all it needs)."""
+    return f'"{validate_schema(schema)}"'
+
+
+async def current_version(conn: Conn, schema: str) -> int:
+    """The schema's version: 0 when the schema or its ``schema_version`` table is absent."""
+    q = quote(schema)
+    exists = await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{q}.schema_version")
+    if not exists:
+        return 0
+    version = await conn.fetchval(f"SELECT max(version) FROM {q}.schema_version")
+    return int(version or 0)
+
+
+def _too_new(schema: str, found: int) -> SchemaVersionError:
+    return SchemaVersionError(
+        f"PostgreSQL schema {schema!r} is at version {found}, newer than this hub knows "
+        f"({LATEST}); upgrade the hub",
+        schema=schema,
+        found=found,
+        supported=LATEST,
+    )
+
+
+async def check_version(conn: Conn, schema: str) -> int:
+    """The schema's version, if exactly :data:`LATEST`. Raises :class:`SchemaVersionError`
+    when it is newer, or older (then ``agora db migrate`` brings it up to date)."""
+    found = await current_version(conn, schema)
+    if found > LATEST:
+        raise _too_new(schema, found)
+    if found < LATEST:
+        raise SchemaVersionError(
+            f"PostgreSQL schema {schema!r} is at version {found}, this hub needs {LATEST}; "
+            "run `agora db migrate --store postgresql://…`",
+            schema=schema,
+            found=found,
+            supported=LATEST,
+        )
+    return found
+
+
+async def migrate(conn: Conn, schema: str) -> tuple[int, int]:
+    """Bring ``schema`` (created if absent) up to :data:`LATEST`; return (before, after).
+
+    Idempotent. Runs in one transaction holding a transaction-scoped advisory lock keyed by the
+    schema name, so concurrent callers (several nodes starting at once) apply each migration
+    exactly once. Raises :class:`SchemaVersionError` if the schema is newer than this code,
+    and what asyncpg raises on a database error.
+    """
+    q = quote(schema)
+    async with conn.transaction():
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"agora.migrate:{schema}"
+        )
+        await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {q}")
+        await conn.execute(
+            f"""
+            CREATE TABLE IF NOT EXISTS {q}.schema_version (
+                version     INTEGER     PRIMARY KEY,
+                description TEXT        NOT NULL,
+                applied_at  TIMESTAMPTZ NOT NULL DEFAULT now()
+            )
+            """
+        )
+        before = await current_version(conn, schema)
+        if before > LATEST:
+            raise _too_new(schema, before)
+        for m in MIGRATIONS:
+            if m.version <= before:
+                continue
+            for statement in m.statements:
+                await conn.execute(statement.format(schema=q))
+            await conn.execute(
+                f"INSERT INTO {q}.schema_version (version, description) VALUES ($1, $2)",
+                m.version,
+                m.description,
+            )
+    return before, LATEST
+
+
+def _check_migrations(migrations: tuple[Migration, ...]) -> None:
+    for i, m in enumerate(migrations, start=1):
+        if m.version != i:
+            raise AssertionError(f"migration versions must be 1, 2, …: got {m.version} at {i}")
+
+
+_check_migrations(MIGRATIONS)
+
+__all__ = [
+    "LATEST",
+    "MIGRATIONS",
+    "Conn",
+    "Migration",
+    "SchemaVersionError",
+    "check_version",
+    "current_version",
+    "migrate",
+    "quote",
+    "validate_schema",
+]

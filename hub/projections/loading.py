@@ -1,0 +1,108 @@
+"""Loading projections from an :class:`~hub.log.base.EventStore`: the one I/O module here.
+
+:func:`load_state` starts from the newest usable snapshot at or before ``at_seq`` and folds the
+tail of the log; :func:`rebuild_state` ignores snapshots. Both give the same state (snapshots
+are disposable caches). :func:`save_snapshot_if_due` writes one about every ``every`` events.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Final
+
+from hub.log.base import EventStore
+from hub.projections.executions import ExecJournal
+from hub.projections.executions import evolve as evolve_journal
+from hub.projections.snapshots import SNAPSHOT_NAME, SNAPSHOT_VERSION, from_snapshot, to_snapshot
+from hub.projections.workspace import WorkspaceState, fold
+
+__all__ = ["load_journal", "load_state", "rebuild_state", "save_snapshot_if_due"]
+
+READ_BATCH: Final = 5000
+
+# The seq of the last snapshot each store holds per workspace (saves a store round trip per
+# check). Only a hint: a wrong value costs one extra or one late snapshot, never a wrong state.
+_last_saved: weakref.WeakKeyDictionary[EventStore, dict[str, int]] = weakref.WeakKeyDictionary()
+
+
+async def load_state(
+    store: EventStore,
+    workspace: str,
+    *,
+    at_seq: int | None = None,
+    use_snapshots: bool = True,
+) -> WorkspaceState:
+    """The workspace's state as of ``at_seq`` (None = the head; beyond the head = the head).
+
+    Uses the newest snapshot with ``seq <= at_seq`` (one of another version, or that fails to
+    decode, is ignored) plus the events after it. An unknown workspace gives an empty state.
+    Raises only what the store raises.
+    """
+    state: WorkspaceState | None = None
+    if use_snapshots and (at_seq is None or at_seq > 0):
+        snap = await store.load_snapshot(
+            workspace, SNAPSHOT_NAME, SNAPSHOT_VERSION, at_or_before=at_seq
+        )
+        if snap is not None and (at_seq is None or snap.seq <= at_seq):
+            state = from_snapshot(snap, workspace)
+    if state is None:
+        state = WorkspaceState(workspace=workspace)
+    if at_seq is not None and at_seq <= state.seq:
+        return state
+    while True:
+        page = await store.read_batch(
+            workspace, after_seq=state.seq, until_seq=at_seq, limit=READ_BATCH
+        )
+        fold(state, page)
+        if len(page) < READ_BATCH:
+            return state
+
+
+async def rebuild_state(
+    store: EventStore, workspace: str, at_seq: int | None = None
+) -> WorkspaceState:
+    """The state folded from the first event, ignoring snapshots (for audit and tests)."""
+    return await load_state(store, workspace, at_seq=at_seq, use_snapshots=False)
+
+
+async def save_snapshot_if_due(store: EventStore, state: WorkspaceState, every: int) -> bool:
+    """Save a snapshot of ``state`` if its seq passed a multiple of ``every`` since the
+    workspace's last snapshot (so batches that straddle a multiple still get one); return
+    whether it saved. The encoding itself is synchronous, so a state that evolves while this
+    awaits still gives a consistent snapshot (at the seq it has then).
+
+    Raises ``ValueError`` if ``every < 1``; otherwise only what the store raises.
+    """
+    if every < 1:
+        raise ValueError("every must be >= 1")
+    if state.seq < every:
+        return False
+    saved = _last_saved.setdefault(store, {})
+    last = saved.get(state.workspace)
+    if last is None:
+        snap = await store.load_snapshot(state.workspace, SNAPSHOT_NAME, SNAPSHOT_VERSION)
+        last = saved[state.workspace] = 0 if snap is None else snap.seq
+    if state.seq // every <= last // every:
+        return False
+    snapshot = to_snapshot(state)
+    await store.save_snapshot(snapshot)
+    saved[state.workspace] = snapshot.seq
+    return True
+
+
+async def load_journal(
+    store: EventStore, workspace: str, at_seq: int | None = None
+) -> ExecJournal:
+    """The execution journal as of ``at_seq`` (None = the head), folded from the first event.
+
+    Raises only what the store raises.
+    """
+    journal = ExecJournal(workspace=workspace)
+    while True:
+        page = await store.read_batch(
+            workspace, after_seq=journal.seq, until_seq=at_seq, limit=READ_BATCH
+        )
+        for ev in page:
+            evolve_journal(journal, ev)
+        if len(page) < READ_BATCH:
+            return journal

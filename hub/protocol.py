@@ -1,0 +1,614 @@
+"""The protocol session of one WebSocket connection, without I/O (sans-I/O, like
+``websockets.protocol.Protocol``).
+
+A :class:`Session` takes what arrived (:meth:`Session.open` with the handshake's
+``Authorization`` header, :meth:`Session.receive` for each text frame,
+:meth:`Session.receive_binary`) and the outcome of the work it asked for
+(:meth:`Session.completed`, :meth:`Session.failed`), and returns *actions* for the I/O shell
+(:mod:`hub.server`) to perform: :class:`Send` a frame, :class:`Close` the connection, or one of
+the requests (:class:`SubscribeRequest`, :class:`UnsubscribeRequest`, :class:`PublishRequest`,
+:class:`StateRequest`) that need the log. It owns the authentication state, the subscription
+bookkeeping, rights checks, frame decoding, the publish rate limit (a token bucket on an
+injected clock), the bad-frame count, and the one mapping from errors to ``error`` frames and
+close codes (:func:`error_frame`, :data:`CLOSE_FOR_ERROR`). It imports neither asyncio nor
+websockets, so it is tested with plain values (tests/hub/test_protocol.py).
+
+The protocol is documented in docs/protocol.md; the frames are in :mod:`hub.frames`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+import msgspec
+
+from hub import __version__
+from hub.auth import Capability, Right
+from hub.errors import (
+    AgoraError,
+    BadRequest,
+    Busy,
+    Exists,
+    Forbidden,
+    NotFound,
+    RateLimited,
+    TooLarge,
+    Unauthorized,
+)
+from hub.events import Event
+from hub.frames import (
+    Ack,
+    AnyClientFrame,
+    CloseCode,
+    Error,
+    EventFrame,
+    GetState,
+    Hello,
+    Publish,
+    Rid,
+    ServerFrame,
+    StateFrame,
+    Subscribe,
+    Subscribed,
+    Unsubscribe,
+    Unsubscribed,
+    Welcome,
+)
+from hub.log.base import AppendResult
+from hub.validation import validate_workspace
+
+__all__ = [
+    "CLOSE_FOR_ERROR",
+    "MAX_CLOSE_REASON_BYTES",
+    "SERVER_NAME",
+    "Action",
+    "Close",
+    "PublishRequest",
+    "Request",
+    "Send",
+    "Session",
+    "SessionLimits",
+    "StateRequest",
+    "SubscribeRequest",
+    "TokenBucket",
+    "UnsubscribeRequest",
+    "bearer_token",
+    "encode_event_frame",
+    "encode_frame",
+    "error_frame",
+    "overflow_reason",
+    "parse_overflow_reason",
+]
+
+SERVER_NAME: Final = f"agora/{__version__}"
+MAX_CLOSE_REASON_BYTES: Final = 123  # RFC 6455 §5.5: a control frame's payload is <= 125 bytes
+
+# ---------------------------------------------------------------------------------------------
+# Actions: what the session asks the I/O shell to do.
+
+
+class Send(msgspec.Struct, frozen=True):
+    """Queue ``frame`` for sending (in order with every other frame of the connection)."""
+
+    frame: ServerFrame
+
+
+class Close(msgspec.Struct, frozen=True):
+    """Send what is queued, then close the connection with ``code`` and ``reason``.
+
+    The session accepts no more frames after it returned a ``Close``."""
+
+    code: int
+    reason: str
+
+
+class SubscribeRequest(msgspec.Struct, frozen=True):
+    """Start following ``workspace``: register for live events, read the head, answer with
+    :meth:`Session.completed` (the head), then send every event after ``after_seq`` (``None``:
+    after the head) and follow live."""
+
+    rid: Rid
+    workspace: str
+    after_seq: int | None
+
+
+class UnsubscribeRequest(msgspec.Struct, frozen=True):
+    """Stop following ``workspace``; answer with :meth:`Session.completed` (``None``)."""
+
+    rid: Rid
+    workspace: str
+
+
+class PublishRequest(msgspec.Struct, frozen=True):
+    """Append ``events`` atomically as ``agent``; answer with the :class:`AppendResult`.
+
+    ``batch``: the client sent ``events`` (a list) rather than one ``event``."""
+
+    rid: Rid
+    workspace: str
+    agent: str
+    events: tuple[Event, ...]
+    expected_seq: int | None
+    batch: bool
+
+
+class StateRequest(msgspec.Struct, frozen=True):
+    """Read the workspace state (at ``at_seq``); answer with the ``WorkspaceState``."""
+
+    rid: Rid
+    workspace: str
+    at_seq: int | None
+
+
+Request = SubscribeRequest | UnsubscribeRequest | PublishRequest | StateRequest
+Action = Send | Close | Request
+
+# ---------------------------------------------------------------------------------------------
+# Encoding
+
+
+_encoder: Final = msgspec.json.Encoder()
+_client_decoder: Final = msgspec.json.Decoder(AnyClientFrame)
+
+
+class _RidOnly(msgspec.Struct):
+    """Recovers the ``rid`` of a frame that failed to decode, so the error can repeat it."""
+
+    rid: Rid = None
+
+
+_rid_decoder: Final = msgspec.json.Decoder(_RidOnly)
+
+
+def encode_frame(frame: ServerFrame) -> bytes:
+    """The JSON text of a server frame."""
+    return _encoder.encode(frame)
+
+
+def encode_event_frame(workspace: str, stored_event: bytes) -> bytes:
+    """The ``event`` frame for an event given as its stored JSON, embedded without decoding
+    (``msgspec.Raw``). The fan-out builds each frame once and sends the same bytes to every
+    subscriber."""
+    return _encoder.encode(EventFrame(workspace=workspace, event=msgspec.Raw(stored_event)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors → frames and close codes (the one place; ARCHITECTURE.md principle 5)
+
+CLOSE_FOR_ERROR: Final[Mapping[str, CloseCode]] = {
+    Unauthorized.code: CloseCode.UNAUTHORIZED,
+}
+"""Error codes that also close the connection; every other error keeps it open."""
+
+_INTERNAL_MESSAGE: Final = "internal error; the hub logged it"
+
+
+def error_frame(exc: BaseException, rid: Rid = None) -> Error:
+    """The ``error`` frame for ``exc``: an :class:`AgoraError` keeps its code, message and
+    details (JSON-safe values only); anything else is ``internal`` with no details (the caller
+    logs it)."""
+    if isinstance(exc, AgoraError) and exc.code != "internal":
+        return Error(rid=rid, code=exc.code, message=exc.message, details=_json_safe(exc.details))
+    return Error(rid=rid, code="internal", message=_INTERNAL_MESSAGE, details={})
+
+
+def _json_safe(details: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in details.items():
+        try:
+            _encoder.encode(value)
+        except (TypeError, ValueError, OverflowError):
+            value = str(value)
+        out[key] = value
+    return out
+
+
+_AT: Final = re.compile(r"^(?P<message>.*?)(?: - at `(?P<path>[^`]*)`)?$", re.DOTALL)
+_NAMED_FIELD: Final = re.compile(r"(?:unknown|missing required) field `(?P<name>[^`]*)`")
+
+
+def decode_error(exc: msgspec.MsgspecError) -> BadRequest:
+    """A :class:`BadRequest` for a frame msgspec refused, naming the field by its JSON path
+    (``$.event.payload.path``; ``$.bogus`` for an unknown field, ``$`` for malformed JSON)."""
+    text = str(exc)
+    if isinstance(exc, msgspec.ValidationError):
+        match = _AT.match(text)
+        assert match is not None  # the pattern matches any string
+        message, path = match.group("message"), match.group("path") or "$"
+        named = _NAMED_FIELD.search(message)
+        if named is not None:
+            path = f"{path}.{named.group('name')}"
+        return BadRequest(f"{message} at {path}", field=path)
+    return BadRequest(text, field="$")
+
+
+def _draft_field(field: str, index: int | None, batch: bool) -> str:
+    """The JSON path, in the publish frame, of ``field`` of draft ``index``."""
+    if field.startswith("$"):
+        return field
+    if index is None:
+        return f"$.{field}"
+    where = f"$.events[{index}]" if batch else "$.event"
+    return f"{where}.{field}"
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header (RFC 6750 §2.1), ``""`` for any
+    other value, ``None`` when there is no header."""
+    if authorization is None:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return ""
+    return token.strip()
+
+
+# ---------------------------------------------------------------------------------------------
+# Close reason of 4408
+
+
+def overflow_reason(last_seqs: Mapping[str, int]) -> str:
+    """The close reason for 4408: compact JSON ``{"lastSeq":{"<workspace>":<seq>,…}}``, the seq
+    of the last event sent on each subscribed workspace (resume with ``afterSeq`` = it).
+
+    It fits the 123 bytes a close reason may have (RFC 6455 §5.5); when the workspaces do not
+    all fit, the ones left out are dropped and ``"partial":true`` says so (the client then
+    resumes those from the last seq it received)."""
+    entries: dict[str, int] = {}
+    for workspace in sorted(last_seqs):
+        trial = {**entries, workspace: last_seqs[workspace]}
+        if len(_reason_bytes(trial, partial=True)) <= MAX_CLOSE_REASON_BYTES:
+            entries = trial
+    partial = len(entries) < len(last_seqs)
+    return _reason_bytes(entries, partial=partial).decode()
+
+
+def _reason_bytes(entries: dict[str, int], *, partial: bool) -> bytes:
+    doc: dict[str, Any] = {"lastSeq": entries}
+    if partial:
+        doc["partial"] = True
+    return _encoder.encode(doc)
+
+
+def parse_overflow_reason(reason: str) -> dict[str, int]:
+    """The ``lastSeq`` map of a 4408 close reason. Raises ``ValueError`` if it is not one."""
+    try:
+        doc = msgspec.json.decode(reason, type=dict[str, Any])
+        return msgspec.convert(doc["lastSeq"], dict[str, int])
+    except (msgspec.MsgspecError, KeyError) as e:
+        raise ValueError(f"not a 4408 close reason: {reason!r}") from e
+
+
+# ---------------------------------------------------------------------------------------------
+# Rate limiting
+
+
+class TokenBucket:
+    """A token bucket counted in events: ``rate`` tokens per second up to ``burst``.
+
+    ``clock`` is monotonic seconds (``time.monotonic``); tests inject their own."""
+
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float]) -> None:
+        if rate <= 0 or burst < 1:
+            raise ValueError("rate must be > 0 and burst >= 1")
+        self.rate = rate
+        self.burst = burst
+        self._clock = clock
+        self._tokens = float(burst)
+        self._at = clock()
+
+    def take(self, n: int) -> float:
+        """Take ``n`` tokens and return 0.0, or take none and return the seconds until ``n``
+        are available. ``n`` above ``burst`` can never be taken (returns ``inf``)."""
+        now = self._clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if n > self.burst:
+            return math.inf
+        if self._tokens >= n:
+            self._tokens -= n
+            return 0.0
+        return (n - self._tokens) / self.rate
+
+
+# ---------------------------------------------------------------------------------------------
+# The session
+
+
+class SessionLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """The per-connection limits the session enforces (defaults: ``[limits]`` in
+    hub/config.py; behaviour at each in docs/protocol.md)."""
+
+    max_batch_events: int = 256
+    publish_rate: float = 2000.0
+    publish_burst: int = 4000
+    max_subscriptions: int = 64
+    garbage_limit: int = 20
+
+
+_READ: Final[Right] = "read"
+_WRITE: Final[Right] = "write"
+
+
+class Session:
+    """The state of one connection's protocol. See the module docstring.
+
+    ``verify`` checks a token (``TokenSigner.verify``: returns a :class:`Capability` or raises
+    :class:`Unauthorized`); ``clock`` is wall time in epoch seconds (token expiry);
+    ``monotonic`` drives the rate limit.
+    """
+
+    def __init__(
+        self,
+        verify: Callable[[str], Capability],
+        *,
+        limits: SessionLimits | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        server: str = SERVER_NAME,
+    ) -> None:
+        self.limits = limits if limits is not None else SessionLimits()
+        self.capability: Capability | None = None
+        self.subscriptions: set[str] = set()
+        self.bad_frames = 0
+        self.closed: Close | None = None
+        self._verify = verify
+        self._clock = clock
+        self._server = server
+        self._bucket = TokenBucket(self.limits.publish_rate, self.limits.publish_burst, monotonic)
+
+    @property
+    def agent(self) -> str | None:
+        return self.capability.agent if self.capability is not None else None
+
+    # -- input ------------------------------------------------------------------------------
+
+    def open(self, authorization: str | None = None) -> list[Action]:
+        """The connection opened; ``authorization`` is the handshake's header, if any. A bearer
+        token there authenticates now (``welcome`` is sent unprompted); without one the first
+        frame must be ``hello``."""
+        token = bearer_token(authorization)
+        if token is None:
+            return []
+        return self._authenticate(token, rid=None)
+
+    def receive(self, data: str | bytes) -> list[Action]:
+        """One text frame from the client."""
+        if self.closed is not None:
+            return []
+        try:
+            frame = _client_decoder.decode(data)
+        except msgspec.MsgspecError as e:
+            return self._bad_frame(decode_error(e), _recover_rid(data))
+        if self.capability is None:
+            if isinstance(frame, Hello):
+                return self._authenticate(frame.token, frame.rid)
+            return self._unauthenticated(frame.rid)
+        if self.capability.expired(self._clock()):
+            return self._refuse(
+                Unauthorized("token has expired", reason="expired"), frame.rid
+            )
+        try:
+            return self._dispatch(frame, self.capability)
+        except AgoraError as e:
+            return self.failed(None, e, rid=frame.rid)
+
+    def receive_binary(self, data: bytes) -> list[Action]:
+        """One binary frame from the client: always a bad frame (the protocol is JSON text)."""
+        if self.closed is not None:
+            return []
+        error = BadRequest("binary frames are not accepted; send JSON text frames", field="$")
+        if self.capability is None:
+            return self._unauthenticated(None)
+        return self._bad_frame(error, None)
+
+    def completed(self, request: Request, result: Any) -> list[Action]:
+        """``request`` succeeded with ``result``: the head (subscribe), ``None`` (unsubscribe),
+        an :class:`AppendResult` (publish) or a ``WorkspaceState`` (state)."""
+        match request:
+            case SubscribeRequest(rid=rid, workspace=workspace):
+                return [Send(Subscribed(rid=rid, workspace=workspace, head=int(result)))]
+            case UnsubscribeRequest(rid=rid, workspace=workspace):
+                return [Send(Unsubscribed(rid=rid, workspace=workspace))]
+            case PublishRequest(rid=rid, workspace=workspace, batch=batch):
+                assert isinstance(result, AppendResult)
+                if batch:
+                    ack = Ack(
+                        rid=rid,
+                        workspace=workspace,
+                        seqs=result.seqs,
+                        ids=result.ids,
+                        duplicate=result.duplicate,
+                    )
+                else:
+                    ack = Ack(
+                        rid=rid,
+                        workspace=workspace,
+                        seq=result.events[0].seq,
+                        id=result.events[0].id,
+                        duplicate=result.duplicate,
+                    )
+                return [Send(ack)]
+            case StateRequest(rid=rid, workspace=workspace):
+                state = StateFrame(rid=rid, workspace=workspace, seq=result.seq, state=result)
+                return [Send(state)]
+        raise AssertionError(f"unknown request {request!r}")  # pragma: no cover
+
+    def failed(
+        self, request: Request | None, exc: BaseException, *, rid: Rid = None
+    ) -> list[Action]:
+        """``request`` (or the frame with ``rid``) failed with ``exc``. A failed subscribe ends
+        the subscription; a draft's field is named by its path in the publish frame."""
+        if request is not None:
+            rid = request.rid
+            if isinstance(request, SubscribeRequest):
+                self.subscriptions.discard(request.workspace)
+            if isinstance(request, PublishRequest) and isinstance(exc, AgoraError):
+                field = exc.details.get("field")
+                if isinstance(field, str):
+                    index = exc.details.get("index")
+                    exc.details["field"] = _draft_field(
+                        field, index if isinstance(index, int) else None, request.batch
+                    )
+        elif isinstance(exc, AgoraError) and isinstance(exc.details.get("field"), str):
+            exc.details["field"] = _draft_field(exc.details["field"], None, False)
+        if isinstance(exc, AgoraError) and exc.code in CLOSE_FOR_ERROR:
+            return self._refuse(exc, rid)
+        return [Send(error_frame(exc, rid))]
+
+    def ended(self, workspace: str) -> None:
+        """The shell ended the subscription on ``workspace`` by itself (its catch-up failed)."""
+        self.subscriptions.discard(workspace)
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _authenticate(self, token: str, rid: Rid) -> list[Action]:
+        try:
+            capability = self._verify(token)
+        except Unauthorized as e:
+            return self._refuse(e, rid)
+        if self.capability is not None:
+            # A second hello refreshes the token of the same agent (e.g. before it expires).
+            if capability.agent != self.capability.agent:
+                return [Send(error_frame(Forbidden(
+                    "a connection cannot change its agent; open a new connection",
+                    agent=capability.agent,
+                ), rid))]
+            lost = sorted(w for w in self.subscriptions if not capability.has(_READ, w))
+            if lost:
+                return [Send(error_frame(Forbidden(
+                    "the new token lacks the read right on subscribed workspaces; "
+                    "unsubscribe first",
+                    workspaces=lost,
+                ), rid))]
+        self.capability = capability
+        welcome = Welcome(
+            rid=rid,
+            agent=capability.agent,
+            rights=list(capability.rights),
+            server=self._server,
+            workspaces=list(capability.workspaces),
+            backends=list(capability.backends),
+            expires_at=capability.expires_at,
+        )
+        return [Send(welcome)]
+
+    def _unauthenticated(self, rid: Rid) -> list[Action]:
+        return self._refuse(
+            Unauthorized(
+                "not authenticated: send hello {token} first, or the token as "
+                "'Authorization: Bearer …' at the handshake",
+                reason="missing",
+            ),
+            rid,
+        )
+
+    def _refuse(self, exc: AgoraError, rid: Rid) -> list[Action]:
+        code = CLOSE_FOR_ERROR[exc.code]
+        reason = exc.details.get("reason", exc.code)
+        close = Close(int(code), f"{exc.code}: {reason}"[:MAX_CLOSE_REASON_BYTES])
+        self.closed = close
+        return [Send(error_frame(exc, rid)), close]
+
+    def _bad_frame(self, error: BadRequest, rid: Rid) -> list[Action]:
+        if self.capability is None:
+            return self._unauthenticated(rid)
+        self.bad_frames += 1
+        actions: list[Action] = [Send(error_frame(error, rid))]
+        if self.bad_frames >= self.limits.garbage_limit:
+            close = Close(int(CloseCode.POLICY), f"{self.bad_frames} bad frames")
+            self.closed = close
+            actions.append(close)
+        return actions
+
+    def _dispatch(self, frame: AnyClientFrame, capability: Capability) -> list[Action]:
+        match frame:
+            case Hello(token=token, rid=rid):
+                return self._authenticate(token, rid)
+            case Subscribe(rid=rid, workspace=workspace, after_seq=after_seq):
+                self._check(capability, _READ, workspace)
+                if workspace in self.subscriptions:
+                    raise Exists(
+                        f"already subscribed to {workspace!r}", field="$.workspace"
+                    )
+                if len(self.subscriptions) >= self.limits.max_subscriptions:
+                    raise Busy(
+                        f"at most {self.limits.max_subscriptions} subscriptions per connection",
+                        limit=self.limits.max_subscriptions,
+                    )
+                self.subscriptions.add(workspace)
+                return [SubscribeRequest(rid=rid, workspace=workspace, after_seq=after_seq)]
+            case Unsubscribe(rid=rid, workspace=workspace):
+                validate_workspace(workspace)
+                if workspace not in self.subscriptions:
+                    raise NotFound(f"not subscribed to {workspace!r}", field="$.workspace")
+                self.subscriptions.discard(workspace)
+                return [UnsubscribeRequest(rid=rid, workspace=workspace)]
+            case Publish():
+                return [self._publish(frame, capability)]
+            case GetState(rid=rid, workspace=workspace, at_seq=at_seq):
+                self._check(capability, _READ, workspace)
+                return [StateRequest(rid=rid, workspace=workspace, at_seq=at_seq)]
+        raise AssertionError(f"unhandled frame {frame!r}")  # pragma: no cover
+
+    def _publish(self, frame: Publish, capability: Capability) -> PublishRequest:
+        self._check(capability, _WRITE, frame.workspace)
+        events: Sequence[Event]
+        if frame.event is not None and frame.events is not None:
+            raise BadRequest("publish takes event or events, not both", field="$.events")
+        if frame.event is not None:
+            events, batch = (frame.event,), False
+        elif frame.events is not None:
+            events, batch = frame.events, True
+        else:
+            raise BadRequest("publish needs event (one) or events (a batch)", field="$.event")
+        if not events:
+            raise BadRequest("a batch needs at least one event", field="$.events")
+        if len(events) > self.limits.max_batch_events:
+            raise TooLarge(
+                f"a batch has at most {self.limits.max_batch_events} events "
+                f"(this one has {len(events)})",
+                field="$.events",
+                limit=self.limits.max_batch_events,
+                count=len(events),
+            )
+        wait = self._bucket.take(len(events))
+        if wait == math.inf:
+            raise TooLarge(
+                f"a batch larger than the publish burst ({self._bucket.burst} events) "
+                "can never be accepted",
+                field="$.events",
+                limit=self._bucket.burst,
+                count=len(events),
+            )
+        if wait > 0:
+            raise RateLimited(
+                f"publish rate above {self._bucket.rate:g} events/s; retry later",
+                retryAfterMs=max(1, math.ceil(wait * 1000)),
+                rate=self._bucket.rate,
+                burst=self._bucket.burst,
+            )
+        return PublishRequest(
+            rid=frame.rid,
+            workspace=frame.workspace,
+            agent=capability.agent,
+            events=tuple(events),
+            expected_seq=frame.expected_seq,
+            batch=batch,
+        )
+
+    @staticmethod
+    def _check(capability: Capability, right: Right, workspace: str) -> None:
+        validate_workspace(workspace)
+        capability.require(right, workspace)
+
+
+def _recover_rid(data: str | bytes) -> Rid:
+    try:
+        return _rid_decoder.decode(data).rid
+    except msgspec.MsgspecError:
+        return None

@@ -1,0 +1,575 @@
+"""The WebSocket server: the I/O shell around :class:`hub.protocol.Session`.
+
+One :class:`Hub` owns, in one top-level ``asyncio.TaskGroup``: the ``websockets`` server, the
+appends it started (each runs as a task of that group, so a client that disconnects or a
+shutdown never interrupts a write half-way) and the presence writes; the store is opened around
+it and closed last, which commits every pending append. The fan-out (:mod:`hub.fanout`) needs
+no task: Workspaces calls it synchronously with every committed batch and it only enqueues.
+
+Per connection (:class:`_Connection`), a second TaskGroup holds a reader (frames in → the
+session → actions), a writer (the bounded send queue → the socket) and one catch-up task per
+subscription that is still reading history. Any of them may stop the connection; the others are
+then cancelled, and the connection is torn down: its subscriptions leave the fan-out, presence
+is updated, and the close frame goes out.
+
+Shutdown (SIGTERM/SIGINT in ``agora serve``), in websockets' order: stop accepting, close every
+connection with 1001, wait for the connection handlers, wait for the appends and presence
+writes, close the store (which drains its queue).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Final, Generic, TypeVar
+
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+from websockets.typing import Subprotocol
+
+from hub.auth import TokenSigner
+from hub.config import HubConfig
+from hub.errors import AgoraError, BadRequest, Internal
+from hub.events import MemberJoined, MemberLeft, MemberPayload
+from hub.fanout import Fanout, Outgoing, SendQueue, Subscription
+from hub.frames import SUBPROTOCOL, CloseCode
+from hub.log.base import EventStore
+from hub.protocol import (
+    SERVER_NAME,
+    Action,
+    Close,
+    PublishRequest,
+    Request,
+    Send,
+    Session,
+    SessionLimits,
+    StateRequest,
+    SubscribeRequest,
+    UnsubscribeRequest,
+    encode_event_frame,
+    encode_frame,
+    overflow_reason,
+)
+from hub.workspaces import Workspaces
+
+__all__ = ["Hub", "server_options"]
+
+log = logging.getLogger("agora.server")
+
+T = TypeVar("T")
+
+CATCH_UP_PAGE: Final = 256
+"""Events read from the store per page while a subscriber catches up."""
+
+NO_EVENT: Final = 0
+
+
+def server_options(config: HubConfig) -> dict[str, Any]:
+    """Keyword arguments for ``websockets.asyncio.server.serve`` from the configuration.
+
+    ``max_size`` is ``[limits] max_frame_bytes`` (a larger frame closes the connection with
+    1009); permessage-deflate is off unless ``[server] compression = "deflate"``."""
+    compression = getattr(config.server, "compression", None)
+    return {
+        "max_size": config.limits.max_frame_bytes,
+        "compression": compression if compression == "deflate" else None,
+        "select_subprotocol": _select_subprotocol,
+        "server_header": SERVER_NAME,
+    }
+
+
+def _select_subprotocol(
+    connection: ServerConnection, offered: Sequence[Subprotocol]
+) -> Subprotocol | None:
+    """``agora.v1`` when the client offers it; no subprotocol otherwise (it is optional)."""
+    return Subprotocol(SUBPROTOCOL) if SUBPROTOCOL in offered else None
+
+
+class _Outcome(Generic[T]):
+    """The result or exception of an owned task (so the TaskGroup never sees it fail)."""
+
+    __slots__ = ("error", "value")
+
+    def __init__(self, value: T | None = None, error: BaseException | None = None) -> None:
+        self.value = value
+        self.error = error
+
+    def unwrap(self) -> T:
+        if self.error is not None:
+            raise self.error
+        return self.value  # type: ignore[return-value]
+
+
+async def _settle(coro: Coroutine[Any, Any, T]) -> _Outcome[T]:
+    try:
+        return _Outcome(value=await coro)
+    except Exception as e:
+        return _Outcome(error=e)
+
+
+class Hub:
+    """A running hub: Workspaces, fan-out, presence and the WebSocket server over ``store``.
+
+    ``clock`` (epoch seconds) checks token expiry on every frame; ``monotonic`` drives the
+    publish rate limits. Use :meth:`run`.
+    """
+
+    def __init__(
+        self,
+        config: HubConfig,
+        store: EventStore,
+        signer: TokenSigner,
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.signer = signer
+        self.clock = clock
+        self.monotonic = monotonic
+        limits = config.limits
+        self.session_limits = SessionLimits(
+            max_batch_events=limits.max_batch_events,
+            publish_rate=limits.publish_rate,
+            publish_burst=limits.publish_burst,
+            max_subscriptions=limits.max_subscriptions,
+            garbage_limit=limits.garbage_limit,
+        )
+        self.workspaces = Workspaces(
+            store, limits=limits.draft_limits(), snapshot_every=limits.snapshot_every
+        )
+        self.fanout = Fanout()
+        self.workspaces.add_listener(self.fanout)
+        self.presence = Presence(self)
+        self.url: str | None = None
+        self._tg: asyncio.TaskGroup | None = None
+
+    async def run(
+        self, stop: asyncio.Event, on_ready: Callable[[str], None] | None = None
+    ) -> None:
+        """Open the store, serve until ``stop`` is set, then shut down in order (see the module
+        docstring). ``on_ready`` gets the URL once the socket listens. Raises ``OSError`` when
+        the address cannot be bound, and what the store's ``open`` raises."""
+        async with self.store:
+            try:
+                async with asyncio.TaskGroup() as tg:
+                    self._tg = tg
+                    tg.create_task(self._serve(stop, on_ready), name="agora-server")
+            except BaseExceptionGroup as group:
+                # One failure (typically the bind's OSError) is re-raised as itself.
+                if len(group.exceptions) == 1 and isinstance(group.exceptions[0], Exception):
+                    raise group.exceptions[0] from group
+                raise
+            finally:
+                self._tg = None
+                await self.workspaces.aclose()
+
+    async def _serve(self, stop: asyncio.Event, on_ready: Callable[[str], None] | None) -> None:
+        host, port = self.config.server.host, self.config.server.port
+        async with serve(self._handle, host, port, **server_options(self.config)) as server:
+            bound = server.sockets[0].getsockname()[1] if server.sockets else port
+            shown = f"[{host}]" if ":" in host else host
+            self.url = f"ws://{shown}:{bound}"
+            if on_ready is not None:
+                on_ready(self.url)
+            await stop.wait()
+            log.info("stopping: closing connections with 1001")
+        # Leaving ``serve``: stopped accepting, closed connections (1001), handlers returned.
+        log.info("connections closed; finishing pending writes")
+
+    # -- tasks owned by the top-level group ---------------------------------------------------
+
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None] | None:
+        """Run ``coro`` as a task of the hub's TaskGroup (it must not raise). Returns None (and
+        closes ``coro``) when the hub is not running."""
+        tg = self._tg
+        if tg is None:
+            coro.close()
+            return None
+        try:
+            return tg.create_task(coro, name=name)
+        except RuntimeError:  # the group is shutting down
+            coro.close()
+            return None
+
+    async def owned(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Await ``coro`` run as a task of the hub's TaskGroup: cancelling the caller (a
+        connection closing) does not cancel it, and shutdown waits for it."""
+        tg = self._tg
+        if tg is None:
+            return await coro
+        wrapper = _settle(coro)
+        try:
+            task = tg.create_task(wrapper)
+        except RuntimeError:  # the group is shutting down: run it here
+            wrapper.close()
+            return await coro
+        outcome = await asyncio.shield(task)
+        return outcome.unwrap()
+
+    # -- connections ----------------------------------------------------------------------------
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        await _Connection(self, ws).run()
+
+
+class Presence:
+    """``memberJoined``/``memberLeft``, per (agent, workspace) across connections.
+
+    An agent joins a workspace when its first subscription to it (on any connection) starts,
+    and leaves when its last one ends (unsubscribe or disconnect). :meth:`enter` and
+    :meth:`exit` never wait: the events are appended by tasks of the hub's TaskGroup, chained
+    per (agent, workspace) so that they reach the log in the order of the transitions.
+    """
+
+    def __init__(self, hub: Hub) -> None:
+        self._hub = hub
+        self._count: dict[tuple[str, str], int] = {}
+        self._tail: dict[tuple[str, str], asyncio.Task[None]] = {}
+
+    def count(self, agent: str, workspace: str) -> int:
+        return self._count.get((agent, workspace), 0)
+
+    def enter(self, agent: str, workspace: str) -> None:
+        key = (agent, workspace)
+        self._count[key] = self._count.get(key, 0) + 1
+        if self._count[key] == 1:
+            self._record(key, joined=True)
+
+    def exit(self, agent: str, workspace: str) -> None:
+        key = (agent, workspace)
+        left = self._count.get(key, 0) - 1
+        if left > 0:
+            self._count[key] = left
+            return
+        self._count.pop(key, None)
+        self._record(key, joined=False)
+
+    def _record(self, key: tuple[str, str], *, joined: bool) -> None:
+        previous = self._tail.get(key)
+        kind = "joined" if joined else "left"
+        task = self._hub.spawn(
+            self._append(previous, key, joined=joined), name=f"agora-presence:{kind}:{key}"
+        )
+        if task is None:
+            log.warning("presence not recorded (hub stopping): %s %s %s", key[0], kind, key[1])
+            return
+        self._tail[key] = task
+
+        def forget(t: asyncio.Task[None]) -> None:
+            if self._tail.get(key) is t:
+                del self._tail[key]
+
+        task.add_done_callback(forget)
+
+    async def _append(
+        self, previous: asyncio.Task[None] | None, key: tuple[str, str], *, joined: bool
+    ) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])
+        agent, workspace = key
+        payload = MemberPayload(agent=agent, via="websocket")
+        event = MemberJoined(payload=payload) if joined else MemberLeft(payload=payload)
+        try:
+            await self._hub.workspaces.publish(workspace, [event], producer=agent, trusted=True)
+        except Exception:
+            log.exception("could not record %s of %s in %s", event.kind, agent, workspace)
+
+
+class _Connection:
+    """One client connection: the session, its send queue, subscriptions and tasks."""
+
+    def __init__(self, hub: Hub, ws: ServerConnection) -> None:
+        self.hub = hub
+        self.ws = ws
+        self.peer = _peer(ws)
+        self.session = Session(
+            hub.signer.verify,
+            limits=hub.session_limits,
+            clock=hub.clock,
+            monotonic=hub.monotonic,
+        )
+        self.queue: SendQueue[Outgoing | Close] = SendQueue(hub.config.limits.send_queue)
+        self.subscriptions: dict[str, Subscription] = {}
+        self.catch_ups: dict[str, asyncio.Task[None]] = {}
+        self.present: set[str] = set()  # workspaces this connection counts in Presence
+        self.last_sent: dict[str, int] = {}  # per subscribed workspace: last seq to the socket
+        self.close_code: int | None = None
+        self.close_reason = ""
+        self._stopping = False
+        self._announced = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._tg: asyncio.TaskGroup | None = None
+
+    # -- Outlet (called synchronously by the fan-out) ------------------------------------------
+
+    def offer(self, item: Outgoing) -> bool:
+        if self._stopping:
+            return True  # going away: drop silently, the close tells the client where it was
+        return self.queue.offer(item)
+
+    def overflow(self) -> None:
+        self.stop(CloseCode.TOO_SLOW)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def stop(self, code: int | None, reason: str = "") -> None:
+        """Stop the connection's tasks; close with ``code`` (None: it is closed already)."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self.close_code, self.close_reason = code, reason
+        current = asyncio.current_task()
+        for task in self._tasks:
+            if task is not current:
+                task.cancel()
+
+    async def run(self) -> None:
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self._tg = tg
+                self._spawn(self._read(), "reader")
+                self._spawn(self._write(), "writer")
+        finally:
+            self._tg = None
+            await self._teardown()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], role: str) -> asyncio.Task[None] | None:
+        if self._tg is None or self._stopping:
+            coro.close()
+            return None
+        task = self._tg.create_task(self._guard(coro, role), name=f"agora-conn:{role}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _guard(self, coro: Coroutine[Any, Any, None], role: str) -> None:
+        """Run a connection task; an unexpected failure closes the connection with 1011."""
+        try:
+            await coro
+        except ConnectionClosed:
+            self.stop(None)
+        except Exception:
+            log.exception("connection %s failed (agent=%s peer=%s)", role, self._agent, self.peer)
+            self.stop(CloseCode.INTERNAL, "internal error")
+
+    async def _teardown(self) -> None:
+        self._stopping = True
+        for subscription in self.subscriptions.values():
+            self.hub.fanout.remove(subscription)
+        agent = self.session.agent
+        if agent is not None:
+            for workspace in sorted(self.present):
+                self.hub.presence.exit(agent, workspace)
+        self.present.clear()
+        code, reason = self.close_code, self.close_reason
+        if code == CloseCode.TOO_SLOW:
+            reason = overflow_reason(
+                {w: s for w, s in self.last_sent.items() if w in self.subscriptions}
+            )
+        self.subscriptions.clear()
+        if code is not None:
+            await self.ws.close(code, reason)
+        sent, by = _close_code(self.ws)
+        log.info(
+            "close agent=%s peer=%s code=%s by=%s%s",
+            self._agent,
+            self.peer,
+            sent,
+            by,
+            f" reason={reason}" if reason else "",
+        )
+
+    @property
+    def _agent(self) -> str:
+        return self.session.agent or "-"
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    async def _read(self) -> None:
+        request = self.ws.request
+        authorization = request.headers.get("Authorization") if request is not None else None
+        actions = self.session.open(authorization)
+        while True:
+            if not await self._perform(actions):
+                return
+            if not self._announced and self.session.agent is not None:
+                self._announced = True
+                log.info("open agent=%s peer=%s", self.session.agent, self.peer)
+            data = await self.ws.recv()  # ConnectionClosed ends the connection (see _guard)
+            if isinstance(data, str):
+                actions = self.session.receive(data)
+            else:
+                actions = self.session.receive_binary(data)
+
+    async def _perform(self, actions: list[Action]) -> bool:
+        """Carry out the session's actions; False once a ``Close`` was queued."""
+        for action in actions:
+            match action:
+                case Send(frame=frame):
+                    await self.queue.put((encode_frame(frame), None, NO_EVENT))
+                case Close():
+                    await self.queue.put(action)
+                    return False
+                case SubscribeRequest():
+                    if not await self._subscribe(action):
+                        return False
+                case UnsubscribeRequest():
+                    await self._unsubscribe(action)
+                    if not await self._perform(self.session.completed(action, None)):
+                        return False
+                case PublishRequest():
+                    coro = self.hub.workspaces.publish(
+                        action.workspace,
+                        action.events,
+                        producer=action.agent,
+                        expected_seq=action.expected_seq,
+                    )
+                    if not await self._answer(action, self.hub.owned(coro)):
+                        return False
+                case StateRequest():
+                    coro2 = self.hub.workspaces.state(action.workspace, at_seq=action.at_seq)
+                    if not await self._answer(action, coro2):
+                        return False
+        return True
+
+    async def _answer(self, request: Request, work: Coroutine[Any, Any, Any]) -> bool:
+        try:
+            result = await work
+        except Exception as e:
+            return await self._perform(self._failed(request, e))
+        return await self._perform(self.session.completed(request, result))
+
+    def _failed(self, request: Request, exc: Exception) -> list[Action]:
+        if not isinstance(exc, AgoraError) or exc.code == "internal":
+            log.error(
+                "request failed (agent=%s peer=%s): %r",
+                self._agent,
+                self.peer,
+                request,
+                exc_info=exc,
+            )
+        return self.session.failed(request, exc)
+
+    # -- subscriptions ------------------------------------------------------------------------
+
+    async def _subscribe(self, request: SubscribeRequest) -> bool:
+        agent = self.session.agent
+        assert agent is not None
+        workspace = request.workspace
+        subscription = Subscription(
+            self, workspace, agent, pending_limit=self.hub.config.limits.send_queue
+        )
+        # Registered before the head is read: every later commit reaches the buffer.
+        self.hub.fanout.add(subscription)
+        self.subscriptions[workspace] = subscription
+        try:
+            head = await self.hub.workspaces.head(workspace)
+            if request.after_seq is not None and request.after_seq > head:
+                raise BadRequest(
+                    f"afterSeq {request.after_seq} is beyond the head {head}",
+                    field="$.afterSeq",
+                    head=head,
+                )
+        except Exception as e:
+            self.hub.fanout.remove(subscription)
+            del self.subscriptions[workspace]
+            return await self._perform(self._failed(request, e))
+        start = head if request.after_seq is None else request.after_seq
+        subscription.last_seq = start
+        self.last_sent[workspace] = start
+        if not await self._perform(self.session.completed(request, head)):
+            return False
+        self.present.add(workspace)
+        self.hub.presence.enter(agent, workspace)
+        if start < head:
+            task = self._spawn(self._catch_up(subscription, head, request), f"catch-up:{workspace}")
+            if task is not None:
+                self.catch_ups[workspace] = task
+        else:
+            subscription.go_live()
+        return True
+
+    async def _catch_up(
+        self, subscription: Subscription, head: int, request: SubscribeRequest
+    ) -> None:
+        """Queue the events after ``subscription.last_seq`` up to ``head`` from the store,
+        then switch the subscription to live (no gap, no duplicate: see hub.fanout)."""
+        workspace = subscription.workspace
+        try:
+            last = subscription.last_seq
+            while last < head:
+                page = await self.hub.store.read_raw(
+                    workspace, after_seq=last, limit=min(CATCH_UP_PAGE, head - last)
+                )
+                if not page:
+                    raise Internal(f"the log of {workspace!r} ends at {last}, before {head}")
+                for seq, body in page:
+                    if seq > head:
+                        break
+                    await self.queue.put((encode_event_frame(workspace, body), workspace, seq))
+                    subscription.last_seq = last = seq
+            subscription.go_live()
+        except Exception as e:
+            # The subscription ends; the error (with the subscribe's rid) says so.
+            self._end_subscription(workspace)
+            self.session.ended(workspace)
+            await self._perform(self._failed(request, e))
+        finally:
+            if self.catch_ups.get(workspace) is asyncio.current_task():
+                del self.catch_ups[workspace]
+
+    async def _unsubscribe(self, request: UnsubscribeRequest) -> None:
+        task = self.catch_ups.pop(request.workspace, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task])
+        self._end_subscription(request.workspace)
+
+    def _end_subscription(self, workspace: str) -> None:
+        subscription = self.subscriptions.pop(workspace, None)
+        if subscription is not None:
+            self.hub.fanout.remove(subscription)
+        self.last_sent.pop(workspace, None)
+        agent = self.session.agent
+        if workspace in self.present and agent is not None:
+            self.present.discard(workspace)
+            self.hub.presence.exit(agent, workspace)
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    async def _write(self) -> None:
+        while True:
+            item = await self.queue.get()
+            if isinstance(item, Close):
+                self.stop(item.code, item.reason)
+                return
+            data, workspace, seq = item
+            if workspace is not None and workspace in self.last_sent:
+                # Recorded before sending: once send() starts, the frame is in the transport
+                # and reaches the client ahead of any close frame.
+                self.last_sent[workspace] = seq
+            await self.ws.send(data, text=True)
+
+
+def _peer(ws: ServerConnection) -> str:
+    try:
+        address = ws.remote_address
+    except Exception:  # the transport is already gone
+        return "?"
+    if isinstance(address, tuple) and len(address) >= 2:
+        return f"{address[0]}:{address[1]}"
+    return str(address)
+
+
+def _close_code(ws: ServerConnection) -> tuple[int, str]:
+    """The close code of a finished connection and who sent it first (hub/client/network)."""
+    protocol = ws.protocol
+    if protocol.close_sent is not None and protocol.close_rcvd_then_sent is not True:
+        return protocol.close_sent.code, "hub"
+    if protocol.close_rcvd is not None:
+        return protocol.close_rcvd.code, "client"
+    return 1006, "network"

@@ -1,0 +1,321 @@
+"""Live workspaces: the decide → append → evolve pipeline every write goes through.
+
+The server, the runtime and ``agora append`` all publish through :class:`Workspaces`, so the
+same validation and the same rules apply whoever writes.
+
+Why two states per workspace. Appends are group-committed: many publishers' batches share one
+transaction, so a workspace can have several batches in flight at once. Each batch is decided
+against the *tentative* state (committed state plus every batch accepted but not yet
+committed) and appended with ``expected_seq`` = the tentative head, which keeps the store's
+order and the decision order identical. Readers (``state``, fan-out) only ever see the
+*committed* state, folded from the events the store returned once they were durable.
+
+If a batch fails in the store (I/O error, a retried id that was already written, or another
+hub node appending to the same workspace) the tentative state is no longer a prediction of
+the log. The workspace is then *resynced*: new publishes wait until the in-flight batches have
+settled, the committed state catches up from the store, and the tentative state restarts from
+it. Batches that failed because of the resync are decided again (a bounded number of times).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Callable, Sequence
+
+import msgspec
+
+from hub.errors import BadRequest, ClientError, Conflict, Forbidden, NotFound
+from hub.events import HUB_KINDS, OP_KINDS, Event, FileWritten
+from hub.log.base import AppendResult, EventStore
+from hub.projections.decide import decide
+from hub.projections.loading import load_state, save_snapshot_if_due
+from hub.projections.workspace import WorkspaceState, evolve
+from hub.validation import DEFAULT_LIMITS, Limits, file_content, validate_draft, validate_workspace
+
+log = logging.getLogger(__name__)
+
+Listener = Callable[[str, Sequence[Event]], None]
+
+# How often a batch is decided again after its workspace resynced under it.
+MAX_REDECIDE = 5
+
+
+class _Live:
+    """One open workspace. Touched only from the event loop."""
+
+    __slots__ = (
+        "committed",
+        "in_flight",
+        "name",
+        "needs_resync",
+        "settled",
+        "stash",
+        "tentative",
+    )
+
+    def __init__(self, name: str, state: WorkspaceState) -> None:
+        self.name = name
+        self.committed = state
+        self.tentative = state.clone()
+        self.in_flight = 0
+        self.needs_resync = False
+        self.settled = asyncio.Event()
+        self.settled.set()
+        # Committed batches that arrived ahead of an earlier one, keyed by first seq.
+        self.stash: dict[int, tuple[Event, ...]] = {}
+
+
+class Workspaces:
+    """Decides, appends and folds every write; tells listeners about committed events.
+
+    ``listeners`` are called synchronously, in seq order per workspace, with each committed
+    batch; they must not block (the server's fan-out only enqueues).
+    """
+
+    def __init__(
+        self,
+        store: EventStore,
+        *,
+        limits: Limits = DEFAULT_LIMITS,
+        snapshot_every: int = 1000,
+        max_open: int = 4096,
+    ) -> None:
+        self.store = store
+        self.limits = limits
+        self.snapshot_every = snapshot_every
+        self.max_open = max_open
+        self._live: dict[str, _Live] = {}
+        self._opening: dict[str, asyncio.Future[_Live]] = {}
+        self._listeners: list[Listener] = []
+        self._snapshot_tasks: set[asyncio.Task[bool]] = set()
+
+    # -- listeners ----------------------------------------------------------------------------
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        self._listeners.remove(listener)
+
+    # -- reads --------------------------------------------------------------------------------
+
+    async def state(self, workspace: str, *, at_seq: int | None = None) -> WorkspaceState:
+        """The committed state, now or at ``at_seq`` (time travel). Raises ``BadRequest``."""
+        validate_workspace(workspace)
+        live = await self._open(workspace)
+        if at_seq is None or at_seq >= live.committed.seq:
+            return live.committed.clone()
+        if at_seq < 0:
+            raise BadRequest("atSeq must be >= 0", field="atSeq")
+        return await load_state(self.store, workspace, at_seq=at_seq)
+
+    async def head(self, workspace: str) -> int:
+        """The last committed seq (0 for an empty workspace)."""
+        live = await self._open(workspace)
+        return live.committed.seq
+
+    # -- writes -------------------------------------------------------------------------------
+
+    async def publish(
+        self,
+        workspace: str,
+        drafts: Sequence[Event],
+        *,
+        producer: str,
+        expected_seq: int | None = None,
+        trusted: bool = False,
+    ) -> AppendResult:
+        """Validate, decide and durably append ``drafts`` as one atomic batch.
+
+        ``producer`` is the authenticated agent and overrides whatever the drafts say.
+        ``trusted`` is for the hub itself (presence, runtime); clients may not write the
+        hub's kinds. Raises ``BadRequest``/``TooLarge`` (invalid), ``Forbidden``, ``Conflict``
+        (stale ``expected_seq``/``baseRev``, ownership), ``NotFound``, ``Unavailable``.
+        A batch whose ids were all written before returns the original result with
+        ``duplicate=True``.
+        """
+        validate_workspace(workspace)
+        if not drafts:
+            raise BadRequest("a batch needs at least one event", field="events")
+        prepared: list[Event] = []
+        for i, draft in enumerate(drafts):
+            if not trusted and (draft.kind in HUB_KINDS or draft.kind in OP_KINDS):
+                raise Forbidden(
+                    f"events of kind {draft.kind!r} are written by the hub, not published",
+                    kind=draft.kind,
+                    index=i,
+                )
+            try:
+                validate_draft(draft, self.limits)
+                prepared.append(await self._prepare(draft, workspace, producer))
+            except ClientError as e:
+                e.details.setdefault("index", i)
+                raise
+
+        for _attempt in range(MAX_REDECIDE):
+            live = await self._open(workspace)
+            while live.needs_resync:
+                await self._resync(live)
+            try:
+                decide(live.tentative, prepared, producer)
+                if expected_seq is not None and expected_seq != live.tentative.seq:
+                    raise Conflict(
+                        f"expectedSeq {expected_seq} but the head is {live.tentative.seq}",
+                        head=live.tentative.seq,
+                        expectedSeq=expected_seq,
+                    )
+            except (Conflict, Forbidden, NotFound):
+                # A retried batch may fail its rules only because it was already applied.
+                original = await self._find_written(workspace, prepared)
+                if original is not None:
+                    return original
+                if live.in_flight or live.needs_resync:
+                    # Decided against a prediction; check against the log before refusing.
+                    await live.settled.wait()
+                    if live.needs_resync:
+                        continue
+                raise
+            result = await self._append(live, prepared)
+            if result is not None:
+                return result
+        raise Conflict(
+            f"workspace {workspace!r} kept changing under this batch; retry",
+            head=self._live[workspace].committed.seq if workspace in self._live else 0,
+        )
+
+    async def _append(self, live: _Live, drafts: list[Event]) -> AppendResult | None:
+        """Append against the tentative head; None when the batch must be decided again."""
+        base = live.tentative.seq
+        for d in drafts:
+            evolve(live.tentative, msgspec.structs.replace(d, seq=live.tentative.seq + 1))
+        live.in_flight += 1
+        live.settled.clear()
+        try:
+            result = await self.store.append(live.name, drafts, expected_seq=base)
+        except Conflict as e:
+            live.needs_resync = True
+            if "head" in e.details:
+                return None  # another writer appended first: decide again on fresh state
+            raise
+        except BaseException:
+            live.needs_resync = True
+            raise
+        finally:
+            live.in_flight -= 1
+            if live.in_flight == 0:
+                live.settled.set()
+        if result.duplicate:
+            live.needs_resync = True
+            return result
+        self._committed(live, result.events)
+        return result
+
+    def _committed(self, live: _Live, events: tuple[Event, ...]) -> None:
+        live.stash[events[0].seq] = events
+        while (batch := live.stash.pop(live.committed.seq + 1, None)) is not None:
+            for ev in batch:
+                evolve(live.committed, ev)
+            for listener in self._listeners:
+                try:
+                    listener(live.name, batch)
+                except Exception:  # a broken listener must not break the log
+                    log.exception("listener failed for %s", live.name)
+            if self.snapshot_every and live.committed.seq % self.snapshot_every < len(batch):
+                self._spawn_snapshot(live.committed)
+
+    def _spawn_snapshot(self, state: WorkspaceState) -> None:
+        # The encoding happens now (a consistent copy); only the write is deferred. The write
+        # is a disposable cache, so losing it on shutdown costs nothing but speed.
+        snapshot = state.clone()
+        task = asyncio.get_running_loop().create_task(
+            save_snapshot_if_due(self.store, snapshot, every=self.snapshot_every)
+        )
+        self._snapshot_tasks.add(task)
+        task.add_done_callback(self._snapshot_tasks.discard)
+
+    async def _resync(self, live: _Live) -> None:
+        await live.settled.wait()
+        if not live.needs_resync:
+            return
+        async for ev in self.store.read(live.name, after_seq=live.committed.seq):
+            self._committed(live, (ev,))
+        live.tentative = live.committed.clone()
+        live.stash.clear()
+        live.needs_resync = False
+
+    async def _find_written(self, workspace: str, drafts: list[Event]) -> AppendResult | None:
+        ids = [d.id for d in drafts if d.id]
+        if len(ids) != len(drafts):
+            return None
+        found = await self.store.lookup_ids(workspace, ids)
+        if len(found) != len(ids):
+            return None
+        return AppendResult(
+            workspace=workspace, events=tuple(found[i] for i in ids), duplicate=True
+        )
+
+    async def _prepare(self, draft: Event, workspace: str, producer: str) -> Event:
+        """Set the authenticated producer; fill file hashes; move large content to blobs."""
+        draft = msgspec.structs.replace(
+            draft, producer=producer, workspace=workspace, seq=0, position=0, prev=None, hash=None
+        )
+        if not isinstance(draft, FileWritten):
+            return draft
+        p = draft.payload
+        if p.blob is not None:
+            if not await self.store.blobs.has(p.blob):
+                raise NotFound(f"blob {p.blob} is not in the blob store", field="payload.blob")
+            size = len(await self.store.blobs.get(p.blob))
+            payload = msgspec.structs.replace(p, sha256=p.blob, size=size)
+        else:
+            content = file_content(p.text, p.base64, "payload.base64")
+            digest = hashlib.sha256(content).hexdigest()
+            if len(content) > self.limits.blob_threshold:
+                blob = await self.store.blobs.put(content)
+                payload = msgspec.structs.replace(
+                    p, text=None, base64=None, blob=blob, sha256=digest, size=len(content)
+                )
+            else:
+                payload = msgspec.structs.replace(p, sha256=digest, size=len(content))
+        return msgspec.structs.replace(draft, payload=payload)
+
+    # -- opening ------------------------------------------------------------------------------
+
+    async def _open(self, workspace: str) -> _Live:
+        live = self._live.get(workspace)
+        if live is not None:
+            return live
+        pending = self._opening.get(workspace)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[_Live] = asyncio.get_running_loop().create_future()
+        self._opening[workspace] = fut
+        try:
+            state = await load_state(self.store, workspace)
+            live = _Live(workspace, state)
+            self._evict_idle()
+            self._live[workspace] = live
+            fut.set_result(live)
+            return live
+        except BaseException as e:
+            fut.set_exception(e)
+            fut.exception()  # mark retrieved: waiters re-raise it themselves
+            raise
+        finally:
+            del self._opening[workspace]
+
+    def _evict_idle(self) -> None:
+        if len(self._live) < self.max_open:
+            return
+        for name, live in list(self._live.items()):
+            if live.in_flight == 0 and not live.needs_resync:
+                del self._live[name]
+                if len(self._live) < self.max_open:
+                    return
+
+    async def aclose(self) -> None:
+        """Wait for in-flight snapshot writes (appends are awaited by their publishers)."""
+        if self._snapshot_tasks:
+            await asyncio.gather(*self._snapshot_tasks, return_exceptions=True)

@@ -1,0 +1,564 @@
+"""The store conformance suite: every :class:`EventStore` kind must pass it unchanged.
+
+Written only against the interface (``tests/hub/log/conftest.py`` supplies the stores); the
+tamper tests use the kind's backdoor to damage a row, then observe through the interface.
+
+Import semantics (decided here, documented in ``SqliteEventStore.import_events``): an export
+is the whole log of one workspace and is restored under the *same* workspace name into a
+store where that workspace is empty; positions are re-assigned, everything hashed is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hub.chain import verify_chain
+from hub.errors import BadRequest, Conflict, IntegrityError, Unavailable
+from hub.events import (
+    Event,
+    FileWritten,
+    FileWrittenPayload,
+    MessagePayload,
+    MessagePosted,
+    NeedWork,
+    decode_event,
+    encode_event,
+)
+from hub.log.base import EventStore, Snapshot
+
+from .conftest import StoreKind
+
+
+def msg(text: str = "hello", *, id: str = "", producer: str = "alice") -> MessagePosted:
+    return MessagePosted(id=id, producer=producer, payload=MessagePayload(text=text))
+
+
+async def read_everything(store: EventStore, workspace: str) -> list[Event]:
+    return [e async for e in store.read(workspace)]
+
+
+async def read_all_positions(store: EventStore, page: int = 7) -> list[Event]:
+    out: list[Event] = []
+    after = 0
+    while True:
+        batch = await store.read_all(after_position=after, limit=page)
+        out.extend(batch)
+        if len(batch) < page:
+            return out
+        after = batch[-1].position
+
+
+# -- appending -------------------------------------------------------------------------------
+
+
+async def test_append_one_event_seals_it(store: EventStore) -> None:
+    before = time.time_ns() // 1_000_000
+    result = await store.append("ws", [msg("hi", producer="agent-1")])
+    after = time.time_ns() // 1_000_000
+    assert not result.duplicate
+    assert result.workspace == "ws"
+    (ev,) = result.events
+    assert isinstance(ev, MessagePosted)
+    assert ev.seq == 1 and result.seqs == [1]
+    assert ev.workspace == "ws"
+    assert ev.position >= 1
+    assert before - 1000 <= ev.timestamp <= after + 1000
+    assert ev.producer == "agent-1"
+    assert ev.id and result.ids == [ev.id]
+    assert ev.prev is None and ev.hash
+    assert ev.payload.text == "hi"
+    count, problem = verify_chain([ev])
+    assert (count, problem) == (1, None)
+
+
+async def test_batches_get_gapless_seqs_and_linked_hashes(store: EventStore) -> None:
+    first = await store.append("ws", [msg(str(i)) for i in range(5)])
+    second = await store.append("ws", [msg(str(i)) for i in range(3)])
+    assert first.seqs == [1, 2, 3, 4, 5]
+    assert second.seqs == [6, 7, 8]
+    assert second.events[0].prev == first.events[-1].hash
+    events = await read_everything(store, "ws")
+    assert [e.seq for e in events] == list(range(1, 9))
+    assert list(events) == [*first.events, *second.events]
+    assert verify_chain(events)[1] is None
+
+
+async def test_positions_follow_commit_order_across_workspaces(store: EventStore) -> None:
+    results = []
+    for i in range(6):
+        results.append(await store.append(f"ws{i % 3}", [msg(str(i)), msg(str(i))]))
+    positions = [e.position for r in results for e in r.events]
+    assert positions == sorted(positions)
+    assert len(set(positions)) == len(positions)
+    assert [r.seqs for r in results[:3]] == [[1, 2]] * 3
+    assert [r.seqs for r in results[3:]] == [[3, 4]] * 3
+
+
+async def test_client_ids_are_kept_and_missing_ones_minted(store: EventStore) -> None:
+    result = await store.append("ws", [msg(id="a-1"), msg(), msg(id="a-3"), msg()])
+    ids = result.ids
+    assert ids[0] == "a-1" and ids[2] == "a-3"
+    assert ids[1] and ids[3] and len(set(ids)) == 4
+    stored = await store.read_batch("ws")
+    assert [e.id for e in stored] == ids
+
+
+async def test_retry_with_the_same_ids_is_a_duplicate(store: EventStore) -> None:
+    drafts = [msg("one", id="r-1"), msg("two", id="r-2")]
+    first = await store.append("ws", drafts)
+    await store.append("ws", [msg("other")])
+    again = await store.append("ws", drafts)
+    assert again.duplicate
+    assert again.seqs == first.seqs == [1, 2]
+    assert again.events == first.events
+    # The retry also ignores a (now stale) expected_seq: the answer is the original one.
+    stale = await store.append("ws", drafts, expected_seq=0)
+    assert stale.duplicate and stale.seqs == [1, 2]
+    head = await store.head("ws")
+    assert head is not None and head.seq == 3
+    assert len(await read_everything(store, "ws")) == 3
+
+
+async def test_retry_of_a_single_event_is_a_duplicate(store: EventStore) -> None:
+    first = await store.append("ws", [msg(id="solo")])
+    again = await store.append("ws", [msg("changed text", id="solo")])
+    assert again.duplicate and again.events == first.events
+
+
+async def test_batch_mixing_written_and_new_ids_conflicts(store: EventStore) -> None:
+    await store.append("ws", [msg(id="m-1")])
+    with pytest.raises(Conflict) as info:
+        await store.append("ws", [msg(id="m-1"), msg(id="m-2")])
+    assert info.value.details["head"] == 1
+    with pytest.raises(Conflict):
+        await store.append("ws", [msg(id="m-1"), msg()])
+    assert [e.id for e in await read_everything(store, "ws")] == ["m-1"]
+
+
+async def test_ids_are_scoped_per_workspace(store: EventStore) -> None:
+    a = await store.append("a", [msg(id="same")])
+    b = await store.append("b", [msg(id="same")])
+    assert not b.duplicate and a.events[0].workspace == "a" and b.events[0].workspace == "b"
+
+
+async def test_expected_seq(store: EventStore) -> None:
+    ok = await store.append("ws", [msg()], expected_seq=0)
+    assert ok.seqs == [1]
+    ok = await store.append("ws", [msg(), msg()], expected_seq=1)
+    assert ok.seqs == [2, 3]
+    with pytest.raises(Conflict) as info:
+        await store.append("ws", [msg()], expected_seq=1)
+    assert info.value.details["head"] == 3
+    with pytest.raises(Conflict) as info:
+        await store.append("fresh", [msg()], expected_seq=4)
+    assert info.value.details["head"] == 0
+    assert len(await read_everything(store, "ws")) == 3
+    assert await store.head("fresh") is None
+
+
+async def test_empty_batch_and_repeated_ids_are_bad_requests(store: EventStore) -> None:
+    with pytest.raises(BadRequest):
+        await store.append("ws", [])
+    with pytest.raises(BadRequest):
+        await store.append("ws", [msg(id="x"), msg(id="x")])
+    with pytest.raises(BadRequest):
+        await store.append("bad name!", [msg()])
+    assert await store.head("ws") is None
+
+
+async def test_a_failing_request_does_not_fail_its_neighbours(store: EventStore) -> None:
+    await store.append("ws", [msg(id="taken")])
+    outcomes = await asyncio.gather(
+        store.append("ws", [msg()]),
+        store.append("ws", [msg()], expected_seq=0),  # stale
+        store.append("ws", [msg(id="taken"), msg(id="new")]),  # mixed
+        store.append("other", [msg()]),
+        store.append("ws", [msg(id="taken")]),  # duplicate
+        return_exceptions=True,
+    )
+    assert not isinstance(outcomes[0], BaseException) and outcomes[0].seqs == [2]
+    assert isinstance(outcomes[1], Conflict)
+    assert isinstance(outcomes[2], Conflict)
+    assert not isinstance(outcomes[3], BaseException) and outcomes[3].seqs == [1]
+    assert not isinstance(outcomes[4], BaseException) and outcomes[4].duplicate
+    assert [e.seq for e in await read_everything(store, "ws")] == [1, 2]
+
+
+async def test_a_retry_queued_behind_its_original_is_a_duplicate(store: EventStore) -> None:
+    drafts = [msg(id="twin-1"), msg(id="twin-2")]
+    first, second = await asyncio.gather(store.append("ws", drafts), store.append("ws", drafts))
+    assert not first.duplicate and second.duplicate
+    assert first.events == second.events
+    assert len(await read_everything(store, "ws")) == 2
+
+
+async def test_200_concurrent_appends(store: EventStore) -> None:
+    results = await asyncio.gather(
+        *(store.append("ws", [msg(str(i), id=f"c-{i}")]) for i in range(200))
+    )
+    assert sorted(r.seqs[0] for r in results) == list(range(1, 201))
+    events = await read_everything(store, "ws")
+    assert [e.seq for e in events] == list(range(1, 201))
+    assert {e.id for e in events} == {f"c-{i}" for i in range(200)}
+    by_id = {r.ids[0]: r.events[0] for r in results}
+    assert all(by_id[e.id] == e for e in events)
+    assert (await store.verify("ws")).ok
+
+
+async def test_two_writers_race_position_order_is_commit_order(store: EventStore) -> None:
+    async def writer(workspace: str, n: int) -> list[Event]:
+        out: list[Event] = []
+        for i in range(n):
+            out.extend((await store.append(workspace, [msg(str(i))] * (1 + i % 3))).events)
+        return out
+
+    a, b = await asyncio.gather(writer("alpha", 60), writer("beta", 60))
+    everything = await read_all_positions(store)
+    positions = [e.position for e in everything]
+    assert positions == list(range(positions[0], positions[0] + len(everything)))
+    assert len(everything) == len(a) + len(b)
+    assert {e.id for e in everything} == {e.id for e in a + b}
+    for ws, mine in (("alpha", a), ("beta", b)):
+        seqs = [e.seq for e in everything if e.workspace == ws]
+        assert seqs == list(range(1, len(mine) + 1))
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+async def test_read_batch_ranges(store: EventStore) -> None:
+    await store.append("ws", [msg(str(i)) for i in range(10)])
+    await store.append("other", [msg("x")])
+
+    def seqs(events: Sequence[Event]) -> list[int]:
+        return [e.seq for e in events]
+
+    assert seqs(await store.read_batch("ws")) == list(range(1, 11))
+    assert seqs(await store.read_batch("ws", after_seq=7)) == [8, 9, 10]
+    assert seqs(await store.read_batch("ws", after_seq=2, until_seq=5)) == [3, 4, 5]
+    assert seqs(await store.read_batch("ws", after_seq=2, limit=3)) == [3, 4, 5]
+    assert seqs(await store.read_batch("ws", after_seq=10)) == []
+    assert seqs(await store.read_batch("nobody")) == []
+    assert seqs([e async for e in store.read("ws", after_seq=4, until_seq=8, batch=2)]) == [
+        5,
+        6,
+        7,
+        8,
+    ]
+
+
+async def test_read_raw_returns_the_stored_bytes(store: EventStore) -> None:
+    result = await store.append("ws", [msg("a"), msg("b"), msg("c")])
+    raw = await store.read_raw("ws", after_seq=1)
+    assert [seq for seq, _ in raw] == [2, 3]
+    assert [decode_event(body) for _, body in raw] == list(result.events[1:])
+    assert all(isinstance(body, bytes) for _, body in raw)
+    assert await store.read_raw("ws", after_seq=2, limit=1) == raw[1:]
+
+
+async def test_read_all_pages_by_position(store: EventStore) -> None:
+    written: list[Event] = []
+    for i in range(9):
+        written.extend((await store.append(f"w{i % 2}", [msg(str(i))])).events)
+    assert await read_all_positions(store, page=4) == written
+    tail = await store.read_all(after_position=written[4].position, limit=100)
+    assert tail == written[5:]
+
+
+async def test_lookup_ids(store: EventStore) -> None:
+    result = await store.append("ws", [msg(id="k-1"), msg(id="k-2")])
+    found = await store.lookup_ids("ws", ["k-2", "nope", "k-1"])
+    assert found == {"k-1": result.events[0], "k-2": result.events[1]}
+    assert await store.lookup_ids("other", ["k-1"]) == {}
+    assert await store.lookup_ids("ws", []) == {}
+
+
+async def test_head_heads_and_workspaces(store: EventStore) -> None:
+    assert await store.head("b") is None
+    assert await store.heads() == []
+    await store.append("b", [msg(), msg()])
+    last_a = (await store.append("a", [msg()])).events[-1]
+    last_b = (await store.append("b", [msg()])).events[-1]
+    head = await store.head("b")
+    assert head is not None
+    assert (head.workspace, head.seq, head.hash) == ("b", 3, last_b.hash)
+    assert (head.timestamp, head.position) == (last_b.timestamp, last_b.position)
+    heads = await store.heads()
+    assert [(h.workspace, h.seq) for h in heads] == [("a", 1), ("b", 3)]
+    assert heads[0].hash == last_a.hash and heads[0].timestamp == last_a.timestamp
+    assert await store.workspaces() == ["a", "b"]
+
+
+async def test_verify_a_healthy_log(store: EventStore) -> None:
+    for i in range(5):
+        await store.append("ws", [msg(str(i))] * 3)
+    report = await store.verify("ws")
+    assert report.ok and report.checked == 15 and report.head == 15
+    empty = await store.verify("nobody")
+    assert empty.ok and empty.checked == 0 and empty.head == 0
+
+
+# -- import ----------------------------------------------------------------------------------
+
+
+async def test_import_round_trip(
+    store: EventStore, make_store: Callable[[str], EventStore]
+) -> None:
+    await store.append("noise", [msg("n")])
+    for i in range(4):
+        await store.append("ws", [msg(str(i)), msg(str(i), producer="bob")])
+    exported = await read_everything(store, "ws")
+
+    async with make_store("restored") as other:
+        await other.append("first", [msg("takes position 1")])
+        assert await other.import_events("ws", exported) == len(exported)
+        restored = await read_everything(other, "ws")
+        strip = msgspec.structs.replace
+        assert [strip(e, position=0) for e in restored] == [strip(e, position=0) for e in exported]
+        assert all(e.position > 1 for e in restored)
+        assert (await other.verify("ws")).ok
+        # The restored chain continues normally.
+        nxt = await other.append("ws", [msg("after import")])
+        assert nxt.seqs == [len(exported) + 1] and nxt.events[0].prev == exported[-1].hash
+        # A second import into the now non-empty workspace is refused.
+        with pytest.raises(Conflict):
+            await other.import_events("ws", exported)
+        # Ids keep their idempotency after an import.
+        again = await other.append("ws", [exported[0]])
+        assert again.duplicate and again.seqs == [1]
+        assert await other.import_events("empty", []) == 0
+
+
+async def test_import_refuses_a_broken_chain(
+    store: EventStore, make_store: Callable[[str], EventStore]
+) -> None:
+    await store.append("ws", [msg(str(i)) for i in range(6)])
+    exported = await read_everything(store, "ws")
+    edited = msgspec.structs.replace(exported[3], payload=MessagePayload(text="forged"))
+    async with make_store("target") as other:
+        with pytest.raises(IntegrityError) as info:
+            await other.import_events("ws", [*exported[:3], edited, *exported[4:]])
+        assert info.value.details["seq"] == 4
+        with pytest.raises(IntegrityError) as info:
+            await other.import_events("ws", exported[:2] + exported[3:])
+        assert info.value.details["seq"] == 3
+        with pytest.raises(IntegrityError):
+            await other.import_events("ws", exported[1:])  # does not start at seq 1
+        with pytest.raises(BadRequest):
+            await other.import_events("elsewhere", exported)  # events name another workspace
+        assert await other.head("ws") is None
+
+
+# -- snapshots -------------------------------------------------------------------------------
+
+
+async def test_snapshots(store: EventStore) -> None:
+    for seq in (5, 10, 20):
+        await store.save_snapshot(Snapshot("ws", "state", 1, seq, f"at {seq}".encode()))
+    await store.save_snapshot(Snapshot("ws", "state", 2, 7, b"v2"))
+    await store.save_snapshot(Snapshot("other", "state", 1, 3, b"o"))
+
+    latest = await store.load_snapshot("ws", "state", 1)
+    assert latest == Snapshot("ws", "state", 1, 20, b"at 20")
+    mid = await store.load_snapshot("ws", "state", 1, at_or_before=19)
+    assert mid is not None and mid.seq == 10 and mid.body == b"at 10"
+    assert await store.load_snapshot("ws", "state", 1, at_or_before=4) is None
+    assert await store.load_snapshot("ws", "other-name", 1) is None
+    v2 = await store.load_snapshot("ws", "state", 2)
+    assert v2 is not None and v2.body == b"v2"
+    # Saving the same key again replaces it.
+    await store.save_snapshot(Snapshot("ws", "state", 1, 20, b"again"))
+    again = await store.load_snapshot("ws", "state", 1)
+    assert again is not None and again.body == b"again"
+
+    assert await store.delete_snapshots("ws") == 4
+    assert await store.load_snapshot("ws", "state", 1) is None
+    assert await store.load_snapshot("other", "state", 1) is not None
+    assert await store.delete_snapshots() == 1
+    assert await store.load_snapshot("other", "state", 1) is None
+
+
+# -- lifecycle -------------------------------------------------------------------------------
+
+
+async def test_close_waits_for_pending_appends(make_store: Callable[[str], EventStore]) -> None:
+    store = make_store("closing")
+    await store.open()
+    tasks = [asyncio.create_task(store.append(f"w{i % 4}", [msg(str(i))])) for i in range(100)]
+    await asyncio.sleep(0)  # every task has now queued its request
+    await asyncio.gather(store.close(), store.close())  # concurrent closes share one shutdown
+    results = [t.result() for t in tasks]  # all committed; none failed
+    await store.close()  # idempotent
+    with pytest.raises(Unavailable):
+        await store.append("ws", [msg()])
+
+    async with make_store("closing") as reopened:
+        for w in range(4):
+            events = await read_everything(reopened, f"w{w}")
+            assert [e.seq for e in events] == list(range(1, 26))
+        ids = {e.id for r in results for e in r.events}
+        found = [e.id for ws in range(4) for e in await read_everything(reopened, f"w{ws}")]
+        assert set(found) == ids
+
+
+async def test_data_survives_reopening(make_store: Callable[[str], EventStore]) -> None:
+    async with make_store("again") as store:
+        first = await store.append("ws", [msg("a"), msg("b")])
+    async with make_store("again") as store:
+        assert await read_everything(store, "ws") == list(first.events)
+        second = await store.append("ws", [msg("c")])
+        assert second.seqs == [3] and second.events[0].prev == first.events[-1].hash
+        assert second.events[0].position > first.events[-1].position
+        assert (await store.verify("ws")).ok
+
+
+async def test_cancelled_caller_does_not_break_the_store(store: EventStore) -> None:
+    task = asyncio.create_task(store.append("ws", [msg(id="cancelled")]))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # Whether or not that batch committed, a retry gives a consistent answer.
+    retry = await store.append("ws", [msg(id="cancelled")])
+    assert retry.seqs == [1]
+    assert [e.id for e in await read_everything(store, "ws")] == ["cancelled"]
+
+
+# -- tampering (through the kind's backdoor) -------------------------------------------------
+
+
+async def test_verify_reports_an_edited_body(store: EventStore, store_kind: StoreKind) -> None:
+    await store.append("ws", [msg(f"text {i}") for i in range(6)])
+    store_kind.corrupt_body(store, "ws", 4, lambda b: b.replace(b"text 3", b"text X"))
+    report = await store.verify("ws")
+    assert not report.ok and report.error is not None
+    assert report.error.seq == 4 and "hash" in report.error.problem
+    assert report.checked == 3
+
+
+async def test_verify_reports_a_deleted_event(store: EventStore, store_kind: StoreKind) -> None:
+    await store.append("ws", [msg(f"text {i}") for i in range(6)])
+    store_kind.delete_row(store, "ws", 3)
+    report = await store.verify("ws")
+    assert not report.ok and report.error is not None
+    assert report.error.seq == 3 and "gap" in report.error.problem
+
+
+async def test_an_undecodable_body_is_an_integrity_error(
+    store: EventStore, store_kind: StoreKind
+) -> None:
+    await store.append("ws", [msg(f"text {i}") for i in range(3)])
+    store_kind.corrupt_body(store, "ws", 2, lambda b: b[:-5])
+    with pytest.raises(IntegrityError) as info:
+        await store.read_batch("ws")
+    assert info.value.details.get("seq") == 2
+
+
+# -- property: random valid batches ----------------------------------------------------------
+
+_text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=40)
+_segment = st.text("abcdefghijklmnopqrstuvwxyz0123456789_-", min_size=1, max_size=8).filter(
+    lambda s: s not in (".", "..")
+)
+_path = st.lists(_segment, min_size=1, max_size=4).map("/".join)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | _text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_segment, inner, max_size=3),
+    max_leaves=8,
+)
+_producer = st.sampled_from(["alice", "bob", "runtime"])
+
+
+@st.composite
+def drafts(draw: st.DrawFn) -> Event:
+    kind = draw(st.sampled_from(["message", "need", "file"]))
+    producer = draw(_producer)
+    topic = draw(st.none() | _segment)
+    if kind == "message":
+        return MessagePosted(
+            producer=producer, topic=topic, payload=MessagePayload(text=draw(_text))
+        )
+    if kind == "need":
+        return NeedWork(producer=producer, correlation_id=topic, payload=draw(_json))
+    return FileWritten(
+        producer=producer, payload=FileWrittenPayload(path=draw(_path), text=draw(_text))
+    )
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> list[tuple[str, list[Event]]]:
+    """A sequence of (workspace, batch); each draft gets a unique id or none."""
+    out: list[tuple[str, list[Event]]] = []
+    counter = 0
+    for _ in range(draw(st.integers(1, 8))):
+        workspace = draw(st.sampled_from(["w1", "w2", "w3"]))
+        batch: list[Event] = []
+        for d in draw(st.lists(drafts(), min_size=1, max_size=6)):
+            counter += 1
+            if draw(st.booleans()):
+                d = msgspec.structs.replace(d, id=f"id-{counter}")
+            batch.append(d)
+        out.append((workspace, batch))
+    return out
+
+
+_examples = 0
+
+
+@settings(
+    max_examples=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(plan=batches(), concurrent=st.booleans())
+def test_random_batches_round_trip(
+    make_store: Callable[[str], EventStore],
+    plan: list[tuple[str, list[Event]]],
+    concurrent: bool,
+) -> None:
+    # Each example gets fresh storage of its own (the fixture's tmp_path is shared).
+    global _examples
+    _examples += 1
+    asyncio.run(_round_trip(make_store(f"example-{_examples}"), plan, concurrent))
+
+
+async def _round_trip(
+    store: EventStore, plan: list[tuple[str, list[Event]]], concurrent: bool
+) -> None:
+    async with store:
+        if concurrent:
+            results = await asyncio.gather(*(store.append(ws, b) for ws, b in plan))
+        else:
+            results = [await store.append(ws, b) for ws, b in plan]
+        returned: dict[str, list[Event]] = {}
+        for (ws, batch), result in zip(plan, results, strict=True):
+            assert not result.duplicate
+            assert len(result.events) == len(batch)
+            for draft, ev in zip(batch, result.events, strict=True):
+                assert ev.kind == draft.kind and ev.producer == draft.producer
+                assert ev.id == (draft.id or ev.id) and ev.id
+                assert _payload(ev) == _payload(draft)
+            returned.setdefault(ws, []).extend(result.events)
+        for ws, mine in returned.items():
+            stored = await read_everything(store, ws)
+            assert sorted(stored, key=lambda e: e.seq) == stored
+            assert [e.seq for e in stored] == list(range(1, len(stored) + 1))
+            assert sorted(mine, key=lambda e: e.seq) == stored
+            assert verify_chain(stored)[1] is None
+            assert all(decode_event(encode_event(e)) == e for e in stored)
+            raw = await store.read_raw(ws, limit=10_000)
+            assert [decode_event(b) for _, b in raw] == stored
+        everything = await store.read_all(limit=10_000)
+        assert [e.position for e in everything] == sorted({e.position for e in everything})
+
+
+def _payload(event: Any) -> Any:
+    return event.payload

@@ -1,0 +1,476 @@
+"""PostgreSQL-only behaviour of :mod:`hub.log.postgres` (what every store shares is in
+test_conformance.py, which runs on PostgreSQL too).
+
+* the ordering race: two store instances (two hub nodes, two connection pools) append
+  concurrently while a third follows ``read_all`` by position; the follower must see exactly
+  the final log, never skipping an event that committed late;
+* schema migrations: idempotent, concurrent-safe, refusing a newer schema, ``agora db migrate``;
+* NOTIFY ``<workspace>:<seq>`` on commit, received by a LISTEN connection;
+* the write lock's timeout, the URL options, the factory scheme, blobs shared between nodes.
+
+Every test gets its own schema (random name), dropped with CASCADE afterwards. The database is
+``AGORA_TEST_POSTGRES`` (default ``postgresql://postgres@127.0.0.1:5432/test``); without it the
+tests skip, or fail when ``AGORA_REQUIRE`` lists ``postgres``.
+
+``AGORA_PG_BENCH=1`` also runs :func:`test_bench_appends`, which prints appends/s with 1 and 64
+concurrent writers (a measurement, not a timed test).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Coroutine
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import asyncpg
+import pytest
+
+from hub.chain import seal
+from hub.cli import main as cli_main
+from hub.errors import BadRequest, Conflict, IntegrityError, Unavailable
+from hub.events import Event, MessagePayload, MessagePosted, encode_event
+from hub.log.factory import open_store
+from hub.log.migrations import LATEST, SchemaVersionError, current_version, migrate
+from hub.log.postgres import PostgresEventStore, parse_url
+from tests.conftest import require
+
+T = TypeVar("T")
+DSN: Final = os.environ.get("AGORA_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+async def _probe() -> str | None:
+    try:
+        conn = await asyncpg.connect(DSN, timeout=5)
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as e:
+        return f"cannot connect to {DSN.rsplit('@', 1)[-1]}: {e}"
+    await conn.close()
+    return None
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on a private loop (for sync code; leaves the global loop policy alone)."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+@pytest.fixture(scope="session")
+def pg_unavailable() -> str | None:
+    """Why PostgreSQL cannot be used here, or None (probed once per session)."""
+    return run_sync(_probe())
+
+
+def new_schema_name() -> str:
+    return f"t_{uuid.uuid4().hex[:16]}"
+
+
+@pytest.fixture
+async def schema(pg_unavailable: str | None) -> AsyncIterator[str]:
+    """A fresh schema name for this test; the schema is dropped (CASCADE) afterwards."""
+    require("postgres", pg_unavailable is None, pg_unavailable or "")
+    name = new_schema_name()
+    try:
+        yield name
+    finally:
+        await drop_schema(name)
+
+
+async def drop_schema(name: str) -> None:
+    conn = await asyncpg.connect(DSN)
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+    finally:
+        await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def connection() -> AsyncIterator[asyncpg.Connection]:
+    conn = await asyncpg.connect(DSN)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+def msg(text: str, id: str = "") -> Event:
+    return MessagePosted(id=id, payload=MessagePayload(text=text))
+
+
+# -- the ordering race ------------------------------------------------------------------------
+
+
+async def test_two_writers_follower_never_skips(schema: str) -> None:
+    """Two nodes append concurrently (their transactions overlap, not just their requests);
+    a third follows by position. What it followed must be the final log, position by
+    position: an event that committed late with a lower position would be skipped."""
+    writers_per_node, appends_each = 8, 40
+    done = asyncio.Event()
+    followed: list[tuple[int, str]] = []
+
+    async with (
+        PostgresEventStore(DSN, schema=schema, batch_max=4) as a,
+        PostgresEventStore(DSN, schema=schema, batch_max=4) as b,
+        PostgresEventStore(DSN, schema=schema, pool_size=1) as follower,
+    ):
+
+        async def write(store: PostgresEventStore, node: str, k: int) -> None:
+            for i in range(appends_each):
+                batch = [msg(f"{node}{k}-{i}-{j}") for j in range(1 + (i % 3))]
+                await store.append(f"ws{(k + i) % 5}", batch)
+
+        async def follow() -> None:
+            after = 0
+            while True:
+                finished = done.is_set()  # read BEFORE the page: nothing commits after it
+                page = await follower.read_all(after_position=after, limit=37)
+                followed.extend((e.position, e.id) for e in page)
+                if page:
+                    after = page[-1].position
+                elif finished:
+                    return
+                else:
+                    await asyncio.sleep(0)
+
+        follow_task = asyncio.create_task(follow())
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for k in range(writers_per_node):
+                    tg.create_task(write(a, "a", k))
+                    tg.create_task(write(b, "b", k))
+        finally:
+            done.set()
+            await follow_task
+
+        final = await follower.read_all(limit=1_000_000)
+        expected_count = 2 * writers_per_node * sum(1 + (i % 3) for i in range(appends_each))
+        assert len(final) == expected_count
+        assert [e.position for e in final] == list(range(1, expected_count + 1))  # gapless
+        assert followed == [(e.position, e.id) for e in final]
+        for head in await follower.heads():
+            report = await follower.verify(head.workspace)
+            assert report.ok, report
+            assert report.checked == head.seq
+
+
+async def test_positions_are_read_after_the_lock(schema: str) -> None:
+    """A node waiting for the write lock assigns positions only once it holds it, after
+    everything committed before: here another writer (by hand, holding the lock) commits
+    position 2 while node b waits, and b's event gets position 3."""
+    async with (
+        PostgresEventStore(DSN, schema=schema) as a,
+        PostgresEventStore(DSN, schema=schema) as b,
+        connection() as blocker,
+    ):
+        await a.append("w", [msg("first")])
+        async with blocker.transaction():
+            await blocker.execute(f'LOCK TABLE "{schema}".events IN EXCLUSIVE MODE')
+            late = asyncio.create_task(b.append("w", [msg("waits")]))
+            await asyncio.sleep(0.2)
+            assert not late.done()
+            other = seal(
+                msg("by hand"),
+                id="h",
+                workspace="other",
+                seq=1,
+                position=2,
+                timestamp=1,
+                producer="",
+                prev="",
+            )
+            await blocker.execute(
+                f'INSERT INTO "{schema}".events '
+                "(position, workspace, seq, id, kind, timestamp, hash, body) "
+                "VALUES (2, 'other', 1, 'h', 'messagePosted', 1, $1, $2)",
+                other.hash,
+                encode_event(other),
+            )
+        result = await late
+        assert (result.events[0].position, result.events[0].seq) == (3, 2)
+        assert [e.position for e in await a.read_all()] == [1, 2, 3]
+
+
+async def test_lock_timeout_is_unavailable(schema: str) -> None:
+    async with (
+        PostgresEventStore(DSN, schema=schema, lock_timeout=0.2) as store,
+        connection() as blocker,
+    ):
+        await store.append("w", [msg("one")])
+        async with blocker.transaction():
+            await blocker.execute(f'LOCK TABLE "{schema}".events IN EXCLUSIVE MODE')
+            with pytest.raises(Unavailable) as info:
+                await store.append("w", [msg("blocked")])
+            assert info.value.details.get("sqlstate") == "55P03"
+        result = await store.append("w", [msg("two")])
+        assert result.seqs == [2]
+
+
+# -- migrations -------------------------------------------------------------------------------
+
+
+async def test_migrations_are_idempotent(schema: str) -> None:
+    async with connection() as conn:
+        assert await current_version(conn, schema) == 0
+        assert await migrate(conn, schema) == (0, LATEST)
+        assert await migrate(conn, schema) == (LATEST, LATEST)
+        rows = await conn.fetch(f'SELECT version FROM "{schema}".schema_version ORDER BY 1')
+        assert [r["version"] for r in rows] == list(range(1, LATEST + 1))
+    # Opening an up-to-date schema changes nothing, with or without migrate.
+    async with PostgresEventStore(DSN, schema=schema) as store:
+        await store.append("w", [msg("x")])
+    async with PostgresEventStore(DSN, schema=schema, migrate=False) as store:
+        assert (await store.head("w")) is not None
+
+
+async def test_concurrent_migrations_apply_once(schema: str) -> None:
+    async def one() -> tuple[int, int]:
+        async with connection() as conn:
+            return await migrate(conn, schema)
+
+    results = await asyncio.gather(*(one() for _ in range(4)))
+    assert sorted(results) == [(0, LATEST)] + [(LATEST, LATEST)] * 3
+    async with connection() as conn:
+        count = await conn.fetchval(f'SELECT count(*) FROM "{schema}".schema_version')
+        assert count == LATEST
+
+
+async def test_open_refuses_newer_schema(schema: str) -> None:
+    async with connection() as conn:
+        await migrate(conn, schema)
+        await conn.execute(
+            f"INSERT INTO \"{schema}\".schema_version (version, description) VALUES ($1, 'x')",
+            LATEST + 1,
+        )
+    store = PostgresEventStore(DSN, schema=schema)
+    with pytest.raises(SchemaVersionError) as info:
+        await store.open()
+    assert info.value.details == {"schema": schema, "found": LATEST + 1, "supported": LATEST}
+    assert "newer" in info.value.message
+    with pytest.raises(Unavailable):  # nothing was left open
+        await store.append("w", [msg("x")])
+    await store.close()
+    with pytest.raises(SchemaVersionError):
+        await PostgresEventStore(DSN, schema=schema).migrate_schema()
+
+
+async def test_open_without_migrate_refuses_old_schema(schema: str) -> None:
+    store = PostgresEventStore(DSN, schema=schema, migrate=False)
+    with pytest.raises(SchemaVersionError) as info:
+        await store.open()
+    assert "agora db migrate" in info.value.message
+    assert info.value.details["found"] == 0
+
+
+def test_db_migrate_command(pg_unavailable: str | None, capsys: pytest.CaptureFixture[str]) -> None:
+    require("postgres", pg_unavailable is None, pg_unavailable or "")
+    name = new_schema_name()
+    url = f"{DSN}?schema={name}"
+    try:
+        assert cli_main(["db", "migrate", "--store", url]) == 0
+        assert capsys.readouterr().out == f"schema {name}: version {LATEST} (migrated from 0)\n"
+        assert cli_main(["db", "migrate", "--store", url]) == 0
+        assert capsys.readouterr().out == f"schema {name}: version {LATEST} (up to date)\n"
+    finally:
+        run_sync(drop_schema(name))
+
+
+def test_db_migrate_refuses_other_stores(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["db", "migrate", "--store", "sqlite://"]) == 2
+    assert "PostgreSQL" in capsys.readouterr().err
+
+
+# -- NOTIFY -----------------------------------------------------------------------------------
+
+
+async def test_notify_on_commit(schema: str) -> None:
+    heard: asyncio.Queue[str] = asyncio.Queue()
+
+    def on_notify(conn: object, pid: int, channel: str, payload: object) -> None:
+        heard.put_nowait(str(payload))
+
+    async with (
+        PostgresEventStore(DSN, schema=schema) as store,
+        connection() as listener,
+    ):
+        assert store.channel == f"{schema}_events"
+        await listener.add_listener(store.channel, on_notify)
+        await store.append("alpha", [msg("1"), msg("2"), msg("3")])
+        assert await asyncio.wait_for(heard.get(), 5) == "alpha:3"
+        await store.append("beta", [msg("1")])
+        assert await asyncio.wait_for(heard.get(), 5) == "beta:1"
+
+        # A refused append commits nothing and announces nothing.
+        with pytest.raises(Conflict):
+            await store.append("alpha", [msg("x")], expected_seq=1)
+        # A retried (duplicate) batch writes nothing and announces nothing.
+        first = await store.append("beta", [msg("r", id="retry-1")])
+        assert await asyncio.wait_for(heard.get(), 5) == "beta:2"
+        again = await store.append("beta", [msg("r", id="retry-1")])
+        assert again.duplicate and again.events == first.events
+
+        # Group commit: one notification per workspace per transaction, with its last seq;
+        # seqs announced per workspace only grow and end at the head.
+        await asyncio.gather(*(store.append(f"g{i % 2}", [msg(str(i))]) for i in range(20)))
+        await store.append("end", [msg("end")])
+        payloads: list[str] = []
+        while (payload := await asyncio.wait_for(heard.get(), 5)) != "end:1":
+            payloads.append(payload)
+        assert heard.empty()
+        for workspace in ("g0", "g1"):
+            seqs = [int(p.split(":")[1]) for p in payloads if p.startswith(f"{workspace}:")]
+            assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+            assert seqs[-1] == 10
+
+        await listener.remove_listener(store.channel, on_notify)
+
+
+async def test_notify_for_import(schema: str, tmp_path: Path) -> None:
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    other = f"{schema}_src"
+    try:
+        async with PostgresEventStore(DSN, schema=other) as source:
+            await source.append("w", [msg("a"), msg("b")])
+            events = await source.read_batch("w")
+        async with (
+            PostgresEventStore(DSN, schema=schema) as store,
+            connection() as listener,
+        ):
+            await listener.add_listener(store.channel, lambda *a: heard.put_nowait(a[3]))
+            assert await store.import_events("w", events) == 2
+            assert await asyncio.wait_for(heard.get(), 5) == "w:2"
+            stored = await store.read_batch("w")
+            assert [e.hash for e in stored] == [e.hash for e in events]
+    finally:
+        await drop_schema(other)
+
+
+# -- configuration, factory, blobs ------------------------------------------------------------
+
+
+def test_url_options() -> None:
+    dsn, options = parse_url("postgresql://u:p@h:5433/db?schema=hub2&pool_size=4&sslmode=disable")
+    assert dsn == "postgresql://u:p@h:5433/db?sslmode=disable"
+    assert options == {"schema": "hub2", "pool_size": "4"}
+    store = PostgresEventStore.from_url("postgres://h/db?schema=hub2&pool_size=4")
+    assert (store.schema, store.pool_size, store.channel) == ("hub2", 4, "hub2_events")
+    assert "p@" not in repr(PostgresEventStore.from_url("postgresql://u:p@h/db"))
+    default = PostgresEventStore.from_url("postgresql://h/db")
+    assert (default.schema, default.channel) == ("agora", "agora_events")
+
+
+@pytest.mark.parametrize("bad", ["Upper", "1abc", "a-b", "x" * 49, 'a"b'])
+def test_bad_schema_names(bad: str) -> None:
+    with pytest.raises(BadRequest):
+        PostgresEventStore(DSN, schema=bad)
+    with pytest.raises(BadRequest):
+        PostgresEventStore.from_url(f"postgresql://h/db?schema={bad}")
+
+
+def test_factory_scheme(tmp_path: Path) -> None:
+    store = open_store("postgresql://h/db?schema=viafactory", tmp_path)
+    assert isinstance(store, PostgresEventStore)
+    assert store.schema == "viafactory"
+
+
+async def test_unreachable_database_is_unavailable() -> None:
+    store = PostgresEventStore("postgresql://postgres@127.0.0.1:1/test", command_timeout=5)
+    with pytest.raises(Unavailable):
+        await store.open()
+    await store.close()
+
+
+async def test_blobs_are_shared_between_nodes(schema: str) -> None:
+    async with (
+        PostgresEventStore(DSN, schema=schema) as a,
+        PostgresEventStore(DSN, schema=schema) as b,
+    ):
+        digest = await a.blobs.put(b"shared content")
+        assert await b.blobs.has(digest)
+        assert await b.blobs.get(digest) == b"shared content"
+        async with connection() as conn:
+            await conn.execute(
+                f"UPDATE \"{schema}\".blobs SET data = 'tampered'::bytea WHERE sha256 = $1",
+                digest,
+            )
+        with pytest.raises(IntegrityError):
+            await b.blobs.get(digest)
+
+
+async def test_append_cancelled_while_queued_is_not_written(schema: str) -> None:
+    """A caller cancelled before its batch's transaction began leaves nothing behind; one
+    cancelled later may see its batch committed (then a retry answers duplicate)."""
+    async with (
+        PostgresEventStore(DSN, schema=schema) as store,
+        connection() as blocker,
+    ):
+        async with blocker.transaction():
+            await blocker.execute(f'LOCK TABLE "{schema}".events IN EXCLUSIVE MODE')
+            first = asyncio.create_task(store.append("w", [msg("in flight", id="f")]))
+            await asyncio.sleep(0.1)  # the writer now waits for the lock with `first`
+            queued = asyncio.create_task(store.append("w", [msg("queued", id="q")]))
+            await asyncio.sleep(0.05)
+            queued.cancel()
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await queued
+            with pytest.raises(asyncio.CancelledError):
+                await first
+        # Let the writer finish the in-flight transaction, then look.
+        result = await store.append("w", [msg("after")])
+        found = await store.lookup_ids("w", ["f", "q"])
+        assert "q" not in found
+        assert result.seqs == [len(found) + 1]
+
+
+# -- measurement ------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not os.environ.get("AGORA_PG_BENCH"), reason="set AGORA_PG_BENCH=1")
+async def test_bench_appends(schema: str, tmp_path: Path) -> None:
+    """Print appends/s (one event each) with 1 writer and with 64 concurrent writers, on
+    PostgreSQL and, for comparison, on SQLite. A measurement: it asserts nothing on speed."""
+    from hub.log.sqlite import SqliteEventStore
+
+    seconds = float(os.environ.get("AGORA_PG_BENCH_SECONDS", "3"))
+
+    async def rate(
+        stores: list[PostgresEventStore] | list[SqliteEventStore], writers: int
+    ) -> float:
+        """Appends/s of ``writers`` tasks spread over ``stores`` (nodes), for ``seconds``."""
+        count = 0
+        deadline = time.perf_counter() + seconds
+
+        async def writer(k: int) -> None:
+            nonlocal count
+            store = stores[k % len(stores)]
+            while time.perf_counter() < deadline:
+                await store.append(f"bench{k % 8}", [msg("x" * 100)])
+                count += 1
+
+        start = time.perf_counter()
+        async with asyncio.TaskGroup() as tg:
+            for k in range(writers):
+                tg.create_task(writer(k))
+        return count / (time.perf_counter() - start)
+
+    lines = []
+    async with (
+        PostgresEventStore(DSN, schema=schema) as pg,
+        PostgresEventStore(DSN, schema=schema) as pg2,
+    ):
+        for writers in (1, 64):
+            per_second = await rate([pg], writers)
+            lines.append(f"postgres 1 node,  {writers:>2} writer(s): {per_second:8.0f} appends/s")
+        per_second = await rate([pg, pg2], 64)
+        lines.append(f"postgres 2 nodes, 64 writer(s): {per_second:8.0f} appends/s")
+    async with SqliteEventStore(tmp_path / "bench.db") as lite:
+        for writers in (1, 64):
+            per_second = await rate([lite], writers)
+            lines.append(f"sqlite            {writers:>2} writer(s): {per_second:8.0f} appends/s")
+    print("\n" + "\n".join(lines))

@@ -1,0 +1,231 @@
+"""SQLite-only behaviour of :mod:`hub.log.sqlite` (the shared contract is test_conformance.py):
+the file format, group commit, a failed transaction, another connection writing behind the
+store's back, backpressure and the writer's own cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hub.chain import seal
+from hub.errors import Unavailable
+from hub.events import MessagePayload, MessagePosted, encode_event
+from hub.log.sqlite import SCHEMA_VERSION, SqliteEventStore, _Writer, mint_id
+
+
+def msg(text: str = "hi", *, id: str = "") -> MessagePosted:
+    return MessagePosted(id=id, producer="p", payload=MessagePayload(text=text))
+
+
+class FlakyConnection:
+    """Delegates to a real connection; fails the next ``fail`` COMMITs with an I/O error."""
+
+    def __init__(self, conn: sqlite3.Connection, fail: int = 1) -> None:
+        self.conn = conn
+        self.fail = fail
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if sql == "COMMIT" and self.fail > 0:
+            self.fail -= 1
+            raise sqlite3.OperationalError("disk I/O error (simulated)")
+        return self.conn.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+
+def writer_of(store: SqliteEventStore) -> _Writer:
+    writer = store._writer
+    assert writer is not None
+    return writer
+
+
+async def test_file_format(tmp_path: Path) -> None:
+    db = tmp_path / "sub" / "agora.db"
+    async with SqliteEventStore(db) as store:
+        result = await store.append("ws", [msg("x")])
+    assert (tmp_path / "sub" / "blobs").is_dir()
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        row = conn.execute(
+            "SELECT position, workspace, seq, id, kind, timestamp, hash, body FROM events"
+        ).fetchone()
+    conn.close()
+    ev = result.events[0]
+    assert row == (
+        ev.position,
+        "ws",
+        1,
+        ev.id,
+        "messagePosted",
+        ev.timestamp,
+        ev.hash,
+        encode_event(ev),
+    )
+
+
+async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "agora.db"
+    async with SqliteEventStore(db):
+        pass
+    with sqlite3.connect(db) as conn:
+        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    conn.close()
+    store = SqliteEventStore(db)
+    with pytest.raises(Unavailable, match="schema version"):
+        await store.open()
+    await store.close()  # never opened: a no-op
+
+
+async def test_not_a_database_is_unavailable(tmp_path: Path) -> None:
+    db = tmp_path / "agora.db"
+    db.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(Exception) as info:
+        await SqliteEventStore(db).open()
+    assert info.value.__class__.__name__ in {"IntegrityError", "Unavailable"}
+
+
+async def test_concurrent_appends_share_commits(tmp_path: Path) -> None:
+    async with SqliteEventStore(tmp_path / "a.db", batch_max=8) as store:
+        sizes: list[int] = []
+        writer = writer_of(store)
+        real = writer.write
+
+        def counting(batch: list[Any]) -> list[Any]:
+            sizes.append(sum(r.size for r in batch))
+            return real(batch)
+
+        writer.write = counting  # type: ignore[method-assign]
+        results = await asyncio.gather(*(store.append("ws", [msg(str(i))]) for i in range(40)))
+        big = await store.append("ws", [msg(str(i)) for i in range(20)])  # > batch_max: alone
+    assert sorted(r.seqs[0] for r in results) == list(range(1, 41))
+    assert big.seqs == list(range(41, 61))
+    assert len(sizes) < 40 and max(sizes[:-1]) <= 8 and sizes[-1] == 20
+
+
+async def test_a_failed_commit_fails_the_whole_batch_and_recovers(tmp_path: Path) -> None:
+    async with SqliteEventStore(tmp_path / "a.db") as store:
+        await store.append("ws", [msg("before")])
+        writer = writer_of(store)
+        assert writer.conn is not None
+        real = writer.conn
+        writer.conn = FlakyConnection(real)  # type: ignore[assignment]
+        outcomes = await asyncio.gather(
+            store.append("ws", [msg("a")]),
+            store.append("other", [msg("b")]),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:
+            assert isinstance(outcome, Unavailable)
+            assert isinstance(outcome.__cause__, sqlite3.Error)
+        # Nothing of the failed batch is visible, and the next append continues the chain.
+        after = await store.append("ws", [msg("after")])
+        assert after.seqs == [2]
+        assert await store.head("other") is None
+        assert (await store.verify("ws")).ok
+        writer.conn = real
+
+
+async def test_another_connection_writing_is_noticed(tmp_path: Path) -> None:
+    db = tmp_path / "a.db"
+    async with SqliteEventStore(db) as store:
+        first = (await store.append("ws", [msg("one")])).events[0]
+        # Someone appends seq 2 behind the store's back (a second process, a restore tool…).
+        ts = first.timestamp + 1
+        foreign = seal(
+            msg("foreign"),
+            id=mint_id(ts),
+            workspace="ws",
+            seq=2,
+            position=first.position + 1,
+            timestamp=ts,
+            producer="p",
+            prev=first.hash or "",
+        )
+        with sqlite3.connect(db) as conn:
+            conn.execute(
+                "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    foreign.position,
+                    "ws",
+                    2,
+                    foreign.id,
+                    "messagePosted",
+                    ts,
+                    foreign.hash,
+                    encode_event(foreign),
+                ),
+            )
+        conn.close()
+        nxt = await store.append("ws", [msg("three")])
+        assert nxt.seqs == [3] and nxt.events[0].prev == foreign.hash
+        assert nxt.events[0].position == foreign.position + 1
+        assert (await store.verify("ws")).ok
+
+
+async def test_backpressure_with_a_tiny_queue(tmp_path: Path) -> None:
+    async with SqliteEventStore(tmp_path / "a.db", queue_max=2, batch_max=3) as store:
+        results = await asyncio.gather(*(store.append("ws", [msg(str(i))]) for i in range(60)))
+        assert sorted(r.seqs[0] for r in results) == list(range(1, 61))
+
+
+async def test_close_while_appends_wait_for_queue_room(tmp_path: Path) -> None:
+    store = SqliteEventStore(tmp_path / "a.db", queue_max=1, batch_max=1)
+    await store.open()
+    tasks = [asyncio.create_task(store.append("ws", [msg(str(i))])) for i in range(30)]
+    await asyncio.sleep(0)  # most of them now wait for room in the queue
+    await store.close()
+    results = [t.result() for t in tasks]  # every accepted append committed
+    assert sorted(r.seqs[0] for r in results) == list(range(1, 31))
+
+
+async def test_cancelling_the_writer_fails_pending_appends(tmp_path: Path) -> None:
+    store = SqliteEventStore(tmp_path / "a.db")
+    await store.open()
+    await store.append("ws", [msg()])
+    writer_task = store._task
+    assert writer_task is not None
+    tasks = [asyncio.create_task(store.append("ws", [msg(str(i))])) for i in range(20)]
+    await asyncio.sleep(0)
+    writer_task.cancel()
+    outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    # Each append either committed (its batch was already in the writer thread) or failed
+    # cleanly; none hangs.
+    assert all(isinstance(o, Unavailable) or not isinstance(o, BaseException) for o in outcomes)
+    with pytest.raises(Unavailable):
+        await store.append("ws", [msg()])
+    await store.close()
+    async with SqliteEventStore(tmp_path / "a.db") as reopened:
+        assert (await reopened.verify("ws")).ok
+
+
+async def test_reads_while_the_writer_writes(tmp_path: Path) -> None:
+    async with SqliteEventStore(tmp_path / "a.db") as store:
+
+        async def reader() -> int:
+            seen = 0
+            for _ in range(50):
+                seen = max(seen, len(await store.read_batch("ws", limit=10_000)))
+                await asyncio.sleep(0)
+            return seen
+
+        appends = asyncio.gather(*(store.append("ws", [msg(str(i))]) for i in range(300)))
+        seen, _ = await asyncio.gather(reader(), appends)
+        assert 0 <= seen <= 300
+        assert len(await store.read_batch("ws", limit=10_000)) == 300
+
+
+def test_mint_id_is_a_time_ordered_uuid() -> None:
+    import uuid
+
+    ids = [mint_id(1_700_000_000_000 + i) for i in range(100)]
+    assert ids == sorted(ids) and len(set(ids)) == 100
+    parsed = uuid.UUID(ids[0])
+    assert str(parsed) == ids[0] and parsed.version == 7
+    assert parsed.variant == uuid.RFC_4122
+    assert len({mint_id(5) for _ in range(1000)}) == 1000

@@ -1,0 +1,149 @@
+"""Process lifecycle over real sockets: SIGTERM (close 1001, exit 0, pending appends finished),
+SIGKILL (every acknowledged event survives, the chain verifies), and presence in the log."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from websockets.exceptions import ConnectionClosed
+
+from hub.log.factory import open_store
+from tests.hub.server.conftest import HubProcess, Peer, message, mint, peer
+
+
+async def _publish_forever(p: Peer, workspace: str, acked: list[tuple[int, str]]) -> None:
+    """Publish single events (pipelined, 8 in flight) until the connection drops; record
+    every ack as (seq, id)."""
+    in_flight: dict[int, str] = {}
+    rid = 0
+    try:
+        while True:
+            while len(in_flight) < 8:
+                rid += 1
+                event_id = str(uuid.uuid4())
+                in_flight[rid] = event_id
+                event = message(event_id, id=event_id)
+                frame = {"op": "publish", "rid": rid, "workspace": workspace, "event": event}
+                await p.ws.send(json.dumps(frame))
+            reply = json.loads(await p.ws.recv())
+            if reply["op"] == "ack":
+                assert reply["id"] == in_flight.pop(reply["rid"])
+                acked.append((reply["seq"], reply["id"]))
+            else:
+                assert reply["op"] == "error", reply
+                in_flight.pop(reply["rid"], None)
+    except (ConnectionClosed, OSError):
+        return
+
+
+async def _stored(data_dir: Path, workspace: str) -> dict[int, str]:
+    """seq → id of every stored event; asserts the chain verifies."""
+    async with open_store(None, data_dir) as store:
+        report = await store.verify(workspace)
+        assert report.ok, report
+        return {ev.seq: ev.id async for ev in store.read(workspace)}
+
+
+async def test_sigkill_loses_no_acknowledged_event(
+    start_hub: Callable[..., HubProcess], tmp_path: Path
+) -> None:
+    data = tmp_path / "durable"
+    hub = start_hub(data_dir=data)
+    acked: dict[str, list[tuple[int, str]]] = {"dur-a": [], "dur-b": []}
+    async with contextlib.AsyncExitStack() as stack:
+        tasks = []
+        for i, workspace in enumerate(["dur-a", "dur-b", "dur-a"]):
+            p = await stack.enter_async_context(peer(hub.url, mint(f"w{i}")))
+            tasks.append(asyncio.create_task(_publish_forever(p, workspace, acked[workspace])))
+        while sum(len(a) for a in acked.values()) < 300:
+            await asyncio.sleep(0.01)
+        hub.kill()  # SIGKILL, mid-stream
+        async with asyncio.timeout(30):
+            await asyncio.gather(*tasks)
+    assert hub.proc is not None and hub.proc.returncode == -signal.SIGKILL
+
+    restarted = start_hub(data_dir=data)
+    async with peer(restarted.url, mint()) as p:
+        for workspace, acks in acked.items():
+            head = await p.head(workspace)
+            assert head >= max(seq for seq, _ in acks)
+            await p.call("subscribe", workspace=workspace, afterSeq=0)
+            events = {e["seq"]: e["id"] for e in await p.events(workspace, head, 30)}
+            for seq, event_id in acks:
+                assert events[seq] == event_id
+    assert restarted.terminate() == 0
+    for workspace, acks in acked.items():
+        stored = await _stored(data, workspace)
+        assert all(stored[seq] == event_id for seq, event_id in acks)
+
+
+async def test_sigterm_closes_clients_1001_finishes_appends_and_exits_0(
+    start_hub: Callable[..., HubProcess], tmp_path: Path
+) -> None:
+    data = tmp_path / "graceful"
+    hub = start_hub(data_dir=data)
+    acked: list[tuple[int, str]] = []
+    async with (
+        peer(hub.url, mint("watcher")) as watcher,
+        peer(hub.url, mint("writer")) as writer,
+    ):
+        assert (await watcher.call("subscribe", workspace="term"))["op"] == "subscribed"
+        publishing = asyncio.create_task(_publish_forever(writer, "term", acked))
+        while len(acked) < 50:
+            await asyncio.sleep(0.01)
+        assert hub.proc is not None
+        hub.proc.send_signal(signal.SIGTERM)
+        closed = await watcher.closed(30)
+        async with asyncio.timeout(30):
+            await publishing
+        assert writer.ws.close_code == 1001
+    assert closed.rcvd is not None and closed.rcvd.code == 1001
+    assert await asyncio.to_thread(hub.proc.wait, 30) == 0
+    # Every ack is durable, and the watcher's presence ended in the log before exit.
+    stored = await _stored(data, "term")
+    assert all(stored[seq] == event_id for seq, event_id in acked)
+    async with open_store(None, data) as store:
+        kinds = [(ev.kind, getattr(ev.payload, "agent", None)) async for ev in store.read("term")]
+    assert ("memberLeft", "watcher") in kinds
+
+
+async def test_presence_per_agent_across_connections(hub: HubProcess) -> None:
+    ws = "presence"
+
+    def members(events: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+        return [
+            (e["kind"], e["payload"]["agent"], e["producer"])
+            for e in events
+            if e["kind"] in ("memberJoined", "memberLeft")
+        ]
+
+    async with peer(hub.url, mint("auditor")) as auditor:
+        await auditor.publish(ws, message("start"))
+        async with peer(hub.url, mint("ann")) as one, peer(hub.url, mint("ann")) as two:
+            await one.call("subscribe", workspace=ws)
+            await two.call("subscribe", workspace=ws, afterSeq=0)
+            await one.call("unsubscribe", workspace=ws)  # ann is still there through `two`
+            await one.publish(ws, message("still here"))
+            state = (await auditor.call("state", workspace=ws))["state"]
+            assert state["members"]["ann"]["present"] is True
+        # `two` disconnected: ann's last subscription ended.
+        async with asyncio.timeout(10):
+            while (await auditor.call("state", workspace=ws))["state"]["members"]["ann"][
+                "present"
+            ]:
+                await asyncio.sleep(0.02)
+        head = await auditor.head(ws)
+        await auditor.call("subscribe", workspace=ws, afterSeq=0)
+        log = await auditor.events(ws, head)
+    assert members(log)[:2] == [("memberJoined", "ann", "ann"), ("memberLeft", "ann", "ann")]
+    joined = next(e for e in log if e["kind"] == "memberJoined")
+    # ``via`` defaults to "websocket", and the event model omits defaults on the wire.
+    assert joined["payload"]["agent"] == "ann"
+    assert joined["payload"].get("via", "websocket") == "websocket"

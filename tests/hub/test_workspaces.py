@@ -1,0 +1,218 @@
+"""The decide → append → evolve pipeline (hub/workspaces.py) over a real SQLite store."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from hub.errors import BadRequest, Conflict, Forbidden, NotFound, TooLarge
+from hub.events import (
+    Completed,
+    Event,
+    FileWritten,
+    FileWrittenPayload,
+    MemberJoined,
+    MemberPayload,
+    MessagePayload,
+    MessagePosted,
+    NeedWork,
+    WorkClaimed,
+    WorkPublished,
+)
+from hub.log.sqlite import SqliteEventStore
+from hub.projections.loading import rebuild_state
+from hub.validation import Limits
+from hub.workspaces import Workspaces
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteEventStore]:
+    async with SqliteEventStore(tmp_path / "agora.db", blobs_dir=tmp_path / "blobs") as s:
+        yield s
+
+
+def msg(text: str, id: str = "") -> MessagePosted:
+    return MessagePosted(id=id, payload=MessagePayload(text=text))
+
+
+def write(path: str, text: str, base_rev: int | None = None, id: str = "") -> FileWritten:
+    return FileWritten(id=id, payload=FileWrittenPayload(path=path, text=text, base_rev=base_rev))
+
+
+async def test_producer_is_the_authenticated_agent(store: SqliteEventStore) -> None:
+    ws = Workspaces(store)
+    r = await ws.publish(
+        "w", [MessagePosted(producer="mallory", payload=MessagePayload())], producer="alice"
+    )
+    assert r.events[0].producer == "alice"
+    assert r.events[0].seq == 1
+
+
+async def test_concurrent_publishers_share_commits_and_stay_gapless(
+    store: SqliteEventStore,
+) -> None:
+    ws = Workspaces(store)
+    seen: list[int] = []
+    ws.add_listener(lambda name, evs: seen.extend(e.seq for e in evs))
+    results = await asyncio.gather(
+        *(ws.publish("w", [msg(f"m{i}")], producer=f"a{i % 7}") for i in range(300))
+    )
+    assert sorted(r.events[0].seq for r in results) == list(range(1, 301))
+    assert seen == list(range(1, 301))  # listeners see committed events in seq order
+    state = await ws.state("w")
+    assert state.seq == 300 and state.messages == 300
+    assert (await store.verify("w")).ok
+
+
+async def test_decide_runs_against_in_flight_batches(store: SqliteEventStore) -> None:
+    """Two concurrent writes with the same baseRev: exactly one wins."""
+    ws = Workspaces(store)
+    await ws.publish("w", [write("a.txt", "v1", base_rev=0)], producer="a")
+    outcomes = await asyncio.gather(
+        ws.publish("w", [write("a.txt", "v2", base_rev=1)], producer="a"),
+        ws.publish("w", [write("a.txt", "v3", base_rev=1)], producer="b"),
+        return_exceptions=True,
+    )
+    assert sum(isinstance(o, Conflict) for o in outcomes) == 1
+    state = await ws.state("w")
+    assert state.files["a.txt"].rev == 2
+
+
+async def test_ownership_rules(store: SqliteEventStore) -> None:
+    ws = Workspaces(store)
+    await ws.publish("w", [NeedWork(correlation_id="c1", payload={"x": 1})], producer="planner")
+    await ws.publish("w", [WorkClaimed(correlation_id="c1")], producer="coder")
+    with pytest.raises(Conflict):
+        await ws.publish("w", [WorkClaimed(correlation_id="c1")], producer="intruder")
+    with pytest.raises(Forbidden):
+        await ws.publish("w", [WorkPublished(correlation_id="c1")], producer="intruder")
+    await ws.publish("w", [Completed(correlation_id="c1")], producer="coder")
+    assert (await ws.head("w")) == 3
+
+
+async def test_expected_seq(store: SqliteEventStore) -> None:
+    ws = Workspaces(store)
+    await ws.publish("w", [msg("a")], producer="a", expected_seq=0)
+    with pytest.raises(Conflict) as e:
+        await ws.publish("w", [msg("b")], producer="a", expected_seq=0)
+    assert e.value.details["head"] == 1
+
+
+async def test_retry_returns_the_original_even_when_rules_would_refuse_it(
+    store: SqliteEventStore,
+) -> None:
+    ws = Workspaces(store)
+    first = await ws.publish("w", [write("a", "1", base_rev=0, id="e1")], producer="a")
+    again = await ws.publish("w", [write("a", "1", base_rev=0, id="e1")], producer="a")
+    assert again.duplicate and again.seqs == first.seqs
+    assert (await ws.head("w")) == 1
+
+
+async def test_retry_of_a_batch_that_passes_the_rules_does_not_fork_the_state(
+    store: SqliteEventStore,
+) -> None:
+    ws = Workspaces(store)
+    await ws.publish("w", [msg("hi", id="m1")], producer="a")
+    again = await ws.publish("w", [msg("hi", id="m1")], producer="a")
+    assert again.duplicate
+    await ws.publish("w", [msg("next")], producer="a")
+    state = await ws.state("w")
+    assert state.messages == 2 and state.seq == 2
+    assert state == await rebuild_state(store, "w")
+
+
+async def test_in_flight_duplicate(store: SqliteEventStore) -> None:
+    ws = Workspaces(store)
+    a, b = await asyncio.gather(
+        ws.publish("w", [msg("x", id="same")], producer="a"),
+        ws.publish("w", [msg("x", id="same")], producer="a"),
+    )
+    assert a.seqs == b.seqs == [1]
+    assert {a.duplicate, b.duplicate} == {False, True}
+    await ws.publish("w", [msg("y")], producer="a")
+    assert await ws.state("w") == await rebuild_state(store, "w")
+
+
+async def test_a_batch_is_atomic(store: SqliteEventStore) -> None:
+    ws = Workspaces(store)
+    with pytest.raises(Conflict) as e:
+        await ws.publish(
+            "w", [write("a", "1", base_rev=0), write("a", "2", base_rev=0)], producer="a"
+        )
+    assert e.value.details["index"] == 1
+    assert (await ws.head("w")) == 0
+
+
+@pytest.mark.parametrize(
+    ("drafts", "error"),
+    [
+        ([write("../x", "1")], BadRequest),
+        ([MemberJoined(payload=MemberPayload(agent="x"))], Forbidden),
+        ([FileWritten(payload=FileWrittenPayload(path="a", blob="0" * 64))], NotFound),
+        ([write("big", "x" * 2000)], TooLarge),
+        ([], BadRequest),
+    ],
+)
+async def test_bad_input_writes_nothing(
+    store: SqliteEventStore, drafts: Sequence[Event], error: type[Exception]
+) -> None:
+    ws = Workspaces(store, limits=Limits(max_file_bytes=1000))
+    with pytest.raises(error):
+        await ws.publish("w", drafts, producer="a")
+    assert await store.head("w") is None
+
+
+async def test_hub_kinds_are_allowed_when_trusted(store: SqliteEventStore) -> None:
+    ws = Workspaces(store)
+    r = await ws.publish(
+        "w", [MemberJoined(payload=MemberPayload(agent="a"))], producer="a", trusted=True
+    )
+    assert r.seqs == [1]
+    assert (await ws.state("w")).members["a"].present
+
+
+async def test_large_content_moves_to_the_blob_store(store: SqliteEventStore) -> None:
+    ws = Workspaces(store, limits=Limits(blob_threshold=10))
+    r = await ws.publish("w", [write("big.txt", "y" * 100)], producer="a")
+    p = r.events[0].payload
+    assert isinstance(p, FileWrittenPayload)
+    assert p.text is None and p.blob is not None and p.size == 100
+    assert await store.blobs.get(p.blob) == b"y" * 100
+    small = await ws.publish("w", [write("s.txt", "tiny")], producer="a")
+    assert isinstance(small.events[0].payload, FileWrittenPayload)
+    assert small.events[0].payload.text == "tiny" and small.events[0].payload.size == 4
+
+
+async def test_another_writer_on_the_same_log_is_caught_up(tmp_path: Path) -> None:
+    """A second hub process (or `agora append`) appending to the same database."""
+    db = tmp_path / "agora.db"
+    async with (
+        SqliteEventStore(db, blobs_dir=tmp_path / "b") as s1,
+        SqliteEventStore(db, blobs_dir=tmp_path / "b") as s2,
+    ):
+        ws1, ws2 = Workspaces(s1), Workspaces(s2)
+        await ws1.publish("w", [write("a", "1", base_rev=0)], producer="a")
+        await ws2.publish("w", [write("a", "2", base_rev=1)], producer="b")
+        seen: list[int] = []
+        ws1.add_listener(lambda name, evs: seen.extend(e.seq for e in evs))
+        # ws1 still believes rev 1: the store refuses its append, it catches up and re-decides.
+        with pytest.raises(Conflict):
+            await ws1.publish("w", [write("a", "3", base_rev=1)], producer="a")
+        r = await ws1.publish("w", [write("a", "3", base_rev=2)], producer="a")
+        assert r.seqs == [3]
+        assert seen == [2, 3]
+        assert (await ws1.state("w")).files["a"].rev == 3
+
+
+async def test_state_time_travel(store: SqliteEventStore) -> None:
+    ws = Workspaces(store, snapshot_every=5)
+    for i in range(12):
+        await ws.publish("w", [write("f", str(i), id=str(uuid.uuid4()))], producer="a")
+    await ws.aclose()
+    past = await ws.state("w", at_seq=7)
+    assert past.seq == 7 and past.files["f"].text == "6"
+    assert (await ws.state("w")).files["f"].text == "11"
