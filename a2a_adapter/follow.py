@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Final
 
 from hub.events import Event
@@ -110,7 +110,7 @@ class LogFollower:
         for reader in self._readers.get(workspace, ()):
             reader.offer(batch)
 
-    async def follow(self, workspace: str, after_seq: int = 0) -> AsyncIterator[Event]:
+    async def follow(self, workspace: str, after_seq: int = 0) -> AsyncGenerator[Event, None]:
         """Every event of ``workspace`` with ``seq > after_seq``, in order, then live ones as
         they commit, until the caller stops iterating. Raises :class:`FollowerClosed` when
         the follower closes, and what the store raises."""

@@ -76,6 +76,8 @@ __all__ = [
     "foreign_kind",
     "from_a2a",
     "message_payload",
+    "message_posted_payload",
+    "payload_parts",
     "plain",
     "task_id_of",
     "to_a2a",
@@ -173,7 +175,9 @@ _FOREIGN: Final[Mapping[TaskState, str | None]] = {
     S.TASK_STATE_REJECTED: "workCancelled",
 }
 
-_MESSAGE_KEYS: Final = frozenset({"messageId", "parts", "metadata", "extensions", "referenceTaskIds"})
+_MESSAGE_KEYS: Final = frozenset(
+    {"messageId", "parts", "metadata", "extensions", "referenceTaskIds"}
+)
 _ARTIFACT_KEYS: Final = frozenset(
     {"artifactId", "name", "description", "parts", "metadata", "extensions"}
 )
@@ -246,7 +250,7 @@ def _canonical_artifact(payload: Any) -> tuple[Artifact, bool, bool] | None:
     last = payload.get("lastChunk", False)
     if append not in (True, False) or last not in (True, False):
         return None
-    if "append" in payload and append is False or "lastChunk" in payload and last is False:
+    if ("append" in payload and append is False) or ("lastChunk" in payload and last is False):
         return None  # a canonical payload omits false flags, as ProtoJSON does
     body = {k: v for k, v in payload.items() if k not in _CHUNK_FLAGS}
     artifact = Artifact()
@@ -329,19 +333,20 @@ def _encode(event: Event) -> tuple[Shape, Message | None, list[Part]]:
 def to_a2a(
     event: Event, *, state: TaskState | None = None, append: bool = False
 ) -> list[A2AUpdate]:
-    """The A2A updates for one stored event (``[]`` for kinds that are not task updates).
+    """The A2A updates for one stored event (``[]`` for events that are not task updates:
+    other kinds, or no correlationId).
 
     ``state``: the task's state after the event, as the caller's fold computed it (needed for
     kinds that keep the state, e.g. ``messagePosted``; defaults to the table's state, WORKING
     where the table has none). ``append``: for ``execOutput``, whether an earlier chunk of the
-    same stream was sent. Raises :class:`MappingError` for an event without a task id.
+    same stream was sent.
     """
     crossing = CROSSINGS.get(event.kind)
     if crossing is None:
         return []
     task_id = task_id_of(event)
     if not task_id:
-        raise MappingError(f"{event.kind} event {event.id!r} has no task id")
+        return []  # e.g. a messagePosted outside any work item
     context_id = event.workspace
     metadata: dict[str, Any] = {KIND_KEY: event.kind, EVENT_KEY: _envelope(event)}
 
@@ -357,7 +362,9 @@ def to_a2a(
             TaskArtifactUpdateEvent(
                 task_id=task_id,
                 context_id=context_id,
-                artifact=Artifact(artifact_id=f"{p.exec_id}:{p.stream}", name=p.stream, parts=[part]),
+                artifact=Artifact(
+                    artifact_id=f"{p.exec_id}:{p.stream}", name=p.stream, parts=[part]
+                ),
                 append=append,
                 last_chunk=False,
                 metadata=_struct(metadata),
@@ -518,6 +525,23 @@ def from_a2a(update: A2AUpdate) -> Event | None:
         return event_from_builtins(obj)
     except msgspec.ValidationError as e:
         raise MappingError(f"{kind}: {e}") from e
+
+
+def payload_parts(payload: Any) -> tuple[list[Part], dict[str, Any] | None]:
+    """The parts (and message metadata) to send a peer for an event payload: a payload that
+    is an A2A message gives its own parts, a string one text part, anything else one data
+    part; ``None`` gives no parts."""
+    if isinstance(payload, MessagePayload):
+        payload = payload.data if _canonical_message(payload.data) else msgspec.to_builtins(payload)
+    if payload is None:
+        return [], None
+    if isinstance(payload, str):
+        return [Part(text=payload)], None
+    message = _canonical_message(payload)
+    if message is not None:
+        meta = _dict(message.metadata) if message.HasField("metadata") else None
+        return list(message.parts), meta
+    return [Part(data=_value(payload))], None
 
 
 def foreign_kind(state: TaskState, *, claimed: bool, has_message: bool) -> str | None:

@@ -22,7 +22,7 @@ import binascii
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from typing import Final, NamedTuple
 
@@ -86,7 +86,7 @@ def capability_of(context: ServerCallContext) -> Capability:
 def readable_workspaces(cap: Capability) -> list[str] | None:
     """The workspaces ``cap`` may read (None: every workspace)."""
     if ANY in cap.workspaces:
-        return None if cap.has("read", "x") else []
+        return None if "read" in cap.rights or "admin" in cap.rights else []
     return [w for w in cap.workspaces if cap.has("read", w)]
 
 
@@ -211,7 +211,9 @@ class LogTaskStore(VersionedTaskStore):
         if found is None:
             return None
         _, view = found
-        return StoredTask(view.task(), TaskVersion(view.version) if view.version else TaskVersion.MISSING)
+        return StoredTask(
+            view.task(), TaskVersion(view.version) if view.version else TaskVersion.MISSING
+        )
 
     async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         """Tasks of one context (``contextId``) or of every workspace the caller may read,
@@ -340,14 +342,14 @@ class LogTaskEventStream(TaskEventStream):
         ref = await self.locator.locate(task_id, None)
         if ref is None:
             raise TaskNotFoundError
-        after_seq = 0 if after.is_missing else int(str(after).removeprefix("TaskVersion(")[:-1])
+        after_seq = 0 if after.is_missing else int(after._value)
         async with aclosing(self.updates(ref, task_id, after_seq)) as updates:
             async for seq, update in updates:
                 yield VersionedEvent(event=update, version=TaskVersion(seq))
 
     async def updates(
         self, ref: TaskRef, task_id: str, after_seq: int, *, view: TaskView | None = None
-    ) -> AsyncIterator[tuple[int, TaskStatusUpdateEvent | TaskArtifactUpdateEvent]]:
+    ) -> AsyncGenerator[tuple[int, TaskStatusUpdateEvent | TaskArtifactUpdateEvent], None]:
         """``(seq, update)`` for each of the task's updates after ``after_seq``, from the log
         then live, ending after the update that makes the task terminal.
 

@@ -38,7 +38,7 @@ from hub.events import Event, ExecFinished, ExecOutput
 from hub.projections.executions import ExecStatus
 from hub.projections.work import WORK_LIFECYCLE, WorkStatus
 
-__all__ = ["TaskView", "TaskKind"]
+__all__ = ["TaskKind", "TaskView"]
 
 TaskKind = Literal["work", "exec"]
 
@@ -114,7 +114,7 @@ class TaskView:
 
         Events must come in seq order; an event at or before :attr:`version` is ignored.
         """
-        if event.seq and event.seq <= self.version or not self.belongs(event):
+        if (event.seq and event.seq <= self.version) or not self.belongs(event):
             return []
         if not self.exists:
             self.opened_seq = event.seq or 1

@@ -27,6 +27,7 @@ COMMANDS: tuple[str, ...] = (
     "import_",
     "workspaces",
     "db",
+    "tool_schema",
 )
 
 

@@ -116,6 +116,12 @@ DEFAULT_HISTORY_BYTES: Final = 32 * 1024 * 1024
 DEFAULT_MAX_FRAME: Final = 64 * 1024 * 1024
 """Largest frame the client accepts (``state`` frames carry inline file content)."""
 
+RATE_LIMIT_RETRIES: Final = 8
+"""How often a rate-limited publish is sent again (after the wait the hub asked for)."""
+
+MAX_RATE_LIMIT_WAIT: Final = 5.0
+"""Seconds: the longest wait before sending a rate-limited publish again."""
+
 INDEX_SIZE: Final = 4096
 """Work items whose topic and opening seq a :class:`Workspace` handle remembers."""
 
@@ -377,6 +383,8 @@ class _Feed:
         for cursor in self.cursors:
             cursor.finish(error)
         self.cursors.clear()
+        if self.rid is not None:
+            self.session._control.pop(self.rid, None)
         self.rid = None
         self.confirmed = False
         self.session._feeds.pop(self.workspace, None)
@@ -385,6 +393,7 @@ class _Feed:
     def leave(self) -> None:
         """Unsubscribe and forget the feed; local subscribers stop."""
         if self.rid is not None:
+            self.session._control.pop(self.rid, None)
             self.session._send_control(frames.Unsubscribe(workspace=self.workspace), None)
         self.fail(None)
 
@@ -397,6 +406,7 @@ class _Feed:
             self.rid = None
             return  # the next connection subscribes (``on_connected``)
         if self.rid is not None:
+            self.session._control.pop(self.rid, None)
             self.session._send_control(frames.Unsubscribe(workspace=self.workspace), None)
         self.after = after
         self.confirmed = False
@@ -588,6 +598,7 @@ class Session:
         backoff: Backoff | None = None,
         history: int = DEFAULT_HISTORY,
         history_bytes: int = DEFAULT_HISTORY_BYTES,
+        retry_rate_limited: bool = True,
         open_timeout: float = 10.0,
         max_frame_bytes: int = DEFAULT_MAX_FRAME,
         compression: str | None = None,
@@ -598,6 +609,7 @@ class Session:
         self.server = ""
         self.history = max(1, history)
         self.history_bytes = max(1, history_bytes)
+        self.retry_rate_limited = retry_rate_limited
         self._token = token
         self._reconnect = reconnect
         self._backoff = backoff or Backoff()
@@ -893,7 +905,11 @@ class Session:
             return
         rid = frame.rid
         if isinstance(rid, int) and rid in self._control:
-            feed = self._control.pop(rid)
+            # A subscribe's rid stays registered while it is in force: the hub may end the
+            # subscription later with an error carrying it (a failed catch-up).
+            feed = self._control[rid]
+            if feed is None or isinstance(frame, frames.Error):
+                del self._control[rid]
             if feed is not None:
                 if isinstance(frame, frames.Subscribed):
                     feed.on_subscribed(rid, frame.head)
@@ -957,6 +973,7 @@ def connect(
     backoff: Backoff | None = None,
     history: int = DEFAULT_HISTORY,
     history_bytes: int = DEFAULT_HISTORY_BYTES,
+    retry_rate_limited: bool = True,
     open_timeout: float = 10.0,
     max_frame_bytes: int = DEFAULT_MAX_FRAME,
     compression: str | None = None,
@@ -968,7 +985,9 @@ def connect(
     :class:`~hub.errors.Unavailable` when the hub cannot be reached. ``reconnect``: resume
     after a dropped connection or a 4408 close (``backoff`` bounds the delays and how long to
     try). ``history``/``history_bytes``: the recent events kept per followed workspace (a
-    subscriber further behind is replayed from the log). ``compression``: ``"deflate"`` to
+    subscriber further behind is replayed from the log). ``retry_rate_limited``: a publish
+    refused with ``rateLimited`` is sent again after the wait the hub names (a few times)
+    instead of raising :class:`~hub.errors.RateLimited`. ``compression``: ``"deflate"`` to
     offer permessage-deflate (off by default: it costs latency on a LAN).
     """
     return Session(
@@ -978,6 +997,7 @@ def connect(
         backoff=backoff,
         history=history,
         history_bytes=history_bytes,
+        retry_rate_limited=retry_rate_limited,
         open_timeout=open_timeout,
         max_frame_bytes=max_frame_bytes,
         compression=compression,
@@ -1027,10 +1047,11 @@ class Workspace:
         head this write is based on. Raises :class:`~hub.errors.BadRequest`/``TooLarge``
         (invalid), ``Forbidden`` (no write right, a hub-only kind, not the owner),
         ``Conflict`` (stale ``expected_seq``/``baseRev``, terminal or foreign work item;
-        ``details['head']``), ``NotFound``, ``RateLimited``.
+        ``details['head']``), ``NotFound``, ``RateLimited`` (still limited after the
+        retries, or at once when the session does not retry).
         """
         draft = self._draft(event)
-        reply = await self.session.request(
+        reply = await self._publish(
             frames.Publish(workspace=self.name, event=cast(Any, draft), expected_seq=expected_seq)
         )
         if not isinstance(reply, frames.Ack) or reply.seq is None:
@@ -1045,13 +1066,31 @@ class Workspace:
         drafts = [self._draft(e) for e in events]
         if not drafts:
             raise BadRequest("a batch needs at least one event", field="events")
-        reply = await self.session.request(
+        reply = await self._publish(
             frames.Publish(workspace=self.name, events=cast(Any, drafts), expected_seq=expected_seq)
         )
         if not isinstance(reply, frames.Ack) or reply.seqs is None:
             raise Internal(f"unexpected reply to publish: {type(reply).__name__}")
         ids = reply.ids if reply.ids is not None else [d.id for d in drafts]
         return BatchAck(self.name, list(reply.seqs), list(ids), reply.duplicate)
+
+    async def _publish(self, frame: frames.Publish) -> frames.ServerFrame:
+        """Send a publish; on ``rateLimited`` wait (the ``retryAfterMs`` the hub asked for,
+        doubled on each attempt, with jitter) and send it again, at most
+        ``RATE_LIMIT_RETRIES`` times unless the session says not to retry."""
+        attempt = 0
+        while True:
+            try:
+                return await self.session.request(frame)
+            except RateLimited as e:
+                attempt += 1
+                if not self.session.retry_rate_limited or attempt > RATE_LIMIT_RETRIES:
+                    raise
+                wait_ms = e.details.get("retryAfterMs", 100)
+                wait = wait_ms / 1000 if isinstance(wait_ms, int | float) else 0.1
+                # Publishers refused together must not come back together: back off, jitter.
+                wait = min(MAX_RATE_LIMIT_WAIT, max(0.001, wait) * 2 ** (attempt - 1))
+                await asyncio.sleep(wait * (0.5 + random.random()))  # jitter, not crypto
 
     async def _emit(self, draft: E, *, opens: bool = False) -> E:
         """Publish ``draft``; return it as stored (id, seq, workspace, producer filled in;

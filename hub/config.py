@@ -55,6 +55,9 @@ class ServerConfig(_Section, frozen=True):
     host: NonEmpty = "127.0.0.1"
     port: Port = 8765
     a2a_port: Port = 8766
+    # permessage-deflate costs more CPU than it saves on small event frames; opt in for
+    # large-payload workloads over slow links.
+    compression: Literal["deflate"] | None = None
 
 
 class LimitsConfig(_Section, frozen=True):

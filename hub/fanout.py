@@ -107,12 +107,18 @@ class Subscription:
     live events may wait while the catch-up runs before the subscriber counts as too slow.
     """
 
-    __slots__ = ("agent", "closed", "last_seq", "live", "outlet", "pending", "pending_limit",
-                 "workspace")
+    __slots__ = (
+        "agent",
+        "closed",
+        "last_seq",
+        "live",
+        "outlet",
+        "pending",
+        "pending_limit",
+        "workspace",
+    )
 
-    def __init__(
-        self, outlet: Outlet, workspace: str, agent: str, *, pending_limit: int
-    ) -> None:
+    def __init__(self, outlet: Outlet, workspace: str, agent: str, *, pending_limit: int) -> None:
         self.outlet = outlet
         self.workspace = workspace
         self.agent = agent

@@ -119,7 +119,9 @@ class Ack(ServerFrame, tag="ack", frozen=True, kw_only=True):
 class StateFrame(ServerFrame, tag="state", frozen=True):
     workspace: str
     seq: int
-    state: Any
+    state: Annotated[
+        Any, msgspec.Meta(description="The workspace state (schemas/workspace-state.json).")
+    ]
 
 
 class Error(ServerFrame, tag="error", frozen=True, kw_only=True):

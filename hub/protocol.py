@@ -4,14 +4,15 @@
 A :class:`Session` takes what arrived (:meth:`Session.open` with the handshake's
 ``Authorization`` header, :meth:`Session.receive` for each text frame,
 :meth:`Session.receive_binary`) and the outcome of the work it asked for
-(:meth:`Session.completed`, :meth:`Session.failed`), and returns *actions* for the I/O shell
-(:mod:`hub.server`) to perform: :class:`Send` a frame, :class:`Close` the connection, or one of
-the requests (:class:`SubscribeRequest`, :class:`UnsubscribeRequest`, :class:`PublishRequest`,
-:class:`StateRequest`) that need the log. It owns the authentication state, the subscription
-bookkeeping, rights checks, frame decoding, the publish rate limit (a token bucket on an
-injected clock), the bad-frame count, and the one mapping from errors to ``error`` frames and
-close codes (:func:`error_frame`, :data:`CLOSE_FOR_ERROR`). It imports neither asyncio nor
-websockets, so it is tested with plain values (tests/hub/test_protocol.py).
+(:meth:`Session.completed`, :meth:`Session.failed`, :meth:`Session.too_slow`), and returns
+*actions* for the I/O shell (:mod:`hub.server`) to perform: :class:`Send` a frame,
+:class:`Close` the connection, or one of the requests (:class:`SubscribeRequest`,
+:class:`UnsubscribeRequest`, :class:`PublishRequest`, :class:`StateRequest`) that need the log.
+It owns the authentication state, the subscription bookkeeping, rights checks, frame
+decoding, the publish rate limit (a token bucket on an injected clock), the bad-frame count,
+and the one mapping from errors to ``error`` frames and close codes (:func:`error_frame`,
+:data:`CLOSE_FOR_ERROR`, 1008 for garbage, 4408 with its reason). It imports neither asyncio
+nor websockets, so it is tested with plain values (tests/hub/test_protocol.py).
 
 The protocol is documented in docs/protocol.md; the frames are in :mod:`hub.frames`.
 """
@@ -330,6 +331,10 @@ class SessionLimits(msgspec.Struct, frozen=True, kw_only=True):
     garbage_limit: int = 20
 
 
+def _expired_error() -> Unauthorized:
+    return Unauthorized("token has expired", reason="expired")
+
+
 _READ: Final[Right] = "read"
 _WRITE: Final[Right] = "write"
 
@@ -383,15 +388,16 @@ class Session:
         try:
             frame = _client_decoder.decode(data)
         except msgspec.MsgspecError as e:
-            return self._bad_frame(decode_error(e), _recover_rid(data))
+            rid = _recover_rid(data)
+            if self._expired():
+                return self._refuse(_expired_error(), rid)
+            return self._bad_frame(decode_error(e), rid)
         if self.capability is None:
             if isinstance(frame, Hello):
                 return self._authenticate(frame.token, frame.rid)
             return self._unauthenticated(frame.rid)
-        if self.capability.expired(self._clock()):
-            return self._refuse(
-                Unauthorized("token has expired", reason="expired"), frame.rid
-            )
+        if self._expired():
+            return self._refuse(_expired_error(), frame.rid)
         try:
             return self._dispatch(frame, self.capability)
         except AgoraError as e:
@@ -404,6 +410,8 @@ class Session:
         error = BadRequest("binary frames are not accepted; send JSON text frames", field="$")
         if self.capability is None:
             return self._unauthenticated(None)
+        if self._expired():
+            return self._refuse(_expired_error(), None)
         return self._bad_frame(error, None)
 
     def completed(self, request: Request, result: Any) -> list[Action]:
@@ -460,11 +468,25 @@ class Session:
             return self._refuse(exc, rid)
         return [Send(error_frame(exc, rid))]
 
+    def too_slow(self, last_seqs: Mapping[str, int]) -> Close:
+        """The send queue overflowed: the ``Close`` (4408) whose reason tells the client where
+        to resume (``last_seqs``: the last seq handed to the socket per subscribed workspace)."""
+        close = Close(
+            int(CloseCode.TOO_SLOW),
+            overflow_reason({w: s for w, s in last_seqs.items() if w in self.subscriptions}),
+        )
+        self.closed = close
+        return close
+
     def ended(self, workspace: str) -> None:
         """The shell ended the subscription on ``workspace`` by itself (its catch-up failed)."""
         self.subscriptions.discard(workspace)
 
     # -- internals --------------------------------------------------------------------------
+
+    def _expired(self) -> bool:
+        """Whether the connection's token has expired (checked on every frame)."""
+        return self.capability is not None and self.capability.expired(self._clock())
 
     def _authenticate(self, token: str, rid: Rid) -> list[Action]:
         try:
@@ -474,17 +496,31 @@ class Session:
         if self.capability is not None:
             # A second hello refreshes the token of the same agent (e.g. before it expires).
             if capability.agent != self.capability.agent:
-                return [Send(error_frame(Forbidden(
-                    "a connection cannot change its agent; open a new connection",
-                    agent=capability.agent,
-                ), rid))]
+                return [
+                    Send(
+                        error_frame(
+                            Forbidden(
+                                "a connection cannot change its agent; open a new connection",
+                                agent=capability.agent,
+                            ),
+                            rid,
+                        )
+                    )
+                ]
             lost = sorted(w for w in self.subscriptions if not capability.has(_READ, w))
             if lost:
-                return [Send(error_frame(Forbidden(
-                    "the new token lacks the read right on subscribed workspaces; "
-                    "unsubscribe first",
-                    workspaces=lost,
-                ), rid))]
+                return [
+                    Send(
+                        error_frame(
+                            Forbidden(
+                                "the new token lacks the read right on subscribed workspaces; "
+                                "unsubscribe first",
+                                workspaces=lost,
+                            ),
+                            rid,
+                        )
+                    )
+                ]
         self.capability = capability
         welcome = Welcome(
             rid=rid,
@@ -510,7 +546,8 @@ class Session:
     def _refuse(self, exc: AgoraError, rid: Rid) -> list[Action]:
         code = CLOSE_FOR_ERROR[exc.code]
         reason = exc.details.get("reason", exc.code)
-        close = Close(int(code), f"{exc.code}: {reason}"[:MAX_CLOSE_REASON_BYTES])
+        text = f"{exc.code}: {reason}".encode()[:MAX_CLOSE_REASON_BYTES]
+        close = Close(int(code), text.decode(errors="ignore"))
         self.closed = close
         return [Send(error_frame(exc, rid)), close]
 
@@ -532,9 +569,7 @@ class Session:
             case Subscribe(rid=rid, workspace=workspace, after_seq=after_seq):
                 self._check(capability, _READ, workspace)
                 if workspace in self.subscriptions:
-                    raise Exists(
-                        f"already subscribed to {workspace!r}", field="$.workspace"
-                    )
+                    raise Exists(f"already subscribed to {workspace!r}", field="$.workspace")
                 if len(self.subscriptions) >= self.limits.max_subscriptions:
                     raise Busy(
                         f"at most {self.limits.max_subscriptions} subscriptions per connection",

@@ -21,6 +21,7 @@ from typing import Any, Final
 import msgspec
 
 from hub.events import AnyEvent
+from hub.frames import AnyClientFrame, AnyServerFrame
 from hub.projections.workspace import WorkspaceState
 
 JSON_SCHEMA_DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
@@ -29,6 +30,7 @@ SCHEMA_DIR: Final = Path(__file__).resolve().parent.parent / "schemas"
 SCHEMAS: list[tuple[str, tuple[Any, ...]]] = [
     ("events.json", (AnyEvent,)),
     ("workspace-state.json", (WorkspaceState,)),
+    ("protocol.json", (AnyClientFrame, AnyServerFrame)),
 ]
 """The registry: (file name under ``schemas/``, the types it describes)."""
 

@@ -33,7 +33,7 @@ from hub.auth import TokenSigner
 from hub.config import HubConfig
 from hub.errors import AgoraError, BadRequest, Internal
 from hub.events import MemberJoined, MemberLeft, MemberPayload
-from hub.fanout import Fanout, Outgoing, SendQueue, Subscription
+from hub.fanout import NOT_AN_EVENT, Fanout, Outgoing, SendQueue, Subscription
 from hub.frames import SUBPROTOCOL, CloseCode
 from hub.log.base import EventStore
 from hub.protocol import (
@@ -50,7 +50,6 @@ from hub.protocol import (
     UnsubscribeRequest,
     encode_event_frame,
     encode_frame,
-    overflow_reason,
 )
 from hub.workspaces import Workspaces
 
@@ -63,15 +62,13 @@ T = TypeVar("T")
 CATCH_UP_PAGE: Final = 256
 """Events read from the store per page while a subscriber catches up."""
 
-NO_EVENT: Final = 0
-
 
 def server_options(config: HubConfig) -> dict[str, Any]:
     """Keyword arguments for ``websockets.asyncio.server.serve`` from the configuration.
 
     ``max_size`` is ``[limits] max_frame_bytes`` (a larger frame closes the connection with
     1009); permessage-deflate is off unless ``[server] compression = "deflate"``."""
-    compression = getattr(config.server, "compression", None)
+    compression = config.server.compression
     return {
         "max_size": config.limits.max_frame_bytes,
         "compression": compression if compression == "deflate" else None,
@@ -145,11 +142,10 @@ class Hub:
         self.workspaces.add_listener(self.fanout)
         self.presence = Presence(self)
         self.url: str | None = None
+        self.stopping = False
         self._tg: asyncio.TaskGroup | None = None
 
-    async def run(
-        self, stop: asyncio.Event, on_ready: Callable[[str], None] | None = None
-    ) -> None:
+    async def run(self, stop: asyncio.Event, on_ready: Callable[[str], None] | None = None) -> None:
         """Open the store, serve until ``stop`` is set, then shut down in order (see the module
         docstring). ``on_ready`` gets the URL once the socket listens. Raises ``OSError`` when
         the address cannot be bound, and what the store's ``open`` raises."""
@@ -176,6 +172,7 @@ class Hub:
             if on_ready is not None:
                 on_ready(self.url)
             await stop.wait()
+            self.stopping = True
             log.info("stopping: closing connections with 1001")
         # Leaving ``serve``: stopped accepting, closed connections (1001), handlers returned.
         log.info("connections closed; finishing pending writes")
@@ -239,20 +236,23 @@ class Presence:
         if self._count[key] == 1:
             self._record(key, joined=True)
 
-    def exit(self, agent: str, workspace: str) -> None:
+    def exit(self, agent: str, workspace: str, reason: str) -> None:
+        """``reason`` (for ``memberLeft``): unsubscribed, closed, tooSlow, unauthorized,
+        shutdown."""
         key = (agent, workspace)
         left = self._count.get(key, 0) - 1
         if left > 0:
             self._count[key] = left
             return
         self._count.pop(key, None)
-        self._record(key, joined=False)
+        self._record(key, joined=False, reason=reason)
 
-    def _record(self, key: tuple[str, str], *, joined: bool) -> None:
+    def _record(self, key: tuple[str, str], *, joined: bool, reason: str | None = None) -> None:
         previous = self._tail.get(key)
         kind = "joined" if joined else "left"
         task = self._hub.spawn(
-            self._append(previous, key, joined=joined), name=f"agora-presence:{kind}:{key}"
+            self._append(previous, key, joined=joined, reason=reason),
+            name=f"agora-presence:{kind}:{key}",
         )
         if task is None:
             log.warning("presence not recorded (hub stopping): %s %s %s", key[0], kind, key[1])
@@ -266,13 +266,22 @@ class Presence:
         task.add_done_callback(forget)
 
     async def _append(
-        self, previous: asyncio.Task[None] | None, key: tuple[str, str], *, joined: bool
+        self,
+        previous: asyncio.Task[None] | None,
+        key: tuple[str, str],
+        *,
+        joined: bool,
+        reason: str | None,
     ) -> None:
         if previous is not None:
             await asyncio.wait([previous])
         agent, workspace = key
-        payload = MemberPayload(agent=agent, via="websocket")
-        event = MemberJoined(payload=payload) if joined else MemberLeft(payload=payload)
+        event: MemberJoined | MemberLeft
+        if joined:
+            event = MemberJoined(payload=MemberPayload(agent=agent, via="websocket"))
+        else:
+            payload = MemberPayload(agent=agent, via="websocket", reason=reason)
+            event = MemberLeft(payload=payload)
         try:
             await self._hub.workspaces.publish(workspace, [event], producer=agent, trusted=True)
         except Exception:
@@ -363,13 +372,12 @@ class _Connection:
         agent = self.session.agent
         if agent is not None:
             for workspace in sorted(self.present):
-                self.hub.presence.exit(agent, workspace)
+                self.hub.presence.exit(agent, workspace, self._leave_reason())
         self.present.clear()
         code, reason = self.close_code, self.close_reason
         if code == CloseCode.TOO_SLOW:
-            reason = overflow_reason(
-                {w: s for w, s in self.last_sent.items() if w in self.subscriptions}
-            )
+            close = self.session.too_slow(self.last_sent)
+            code, reason = close.code, close.reason
         self.subscriptions.clear()
         if code is not None:
             await self.ws.close(code, reason)
@@ -410,7 +418,7 @@ class _Connection:
         for action in actions:
             match action:
                 case Send(frame=frame):
-                    await self.queue.put((encode_frame(frame), None, NO_EVENT))
+                    await self.queue.put((encode_frame(frame), None, NOT_AN_EVENT))
                 case Close():
                     await self.queue.put(action)
                     return False
@@ -515,7 +523,7 @@ class _Connection:
             subscription.go_live()
         except Exception as e:
             # The subscription ends; the error (with the subscribe's rid) says so.
-            self._end_subscription(workspace)
+            self._end_subscription(workspace, "closed")
             self.session.ended(workspace)
             await self._perform(self._failed(request, e))
         finally:
@@ -527,9 +535,16 @@ class _Connection:
         if task is not None:
             task.cancel()
             await asyncio.wait([task])
-        self._end_subscription(request.workspace)
+        self._end_subscription(request.workspace, "unsubscribed")
 
-    def _end_subscription(self, workspace: str) -> None:
+    def _leave_reason(self) -> str:
+        if self.close_code == CloseCode.TOO_SLOW:
+            return "tooSlow"
+        if self.close_code == CloseCode.UNAUTHORIZED:
+            return "unauthorized"
+        return "shutdown" if self.hub.stopping else "closed"
+
+    def _end_subscription(self, workspace: str, reason: str) -> None:
         subscription = self.subscriptions.pop(workspace, None)
         if subscription is not None:
             self.hub.fanout.remove(subscription)
@@ -537,7 +552,7 @@ class _Connection:
         agent = self.session.agent
         if workspace in self.present and agent is not None:
             self.present.discard(workspace)
-            self.hub.presence.exit(agent, workspace)
+            self.hub.presence.exit(agent, workspace, reason)
 
     # -- writing ----------------------------------------------------------------------------------
 

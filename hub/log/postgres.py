@@ -74,7 +74,7 @@ DEFAULT_BATCH_MAX: Final = 1024
 DEFAULT_LOCK_TIMEOUT_S: Final = 10.0
 DEFAULT_COMMAND_TIMEOUT_S: Final = 60.0
 URL_SCHEMES: Final = ("postgresql", "postgres")
-"""URL options the store takes for itself (the rest of the URL goes to asyncpg as is)."""
+# URL query options the store takes for itself (the rest of the URL goes to asyncpg as is).
 _STORE_OPTIONS: Final = ("schema", "pool_size")
 
 _MAX_SEQ: Final = 2**63 - 1
@@ -676,9 +676,9 @@ class PostgresEventStore(EventStore):
             if r["workspace"] is not None
         }
         known = await self._known_ids(conn, batch)
-        now = time.time_ns() // 1_000_000
-        # Never step back, whatever the wall clock (of this node or another) does.
-        now = max(now, self._last_timestamp, *(t[3] for t in tips.values()))
+        # As in the SQLite store: this node's timestamps never step back, whatever its wall
+        # clock does. (Nodes' clocks may differ; ``seq`` and ``position`` carry the order.)
+        now = max(time.time_ns() // 1_000_000, self._last_timestamp)
         staged: dict[str, _Tip] = {}
         written: dict[tuple[str, str], Event] = {}
         rows = _Rows()

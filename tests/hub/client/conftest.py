@@ -139,3 +139,16 @@ send_queue = 16
 def small_queue_hub(tmp_path: Path) -> Iterator[HubProcess]:
     """A hub whose per-connection send queue is tiny, so a paused reader is cut with 4408."""
     yield from _hub(tmp_path, SLOW_CONSUMER_CONFIG)
+
+
+RATE_LIMITED_CONFIG = """
+[limits]
+publish_rate = 20.0
+publish_burst = 5
+"""
+
+
+@pytest.fixture
+def limited_hub(tmp_path: Path) -> Iterator[HubProcess]:
+    """A hub that lets each connection publish 5 events at once, then 20 per second."""
+    yield from _hub(tmp_path, RATE_LIMITED_CONFIG)

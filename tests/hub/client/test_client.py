@@ -150,6 +150,20 @@ def test_error_codes_map_to_classes() -> None:
     assert isinstance(unknown, Internal) and unknown.details["code"] == "brandNew"
 
 
+async def test_rate_limited_publishes_wait_and_retry(limited_hub: HubProcess) -> None:
+    async with connect(limited_hub.url, limited_hub.token("eager")) as session:
+        ws = session.workspace("limited")
+        acks = await asyncio.gather(*(ws.post_message(str(i)) for i in range(12)))
+        assert sorted(a.seq for a in acks) == list(range(1, 13))
+    async with connect(
+        limited_hub.url, limited_hub.token("eager"), retry_rate_limited=False
+    ) as session:
+        ws = session.workspace("limited")
+        with pytest.raises(RateLimited) as info:
+            await asyncio.gather(*(ws.post_message(str(i)) for i in range(12)))
+        assert info.value.details["retryAfterMs"] >= 1
+
+
 async def test_close_is_idempotent_and_final(hub: HubProcess) -> None:
     session = connect(hub.url, hub.token("dave"))
     await session.open()

@@ -23,9 +23,9 @@ import contextlib
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Final
 
 import asyncpg
 import pytest
@@ -39,42 +39,24 @@ from hub.log.migrations import LATEST, SchemaVersionError, current_version, migr
 from hub.log.postgres import PostgresEventStore, parse_url
 from tests.conftest import require
 
-T = TypeVar("T")
-DSN: Final = os.environ.get("AGORA_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+from .conftest import POSTGRES_DSN, pg_run, postgres_unavailable
 
-
-async def _probe() -> str | None:
-    try:
-        conn = await asyncpg.connect(DSN, timeout=5)
-    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as e:
-        return f"cannot connect to {DSN.rsplit('@', 1)[-1]}: {e}"
-    await conn.close()
-    return None
-
-
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` on a private loop (for sync code; leaves the global loop policy alone)."""
-    loop = asyncio.new_event_loop()
-    try:
-        return loop.run_until_complete(coro)
-    finally:
-        loop.close()
-
-
-@pytest.fixture(scope="session")
-def pg_unavailable() -> str | None:
-    """Why PostgreSQL cannot be used here, or None (probed once per session)."""
-    return run_sync(_probe())
+DSN: Final = POSTGRES_DSN
 
 
 def new_schema_name() -> str:
     return f"t_{uuid.uuid4().hex[:16]}"
 
 
+def require_postgres() -> None:
+    why = postgres_unavailable()
+    require("postgres", why is None, why or "")
+
+
 @pytest.fixture
-async def schema(pg_unavailable: str | None) -> AsyncIterator[str]:
+async def schema() -> AsyncIterator[str]:
     """A fresh schema name for this test; the schema is dropped (CASCADE) afterwards."""
-    require("postgres", pg_unavailable is None, pg_unavailable or "")
+    require_postgres()
     name = new_schema_name()
     try:
         yield name
@@ -83,11 +65,8 @@ async def schema(pg_unavailable: str | None) -> AsyncIterator[str]:
 
 
 async def drop_schema(name: str) -> None:
-    conn = await asyncpg.connect(DSN)
-    try:
+    async with connection() as conn:
         await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-    finally:
-        await conn.close()
 
 
 @contextlib.asynccontextmanager
@@ -267,8 +246,8 @@ async def test_open_without_migrate_refuses_old_schema(schema: str) -> None:
     assert info.value.details["found"] == 0
 
 
-def test_db_migrate_command(pg_unavailable: str | None, capsys: pytest.CaptureFixture[str]) -> None:
-    require("postgres", pg_unavailable is None, pg_unavailable or "")
+def test_db_migrate_command(capsys: pytest.CaptureFixture[str]) -> None:
+    require_postgres()
     name = new_schema_name()
     url = f"{DSN}?schema={name}"
     try:
@@ -277,7 +256,7 @@ def test_db_migrate_command(pg_unavailable: str | None, capsys: pytest.CaptureFi
         assert cli_main(["db", "migrate", "--store", url]) == 0
         assert capsys.readouterr().out == f"schema {name}: version {LATEST} (up to date)\n"
     finally:
-        run_sync(drop_schema(name))
+        pg_run(lambda conn: conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
 
 
 def test_db_migrate_refuses_other_stores(capsys: pytest.CaptureFixture[str]) -> None:

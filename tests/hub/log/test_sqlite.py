@@ -229,3 +229,18 @@ def test_mint_id_is_a_time_ordered_uuid() -> None:
     assert str(parsed) == ids[0] and parsed.version == 7
     assert parsed.variant == uuid.RFC_4122
     assert len({mint_id(5) for _ in range(1000)}) == 1000
+
+
+async def test_appends_waiting_for_room_fail_when_the_writer_dies(tmp_path: Path) -> None:
+    store = SqliteEventStore(tmp_path / "a.db", queue_max=1, batch_max=1)
+    await store.open()
+    writer_task = store._task
+    assert writer_task is not None
+    tasks = [asyncio.create_task(store.append("ws", [msg(str(i))])) for i in range(10)]
+    await asyncio.sleep(0)  # one queued, nine waiting for room
+    writer_task.cancel()
+    async with asyncio.timeout(10):  # none may hang
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(o, Unavailable) or not isinstance(o, BaseException) for o in outcomes)
+    assert any(isinstance(o, Unavailable) for o in outcomes)
+    await store.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from tests.hub.server.conftest import HubProcess, message, mint, peer
 
@@ -91,11 +92,12 @@ async def test_wrong_workspace_is_forbidden_and_nothing_written(hub: HubProcess)
         await admin.publish("secret-ws", message("seed"))
         head = await admin.head("secret-ws")
         async with peer(hub.url, mint("eve", ["other"], ["read", "write"])) as eve:
-            for op, fields in [
+            requests: list[tuple[str, dict[str, Any]]] = [
                 ("publish", {"event": message("x")}),
                 ("subscribe", {"afterSeq": 0}),
                 ("state", {}),
-            ]:
+            ]
+            for op, fields in requests:
                 reply = await eve.call(op, workspace="secret-ws", **fields)
                 assert reply["op"] == "error" and reply["code"] == "forbidden", reply
                 assert reply["details"]["workspace"] == "secret-ws"

@@ -196,4 +196,3 @@ async def test_rate_limit(start_hub: Callable[..., HubProcess]) -> None:
         # A batch larger than the burst can never pass: tooLarge, not a retry hint.
         too_big = await p.call("publish", workspace="rl", events=[message()] * 6)
         assert too_big["code"] == "tooLarge"
-

@@ -12,15 +12,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from websockets.exceptions import ConnectionClosed
 
+from hub.events import MemberJoined, MemberLeft
 from hub.log.factory import open_store
 from tests.hub.server.conftest import HubProcess, Peer, message, mint, peer
 
 
-async def _publish_forever(p: Peer, workspace: str, acked: list[tuple[int, str]]) -> None:
+async def _publish_forever(
+    p: Peer, workspace: str, acked: list[tuple[int, str]], reached: asyncio.Event, after: int
+) -> None:
     """Publish single events (pipelined, 8 in flight) until the connection drops; record
-    every ack as (seq, id)."""
+    every ack as (seq, id); set ``reached`` after ``after`` acks."""
     in_flight: dict[int, str] = {}
     rid = 0
     try:
@@ -36,6 +40,8 @@ async def _publish_forever(p: Peer, workspace: str, acked: list[tuple[int, str]]
             if reply["op"] == "ack":
                 assert reply["id"] == in_flight.pop(reply["rid"])
                 acked.append((reply["seq"], reply["id"]))
+                if len(acked) >= after:
+                    reached.set()
             else:
                 assert reply["op"] == "error", reply
                 in_flight.pop(reply["rid"], None)
@@ -59,11 +65,15 @@ async def test_sigkill_loses_no_acknowledged_event(
     acked: dict[str, list[tuple[int, str]]] = {"dur-a": [], "dur-b": []}
     async with contextlib.AsyncExitStack() as stack:
         tasks = []
+        reached = []
         for i, workspace in enumerate(["dur-a", "dur-b", "dur-a"]):
             p = await stack.enter_async_context(peer(hub.url, mint(f"w{i}")))
-            tasks.append(asyncio.create_task(_publish_forever(p, workspace, acked[workspace])))
-        while sum(len(a) for a in acked.values()) < 300:
-            await asyncio.sleep(0.01)
+            reached.append(asyncio.Event())
+            publish = _publish_forever(p, workspace, acked[workspace], reached[-1], 100)
+            tasks.append(asyncio.create_task(publish))
+        async with asyncio.timeout(30):
+            for event in reached:
+                await event.wait()
         hub.kill()  # SIGKILL, mid-stream
         async with asyncio.timeout(30):
             await asyncio.gather(*tasks)
@@ -84,8 +94,9 @@ async def test_sigkill_loses_no_acknowledged_event(
         assert all(stored[seq] == event_id for seq, event_id in acks)
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
 async def test_sigterm_closes_clients_1001_finishes_appends_and_exits_0(
-    start_hub: Callable[..., HubProcess], tmp_path: Path
+    start_hub: Callable[..., HubProcess], tmp_path: Path, signum: signal.Signals
 ) -> None:
     data = tmp_path / "graceful"
     hub = start_hub(data_dir=data)
@@ -95,11 +106,12 @@ async def test_sigterm_closes_clients_1001_finishes_appends_and_exits_0(
         peer(hub.url, mint("writer")) as writer,
     ):
         assert (await watcher.call("subscribe", workspace="term"))["op"] == "subscribed"
-        publishing = asyncio.create_task(_publish_forever(writer, "term", acked))
-        while len(acked) < 50:
-            await asyncio.sleep(0.01)
+        reached = asyncio.Event()
+        publishing = asyncio.create_task(_publish_forever(writer, "term", acked, reached, 50))
+        async with asyncio.timeout(30):
+            await reached.wait()
         assert hub.proc is not None
-        hub.proc.send_signal(signal.SIGTERM)
+        hub.proc.send_signal(signum)
         closed = await watcher.closed(30)
         async with asyncio.timeout(30):
             await publishing
@@ -110,8 +122,12 @@ async def test_sigterm_closes_clients_1001_finishes_appends_and_exits_0(
     stored = await _stored(data, "term")
     assert all(stored[seq] == event_id for seq, event_id in acked)
     async with open_store(None, data) as store:
-        kinds = [(ev.kind, getattr(ev.payload, "agent", None)) async for ev in store.read("term")]
-    assert ("memberLeft", "watcher") in kinds
+        presence = [
+            (ev.kind, ev.payload.agent, ev.payload.reason)
+            async for ev in store.read("term")
+            if isinstance(ev, MemberJoined | MemberLeft)
+        ]
+    assert presence == [("memberJoined", "watcher", None), ("memberLeft", "watcher", "shutdown")]
 
 
 async def test_presence_per_agent_across_connections(hub: HubProcess) -> None:
@@ -134,11 +150,13 @@ async def test_presence_per_agent_across_connections(hub: HubProcess) -> None:
             state = (await auditor.call("state", workspace=ws))["state"]
             assert state["members"]["ann"]["present"] is True
         # `two` disconnected: ann's last subscription ended.
-        async with asyncio.timeout(10):
-            while (await auditor.call("state", workspace=ws))["state"]["members"]["ann"][
-                "present"
-            ]:
-                await asyncio.sleep(0.02)
+        for _ in range(500):
+            state = (await auditor.call("state", workspace=ws))["state"]
+            if not state["members"]["ann"]["present"]:
+                break
+            await asyncio.sleep(0.02)
+        else:
+            raise AssertionError("no memberLeft for ann")
         head = await auditor.head(ws)
         await auditor.call("subscribe", workspace=ws, afterSeq=0)
         log = await auditor.events(ws, head)
@@ -147,3 +165,5 @@ async def test_presence_per_agent_across_connections(hub: HubProcess) -> None:
     # ``via`` defaults to "websocket", and the event model omits defaults on the wire.
     assert joined["payload"]["agent"] == "ann"
     assert joined["payload"].get("via", "websocket") == "websocket"
+    left = next(e for e in log if e["kind"] == "memberLeft")
+    assert left["payload"]["reason"] == "closed"

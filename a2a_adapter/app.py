@@ -1,0 +1,326 @@
+"""The A2A listener of ``agora serve``: the agent card, JSON-RPC and HTTP+JSON, in-process.
+
+``agora serve`` runs it in the same event loop as the WebSocket server::
+
+    from a2a_adapter.app import serve_a2a
+    tg.create_task(serve_a2a(hub.workspaces, signer, config, stop=stop))
+
+:func:`serve_a2a` runs until cancelled (uvicorn with the SDK's Starlette routes, no signal
+handlers of its own: the hub owns shutdown). :class:`A2AService` is the same as an async
+context manager that also tells the bound port (tests bind port 0). Both start the client
+bridge (:mod:`a2a_adapter.bridge`) when ``[[a2a.peers]]`` are configured.
+
+Routes: ``GET /.well-known/agent-card.json`` (public; ``Cache-Control`` and a weak ``ETag``,
+304 on ``If-None-Match``), JSON-RPC at ``POST /a2a/jsonrpc``, HTTP+JSON under ``/a2a/rest``
+(``/a2a/rest/message:send``, ``/a2a/rest/tasks/{id}``, …). Every route but the card needs
+``Authorization: Bearer <capability token>`` (:mod:`a2a_adapter.auth`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import socket
+from collections.abc import Generator
+from types import TracebackType
+from typing import Final, Self
+
+import uvicorn
+from a2a.server.routes import (
+    create_agent_card_routes,
+    create_jsonrpc_routes,
+    create_rest_routes,
+)
+from a2a.types.a2a_pb2 import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentProvider,
+    AgentSkill,
+    HTTPAuthSecurityScheme,
+    SecurityRequirement,
+    SecurityScheme,
+    StringList,
+)
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
+from starlette.applications import Starlette
+
+from a2a_adapter.auth import AgoraContextBuilder, BearerAuth
+from a2a_adapter.bridge import Bridge
+from a2a_adapter.follow import LogFollower
+from a2a_adapter.handler import AgoraRequestHandler
+from a2a_adapter.runtime import Runtime
+from a2a_adapter.store import LogTaskEventStream, LogTaskStore, TaskLocator
+from hub import __version__
+from hub.auth import TokenSigner
+from hub.config import HubConfig
+from hub.workspaces import Workspaces
+
+__all__ = [
+    "CARD_CACHE_CONTROL",
+    "JSONRPC_PATH",
+    "REST_PREFIX",
+    "A2AService",
+    "build_card",
+    "create_app",
+    "serve_a2a",
+]
+
+log = logging.getLogger(__name__)
+
+JSONRPC_PATH: Final = "/a2a/jsonrpc"
+REST_PREFIX: Final = "/a2a/rest"
+CARD_CACHE_CONTROL: Final = "public, max-age=300"
+SECURITY_SCHEME: Final = "agoraBearer"
+PROTOCOL_VERSION: Final = "1.0"
+
+
+def build_card(base_url: str, *, executions: bool = False) -> AgentCard:
+    """The hub's AgentCard, with its interfaces under ``base_url`` (``http://host:port``)."""
+    base_url = base_url.rstrip("/")
+    skills = [
+        AgentSkill(
+            id="work-item",
+            name="Work items",
+            description=(
+                "Open a work item in a workspace (contextId = workspace) for its members to "
+                "claim, discuss and complete; follow every step as task updates."
+            ),
+            tags=["collaboration", "work-item"],
+            examples=["Review the parser in src/parser.py"],
+        )
+    ]
+    if executions:
+        skills.append(
+            AgentSkill(
+                id="exec",
+                name="Executions",
+                description=(
+                    'Run code in a sandboxed backend: send a data part {"agora.exec": '
+                    "{backend, source, input}}; output arrives as artifact chunks."
+                ),
+                tags=["execution", "sandbox"],
+            )
+        )
+    return AgentCard(
+        name="Agora hub",
+        description=(
+            "An event-sourced collaboration hub: A2A tasks are work items and executions in "
+            "Agora workspaces, shared with the agents connected over WebSocket."
+        ),
+        version=__version__,
+        provider=AgentProvider(organization="Agora", url=base_url),
+        supported_interfaces=[
+            AgentInterface(
+                url=base_url + JSONRPC_PATH,
+                protocol_binding="JSONRPC",
+                protocol_version=PROTOCOL_VERSION,
+            ),
+            AgentInterface(
+                url=base_url + REST_PREFIX,
+                protocol_binding="HTTP+JSON",
+                protocol_version=PROTOCOL_VERSION,
+            ),
+        ],
+        capabilities=AgentCapabilities(
+            streaming=True, push_notifications=False, extended_agent_card=False
+        ),
+        security_schemes={
+            SECURITY_SCHEME: SecurityScheme(
+                http_auth_security_scheme=HTTPAuthSecurityScheme(
+                    scheme="Bearer",
+                    bearer_format="JWT",
+                    description="An Agora capability token (agora token issue …).",
+                )
+            )
+        },
+        security_requirements=[SecurityRequirement(schemes={SECURITY_SCHEME: StringList()})],
+        default_input_modes=["text/plain", "application/json"],
+        default_output_modes=["text/plain", "application/json", "application/octet-stream"],
+        skills=skills,
+    )
+
+
+def create_app(handler: AgoraRequestHandler, signer: TokenSigner) -> BearerAuth:
+    """The ASGI app: the SDK's card, JSON-RPC and REST routes behind bearer authentication."""
+    builder = AgoraContextBuilder()
+    routes = [
+        *create_agent_card_routes(handler.card, cache_control=CARD_CACHE_CONTROL),
+        *create_jsonrpc_routes(handler, JSONRPC_PATH, context_builder=builder),
+        *create_rest_routes(handler, context_builder=builder, path_prefix=REST_PREFIX),
+    ]
+    return BearerAuth(Starlette(routes=routes), signer, public_paths={AGENT_CARD_WELL_KNOWN_PATH})
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its signal handlers: ``agora serve`` owns SIGINT/SIGTERM."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def _url_host(host: str) -> str:
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if addr.is_unspecified:
+        return "127.0.0.1" if addr.version == 4 else "[::1]"
+    return f"[{host}]" if addr.version == 6 else host
+
+
+class A2AService:
+    """The A2A listener (and bridge) as an async context manager.
+
+    ``host``/``port`` default to ``config.server.host``/``a2a_port``; port 0 picks a free one
+    (:attr:`port` tells which). ``public_url`` is the base URL the card advertises (default
+    ``http://host:port``). Closing stops accepting, ends open streams, waits up to
+    ``shutdown_timeout`` for requests in flight, then stops the bridge.
+    """
+
+    def __init__(
+        self,
+        workspaces: Workspaces,
+        signer: TokenSigner,
+        config: HubConfig,
+        *,
+        host: str | None = None,
+        port: int | None = None,
+        runtime: Runtime | None = None,
+        public_url: str | None = None,
+        blocking_timeout: float = 60.0,
+        shutdown_timeout: float = 3.0,
+        bridge: bool = True,
+    ) -> None:
+        self.workspaces = workspaces
+        self.signer = signer
+        self.config = config
+        self.host = host if host is not None else config.server.host
+        self.port = port if port is not None else config.server.a2a_port
+        self.runtime = runtime
+        self.public_url = public_url
+        self.blocking_timeout = blocking_timeout
+        self.shutdown_timeout = shutdown_timeout
+        self.with_bridge = bridge and bool(config.a2a.peers)
+        self.follower = LogFollower(workspaces)
+        self.locator = TaskLocator(workspaces)
+        self.handler: AgoraRequestHandler | None = None
+        self.bridge: Bridge | None = None
+        self._server: _Server | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._socket: socket.socket | None = None
+
+    @property
+    def url(self) -> str:
+        """The base URL the card advertises."""
+        return self.public_url or f"http://{_url_host(self.host)}:{self.port}"
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        """Bind, start serving and start the bridge. Raises ``OSError`` if the port is taken."""
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+            sock.listen(128)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self._socket = sock
+        self.port = sock.getsockname()[1]
+        self.follower.install()
+        self.locator.install()
+        store = LogTaskStore(self.workspaces, self.locator)
+        stream = LogTaskEventStream(self.workspaces, self.locator, self.follower)
+        card = build_card(self.url, executions=self.runtime is not None)
+        self.handler = AgoraRequestHandler(
+            self.workspaces,
+            store,
+            stream,
+            card,
+            runtime=self.runtime,
+            blocking_timeout=self.blocking_timeout,
+        )
+        app = create_app(self.handler, self.signer)
+        server_config = uvicorn.Config(
+            app,
+            log_config=None,
+            log_level="warning",
+            lifespan="off",
+            ws="none",
+            timeout_graceful_shutdown=max(int(self.shutdown_timeout), 1),
+        )
+        self._server = _Server(server_config)
+        self._tasks.append(asyncio.create_task(self._server.serve(sockets=[sock])))
+        while not self._server.started:
+            task = self._tasks[0]
+            if task.done():
+                task.result()  # startup failed: raise its error
+                raise RuntimeError("the A2A listener stopped during startup")
+            await asyncio.sleep(0.01)
+        if self.with_bridge:
+            self.bridge = Bridge(self.workspaces, self.config.a2a.peers, follower=self.follower)
+            self._tasks.append(asyncio.create_task(self.bridge.run()))
+        log.info("agora A2A listening on %s", self.url)
+
+    async def aclose(self) -> None:
+        """Stop (idempotent; survives cancellation of the caller)."""
+        await asyncio.shield(self._close())
+
+    async def _close(self) -> None:
+        await self.follower.aclose()  # ends every open stream
+        self.locator.uninstall()
+        if self._server is not None:
+            self._server.should_exit = True
+        for task in reversed(self._tasks):
+            if task is not self._tasks[0]:
+                task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                try:
+                    async with asyncio.timeout(self.shutdown_timeout + 2):
+                        await task
+                except TimeoutError:
+                    task.cancel()
+                except Exception:
+                    log.exception("A2A listener task failed")
+        self._tasks.clear()
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+
+
+async def serve_a2a(
+    workspaces: Workspaces,
+    signer: TokenSigner,
+    config: HubConfig,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    ready: asyncio.Event | None = None,
+    stop: asyncio.Event | None = None,
+    runtime: Runtime | None = None,
+) -> None:
+    """Serve A2A on ``host:port`` (default ``config.server.host``/``a2a_port``) until ``stop``
+    is set or the task is cancelled; set ``ready`` once listening. Raises ``OSError`` if the
+    port is taken."""
+    async with A2AService(workspaces, signer, config, host=host, port=port, runtime=runtime):
+        if ready is not None:
+            ready.set()
+        await (stop or asyncio.Event()).wait()

@@ -1,0 +1,551 @@
+"""The A2A request handler: A2A calls in, events appended to the log, tasks read back from it.
+
+The SDK's ``DefaultRequestHandler`` runs an ``AgentExecutor`` per task and keeps the task in a
+store it writes; Agora has no agent behind the adapter — the workspace's members are the agents
+— and no second store. So this implements the SDK's :class:`RequestHandler` directly and the
+SDK's routes (JSON-RPC, HTTP+JSON, SSE, version check, error encoding) serve it:
+
+- ``SendMessage`` without ``taskId`` appends ``needWork`` (``correlationId`` = a new task id,
+  the message as payload, ``producer`` = the authenticated agent); with ``taskId`` it appends
+  ``feedbackProvided`` when the item waits for input, else ``messagePosted``. A message with an
+  ``agora.exec`` data part starts an execution through the :class:`~a2a_adapter.runtime.Runtime`.
+- ``SendStreamingMessage``/``SubscribeToTask``: the Task, then the task's events as updates
+  (:mod:`a2a_adapter.mapping`), from the log and then live, until the task ends or waits for
+  input. ``SubscribeToTask`` with the header ``Last-Event-ID: <seq>`` first replays every
+  update after that seq, so a peer that lost its connection misses nothing.
+- ``GetTask``/``ListTasks``/``CancelTask`` go through :class:`~a2a_adapter.store.LogTaskStore`.
+
+Every hub error becomes an A2A error in one place (:func:`a2a_error`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import uuid
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from typing import Any, Final
+
+import msgspec
+from a2a.server.cluster import ConcurrentTaskModificationError, TaskVersion
+from a2a.server.context import ServerCallContext
+from a2a.server.events.event_queue import Event as SdkEvent
+from a2a.server.request_handlers.request_handler import RequestHandler
+from a2a.types.a2a_pb2 import (
+    AgentCard,
+    CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest,
+    GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse,
+    ListTasksRequest,
+    ListTasksResponse,
+    Message,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    Task,
+    TaskPushNotificationConfig,
+    TaskState,
+    TaskStatusUpdateEvent,
+)
+from a2a.utils.errors import (
+    A2AError,
+    ExtendedAgentCardNotConfiguredError,
+    InternalError,
+    InvalidParamsError,
+    PushNotificationNotSupportedError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
+from a2a.utils.task import apply_history_length, validate_history_length, validate_page_size
+from google.protobuf import json_format
+
+from a2a_adapter.follow import FollowerClosed
+from a2a_adapter.mapping import (
+    INTERRUPTED_STATES,
+    TERMINAL_STATES,
+    message_payload,
+    message_posted_payload,
+    plain,
+)
+from a2a_adapter.runtime import ExecRequest, Runtime, parse_exec_part
+from a2a_adapter.store import (
+    LogTaskEventStream,
+    LogTaskStore,
+    TaskRef,
+    capability_of,
+    load_view,
+)
+from a2a_adapter.taskview import TaskView
+from hub.auth import ANY, Capability
+from hub.errors import AgoraError, Forbidden
+from hub.events import (
+    Event,
+    FeedbackProvided,
+    MemberJoined,
+    MemberPayload,
+    MessagePosted,
+    NeedWork,
+)
+from hub.workspaces import Workspaces
+
+__all__ = ["RESUME_HEADER", "AgoraRequestHandler", "a2a_error"]
+
+log = logging.getLogger(__name__)
+
+RESUME_HEADER: Final = "last-event-id"
+"""SubscribeToTask header: replay the task's updates after this seq (``agora.event.seq``)."""
+
+CARD_URL_KEY: Final = "agora.cardUrl"
+CONSUMER_KEY: Final = "agora.consumer"
+TOPIC_KEY: Final = "agora.topic"
+
+# Hub error code → the A2A error it becomes (A2A has no authorization error inside a call:
+# a forbidden workspace is an invalid parameter, with data.agoraCode = "forbidden").
+_ERRORS: Final[dict[str, type[A2AError]]] = {
+    "badRequest": InvalidParamsError,
+    "tooLarge": InvalidParamsError,
+    "forbidden": InvalidParamsError,
+    "notFound": InvalidParamsError,
+    "unauthorized": InvalidParamsError,
+    "conflict": UnsupportedOperationError,
+    "exists": UnsupportedOperationError,
+    "busy": UnsupportedOperationError,
+    "rateLimited": UnsupportedOperationError,
+    "unavailable": InternalError,
+    "internal": InternalError,
+}
+
+
+def a2a_error(error: AgoraError) -> A2AError:
+    """The A2A error for a hub error (``data.agoraCode`` keeps the hub's code)."""
+    cls = _ERRORS.get(error.code, InternalError)
+    data: dict[str, Any] = {"agoraCode": error.code}
+    if error.blame == "client":
+        data.update(plain(msgspec.to_builtins(error.details)))
+        return cls(message=error.message, data=data)
+    return cls(message="the hub failed; retry", data=data)
+
+
+def _event_id(*parts: str) -> str:
+    """A deterministic event id, so a retried request appends nothing new."""
+    digest = hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
+    return f"a2a-{digest[:40]}"
+
+
+def _metadata(params: SendMessageRequest) -> dict[str, Any]:
+    """The request's and the message's metadata, the message's winning."""
+    out: dict[str, Any] = {}
+    if params.HasField("metadata"):
+        out.update(json_format.MessageToDict(params.metadata))
+    if params.message.HasField("metadata"):
+        out.update(json_format.MessageToDict(params.message.metadata))
+    return out
+
+
+def _optional_id(meta: dict[str, Any], key: str) -> str | None:
+    value = meta.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise InvalidParamsError(message=f"metadata {key} must be a non-empty string")
+    return value
+
+
+class AgoraRequestHandler(RequestHandler):
+    """Serves A2A calls from the log. ``blocking_timeout``: how long a blocking
+    ``SendMessage`` waits for the task to end or ask for input before returning it as it is;
+    ``max_streams``: open streams (``SendStreamingMessage``/``SubscribeToTask``) at once."""
+
+    def __init__(
+        self,
+        workspaces: Workspaces,
+        store: LogTaskStore,
+        stream: LogTaskEventStream,
+        card: AgentCard,
+        *,
+        runtime: Runtime | None = None,
+        blocking_timeout: float = 60.0,
+        max_streams: int = 512,
+    ) -> None:
+        self.workspaces = workspaces
+        self.store = store
+        self.stream = stream
+        self.card = card
+        self.runtime = runtime
+        self.blocking_timeout = blocking_timeout
+        self.max_streams = max_streams
+        self._streams = 0
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task:
+        """The task folded from the log. Raises TaskNotFoundError (also for a task in a
+        workspace the caller may not read)."""
+        validate_history_length(params)
+        _, view = await self._find(params.id, capability_of(context))
+        length = params.history_length if params.HasField("history_length") else None
+        return view.task(history_length=length)
+
+    async def on_list_tasks(
+        self, params: ListTasksRequest, context: ServerCallContext
+    ) -> ListTasksResponse:
+        validate_history_length(params)
+        if params.HasField("page_size"):
+            validate_page_size(params.page_size)
+        page = await self.store.list(params, context)
+        for task in page.tasks:
+            if not params.include_artifacts:
+                task.ClearField("artifacts")
+            trimmed = apply_history_length(task, params)
+            if trimmed is not task:
+                task.CopyFrom(trimmed)
+        return page
+
+    # -- writes -----------------------------------------------------------------------------
+
+    async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task:
+        """Append ``workCancelled`` (or ask the runtime to kill an execution). Raises
+        TaskNotFoundError, TaskNotCancelableError (terminal, or the caller is neither the
+        requester nor the owner)."""
+        cap = capability_of(context)
+        ref, view = await self._find(params.id, cap)
+        if view.terminal:
+            raise TaskNotCancelableError(
+                message=f"task {params.id} is {TaskState.Name(view.state)}"
+            )
+        if ref.kind == "exec":
+            if self.runtime is None:
+                raise TaskNotCancelableError(message="no execution runtime is configured")
+            try:
+                await self.runtime.kill(ref.workspace, params.id, capability=cap)
+            except AgoraError as e:
+                raise TaskNotCancelableError(message=e.message) from e
+        else:
+            cancelled = view.task()
+            cancelled.status.state = TaskState.TASK_STATE_CANCELED
+            update = TaskStatusUpdateEvent(
+                task_id=params.id, context_id=ref.workspace, status=cancelled.status
+            )
+            try:
+                await self.store.save(
+                    cancelled,
+                    event=update,
+                    prev=None,
+                    prev_version=TaskVersion.MISSING,
+                    context=context,
+                )
+            except UnsupportedOperationError as e:
+                raise TaskNotCancelableError(message=e.message, data=e.data) from e
+            except ConcurrentTaskModificationError as e:
+                raise TaskNotCancelableError(message=f"task {params.id} has ended") from e
+        _, view = await self._find(params.id, cap)
+        return view.task()
+
+    async def on_message_send(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> Task | Message:
+        """Append the message's event; return the task once it ends or asks for input (or
+        at once with ``returnImmediately``, or as it is after ``blocking_timeout``)."""
+        validate_history_length(params.configuration)
+        ref, view = await self._accept(params, context)
+        length = (
+            params.configuration.history_length
+            if params.configuration.HasField("history_length")
+            else None
+        )
+        if params.configuration.return_immediately or view.terminal or view.interrupted:
+            return view.task(history_length=length)
+        start = view.version
+        with contextlib.suppress(TimeoutError, FollowerClosed):
+            async with asyncio.timeout(self.blocking_timeout):
+                async with aclosing(
+                    self.stream.updates(ref, view.task_id, start, view=view)
+                ) as updates:
+                    async for _seq, update in updates:
+                        if isinstance(update, TaskStatusUpdateEvent) and (
+                            update.status.state in TERMINAL_STATES | INTERRUPTED_STATES
+                        ):
+                            break
+        return view.task(history_length=length)
+
+    async def on_message_send_stream(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[SdkEvent, None]:
+        """The Task, then its updates until it ends or asks for input."""
+        validate_history_length(params.configuration)
+        self._check_streaming()
+        ref, view = await self._accept(params, context)
+        length = (
+            params.configuration.history_length
+            if params.configuration.HasField("history_length")
+            else None
+        )
+        async with aclosing(self._task_stream(ref, view, view.version, length)) as events:
+            async for event in events:
+                yield event
+
+    async def on_subscribe_to_task(
+        self, params: SubscribeToTaskRequest, context: ServerCallContext
+    ) -> AsyncGenerator[SdkEvent, None]:
+        """The current Task, then its updates. With ``Last-Event-ID: <seq>`` the updates
+        after that seq are replayed first (also for a task that ended meanwhile). Raises
+        TaskNotFoundError, UnsupportedOperationError for a terminal task without a resume
+        point."""
+        self._check_streaming()
+        cap = capability_of(context)
+        ref, view = await self._find(params.id, cap)
+        resume = self._resume_point(context)
+        if view.terminal and (resume is None or resume >= view.version):
+            raise UnsupportedOperationError(
+                message=f"task {params.id} is in terminal state {TaskState.Name(view.state)}"
+            )
+        after = view.version if resume is None else min(resume, view.version)
+        async with aclosing(self._task_stream(ref, view, after, None)) as events:
+            async for event in events:
+                yield event
+
+    async def _task_stream(
+        self, ref: TaskRef, view: TaskView, after: int, history_length: int | None
+    ) -> AsyncGenerator[SdkEvent, None]:
+        """The Task as of ``view``, then every update after seq ``after``; ends after a
+        terminal or interrupted status newer than the snapshot."""
+        if self._streams >= self.max_streams:
+            raise UnsupportedOperationError(
+                message=f"too many open streams ({self.max_streams}); retry later"
+            )
+        self._streams += 1
+        try:
+            snapshot = view.task(history_length=history_length)
+            yield snapshot
+            if view.terminal and after >= view.version:
+                return
+            base = view.version
+            replay = view
+            if after < view.version:
+                loaded = await load_view(self.workspaces, ref, view.task_id, until_seq=after)
+                replay = loaded or TaskView(view.task_id, ref.workspace, ref.kind)
+            with contextlib.suppress(FollowerClosed):
+                async with aclosing(
+                    self.stream.updates(ref, view.task_id, after, view=replay)
+                ) as updates:
+                    async for seq, update in updates:
+                        yield update
+                        if (
+                            seq > base
+                            and isinstance(update, TaskStatusUpdateEvent)
+                            and update.status.state in TERMINAL_STATES | INTERRUPTED_STATES
+                        ):
+                            return
+        finally:
+            self._streams -= 1
+
+    def _check_streaming(self) -> None:
+        if not self.card.capabilities.streaming:
+            raise UnsupportedOperationError(message="streaming is not supported")
+
+    @staticmethod
+    def _resume_point(context: ServerCallContext) -> int | None:
+        headers = context.state.get("headers") or {}
+        raw = headers.get(RESUME_HEADER) or headers.get("Last-Event-ID")
+        if raw is None:
+            return None
+        try:
+            seq = int(str(raw).strip())
+        except ValueError:
+            raise InvalidParamsError(message=f"Last-Event-ID must be a seq, not {raw!r}") from None
+        if seq < 0:
+            raise InvalidParamsError(message="Last-Event-ID must be >= 0")
+        return seq
+
+    async def _find(self, task_id: str, cap: Capability) -> tuple[TaskRef, TaskView]:
+        try:
+            found = await self.store.find(task_id, cap)
+        except AgoraError as e:
+            raise a2a_error(e) from e
+        if found is None:
+            raise TaskNotFoundError(message=f"task {task_id!r} not found")
+        return found
+
+    # -- the write path ---------------------------------------------------------------------
+
+    async def _accept(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> tuple[TaskRef, TaskView]:
+        """Append the event(s) a message means; return the task as it is right after."""
+        cap = capability_of(context)
+        message = params.message
+        if not message.message_id:
+            raise InvalidParamsError(message="message.messageId is required")
+        if not message.parts:
+            raise InvalidParamsError(message="message.parts must not be empty")
+        meta = _metadata(params)
+        exec_request = self._exec_request(message)
+
+        if message.task_id:
+            ref, view = await self._find(message.task_id, cap)
+            # A2A: a taskId alone names its context; a different contextId is an error.
+            # (a2a-sdk 1.3.0 mints a new context here, issue #1206: we fill it in ourselves.)
+            if message.context_id and message.context_id != ref.workspace:
+                raise InvalidParamsError(
+                    message=f"contextId {message.context_id!r} does not match task "
+                    f"{message.task_id!r} (context {ref.workspace!r})"
+                )
+            message.context_id = ref.workspace
+            if view.terminal:
+                raise UnsupportedOperationError(
+                    message=f"task {message.task_id} is {TaskState.Name(view.state)}; "
+                    "it takes no more messages"
+                )
+            if ref.kind == "exec" or exec_request is not None:
+                raise UnsupportedOperationError(message="executions take no further messages")
+            self._require(cap, "write", ref.workspace)
+            await self._join(ref.workspace, cap, meta)
+            draft: Event
+            if view.interrupted:
+                draft = FeedbackProvided(
+                    id=_event_id(cap.agent, message.message_id),
+                    correlation_id=message.task_id,
+                    payload=message_payload(message),
+                )
+            else:
+                draft = MessagePosted(
+                    id=_event_id(cap.agent, message.message_id),
+                    correlation_id=message.task_id,
+                    payload=message_posted_payload(message),
+                )
+            await self._publish(ref.workspace, draft, cap)
+            return await self._find(message.task_id, cap)
+
+        workspace = self._workspace_for(message, cap)
+        message.context_id = workspace
+        if exec_request is not None:
+            return await self._start_exec(workspace, exec_request, message, cap, meta)
+        self._require(cap, "write", workspace)
+        await self._join(workspace, cap, meta)
+        event_id = _event_id(cap.agent, message.message_id)
+        need = NeedWork(
+            id=event_id,
+            correlation_id=str(uuid.uuid4()),
+            consumer=_optional_id(meta, CONSUMER_KEY),
+            topic=_optional_id(meta, TOPIC_KEY),
+            payload=message_payload(message),
+        )
+        stored = await self._publish(workspace, need, cap)
+        task_id = stored.correlation_id or need.correlation_id or ""
+        message.task_id = task_id
+        return await self._find(task_id, cap)
+
+    def _exec_request(self, message: Message) -> ExecRequest | None:
+        for part in message.parts:
+            if part.WhichOneof("content") != "data":
+                continue
+            try:
+                request = parse_exec_part(plain(json_format.MessageToDict(part.data)))
+            except msgspec.ValidationError as e:
+                raise InvalidParamsError(message=f"invalid agora.exec part: {e}") from e
+            if request is not None:
+                return request
+        return None
+
+    async def _start_exec(
+        self,
+        workspace: str,
+        request: ExecRequest,
+        message: Message,
+        cap: Capability,
+        meta: dict[str, Any],
+    ) -> tuple[TaskRef, TaskView]:
+        if self.runtime is None:
+            raise UnsupportedOperationError(
+                message="this hub has no execution runtime configured (agora.exec)"
+            )
+        self._require(cap, "exec", workspace)
+        await self._join(workspace, cap, meta)
+        exec_id = str(uuid.uuid5(uuid.NAMESPACE_URL, _event_id(cap.agent, message.message_id)))
+        try:
+            exec_id = await self.runtime.exec(workspace, request, exec_id=exec_id, capability=cap)
+        except AgoraError as e:
+            raise a2a_error(e) from e
+        message.task_id = exec_id
+        return await self._find(exec_id, cap)
+
+    @staticmethod
+    def _workspace_for(message: Message, cap: Capability) -> str:
+        if message.context_id:
+            return message.context_id
+        if len(cap.workspaces) == 1 and cap.workspaces[0] != ANY:
+            return cap.workspaces[0]
+        raise InvalidParamsError(
+            message="contextId (the workspace) is required: the token names several workspaces"
+        )
+
+    @staticmethod
+    def _require(cap: Capability, right: Any, workspace: str) -> None:
+        try:
+            cap.require(right, workspace)
+        except Forbidden as e:
+            raise a2a_error(e) from e
+
+    async def _publish(self, workspace: str, draft: Event, cap: Capability) -> Event:
+        try:
+            result = await self.workspaces.publish(workspace, [draft], producer=cap.agent)
+        except AgoraError as e:
+            raise a2a_error(e) from e
+        return result.events[0]
+
+    async def _join(self, workspace: str, cap: Capability, meta: dict[str, Any]) -> None:
+        """Record the peer as a member (``memberJoined``, via ``a2a``) on its first call."""
+        try:
+            state = await self.workspaces.state(workspace)
+        except AgoraError as e:
+            raise a2a_error(e) from e
+        member = state.members.get(cap.agent)
+        if member is not None and member.present:
+            return
+        card_url = meta.get(CARD_URL_KEY)
+        joined = MemberJoined(
+            id=_event_id("join", workspace, cap.agent, str(state.seq if member else 0)),
+            payload=MemberPayload(
+                agent=cap.agent,
+                via="a2a",
+                card_url=card_url if isinstance(card_url, str) and card_url else None,
+            ),
+        )
+        try:
+            await self.workspaces.publish(workspace, [joined], producer=cap.agent, trusted=True)
+        except AgoraError as e:
+            raise a2a_error(e) from e
+
+    # -- not offered ------------------------------------------------------------------------
+
+    async def on_create_task_push_notification_config(
+        self, params: TaskPushNotificationConfig, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        raise PushNotificationNotSupportedError
+
+    async def on_get_task_push_notification_config(
+        self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        raise PushNotificationNotSupportedError
+
+    async def on_list_task_push_notification_configs(
+        self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
+    ) -> ListTaskPushNotificationConfigsResponse:
+        raise PushNotificationNotSupportedError
+
+    async def on_delete_task_push_notification_config(
+        self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> None:
+        raise PushNotificationNotSupportedError
+
+    async def on_get_extended_agent_card(
+        self, params: GetExtendedAgentCardRequest, context: ServerCallContext
+    ) -> AgentCard:
+        raise ExtendedAgentCardNotConfiguredError

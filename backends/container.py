@@ -1,0 +1,928 @@
+"""The ``container`` backend: one fresh Docker container per execution (``containerEphemeral``).
+
+Talks to Docker Engine through the ``docker`` SDK. The SDK is blocking, so every engine call
+runs in the backend's own bounded thread pool (never on the event loop); the container's
+output is read on the loop itself, from the attach socket handed to asyncio.
+
+Each execution gets a container of the locally built image (default ``agora/busybox:1``, see
+:mod:`backends.images`; nothing is ever pulled) with:
+
+* network mode ``none`` unless the policy enables the network (then ``network_enabled_mode``,
+  default ``bridge``);
+* memory (and memory+swap, so no swap), pids and cpu limits from the policy;
+* a read-only root filesystem, a ``tmpfs`` on ``/tmp``, a non-root user (``65534:65534`` by
+  default), all capabilities dropped, ``no-new-privileges``, no log driver (output is streamed,
+  never written to the engine's disk);
+* the workspace bind-mounted at ``/workspace`` read-only or read-write per the policy (or only
+  the listed ``paths``), the working directory ``/workspace/<cwd>`` (``/tmp`` without a
+  workspace), and environment variables with the request's explicit values only;
+* the labels ``agora.exec=<execId>``, ``agora.owner=<owner>``, ``agora.backend=<name>``.
+
+Timeout and cancel kill **the container** (SIGKILL through the engine), not just a client
+connection. Containers are always removed: at the end of the run, when the run fails or is
+cancelled (shielded cleanup), and — for anything a crashed hub left behind — by :meth:`sweep`
+at :meth:`ContainerBackend.start`, which removes every container labelled with this owner.
+
+Warm pool (``warm_pool`` containers, default 2). Creating and starting a container costs most of
+a run's latency (create ≈ 30 ms, start ≈ 150-350 ms here). The pool keeps containers already
+*started* but idle: their command is a small launcher blocked reading one line from stdin.
+A request takes one only if it needs nothing a container fixes at creation that differs from
+the pool's: filesystem ``none`` (no workspace mount — mounts are fixed at creation), network
+disabled, the instance's default memory/pids/cpu, and a command with a small source. The
+backend then attaches, sends one base64 line (``cd``, ``export`` of the request's variables,
+``exec /bin/sh -c SOURCE``) and the request's stdin; the launcher ``exec``s the program, which
+becomes the container's pid 1 exactly as in a cold start. Isolation is unchanged: every
+container still runs exactly one execution and is removed after it; nothing but our launcher
+ran in it before. Runs with a workspace mount always start a fresh container.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import concurrent.futures
+import contextlib
+import functools
+import logging
+import os
+import shlex
+import shutil
+import socket
+import struct
+import tempfile
+import time
+from collections.abc import AsyncGenerator, Callable
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from backends.capabilities import BackendCapabilities, ExecutionIsolation, ExecutionLanguage
+from backends.errors import (
+    BackendUnavailable,
+    ExecutionError,
+    ExecutionFailed,
+    InvalidRequest,
+    SandboxError,
+)
+from backends.images import DEFAULT_IMAGE, ImageBuildError, build_busybox_image, image_is_current
+from backends.output import OutputChannel
+from backends.policy import FilesystemPolicy, SandboxPolicy
+from backends.request import ExecutionRequest
+from backends.result import (
+    Diagnostic,
+    ExecEvent,
+    ExecutionMetadata,
+    ExecutionResult,
+    Stream,
+    classify,
+)
+from backends.runs import Run, RunRegistry, TaskSet
+from backends.validate import validate_request
+
+__all__ = [
+    "DEFAULT_CONTAINER_POLICY",
+    "ContainerBackend",
+    "container_config",
+    "engine_reachable",
+    "warm_prelude",
+]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+MIB: Final = 1024 * 1024
+WORKSPACE: Final = "/workspace"
+SCRATCH: Final = "/tmp"
+CONTAINER_PATH: Final = "/bin:/usr/bin:/sbin:/usr/sbin"
+MAX_SHELL_SOURCE: Final = 131_071  # the kernel's limit on one argv string, minus the NUL
+WARM_MAX_PRELUDE: Final = 64 * 1024
+READ_SIZE: Final = 64 * 1024
+LABEL_EXEC: Final = "agora.exec"
+LABEL_OWNER: Final = "agora.owner"
+LABEL_BACKEND: Final = "agora.backend"
+LABEL_POOL: Final = "agora.pool"
+# The warm container's command: read one line, decode it, run it (it ends in ``exec``).
+LAUNCHER: Final = 'IFS= read -r agora_prelude && eval "$(printf %s "$agora_prelude" | base64 -d)"'
+
+DEFAULT_CONTAINER_POLICY: Final = SandboxPolicy(
+    network="disabled",
+    filesystem=FilesystemPolicy.workspace_read_write(),
+    memory_bytes=512 * MIB,
+    pids=256,
+    cpus=1.0,
+)
+"""The default instance policy: network off, the workspace read-write, 512 MiB, 256 pids,
+one cpu, 30 s, 1 MiB of each output stream."""
+
+
+def engine_reachable(base_url: str | None = None, timeout_s: float = 5.0) -> tuple[bool, str]:
+    """Whether a Docker engine answers at ``base_url`` (default: the environment's). Blocking:
+    for command-line tools and test set-up, not for the event loop."""
+    try:
+        client = _connect(base_url, timeout_s, 2)
+    except ExecutionError as e:
+        return False, e.message
+    client.close()
+    return True, ""
+
+
+def _connect(base_url: str | None, timeout_s: float, pool_size: int) -> Any:
+    """A connected ``docker.DockerClient`` (API version negotiated). Blocking. Raises
+    :class:`BackendUnavailable`."""
+    import docker
+    import docker.errors
+
+    try:
+        if base_url:
+            client = docker.DockerClient(
+                base_url=base_url, version="auto", timeout=timeout_s, max_pool_size=pool_size
+            )
+        else:
+            client = docker.from_env(timeout=timeout_s, max_pool_size=pool_size)
+        client.ping()
+    except Exception as e:  # the SDK raises DockerException, requests' and socket errors
+        raise BackendUnavailable(
+            f"the Docker engine is not reachable ({base_url or 'DOCKER_HOST/default socket'}): "
+            f"{e}",
+            backend="container",
+        ) from e
+    return client
+
+
+def _map_engine_error(error: Exception, what: str) -> ExecutionError:
+    """The one place docker SDK errors become execution errors."""
+    import docker.errors
+    import requests.exceptions
+
+    if isinstance(error, ExecutionError):
+        return error
+    if isinstance(error, docker.errors.ImageNotFound):
+        return BackendUnavailable(
+            f"{what}: image not found — build it with `agora images build` ({error})"
+        )
+    if isinstance(error, requests.exceptions.ConnectionError | ConnectionError):
+        return BackendUnavailable(f"{what}: the Docker engine is not reachable ({error})")
+    if isinstance(error, docker.errors.APIError):
+        return SandboxError(f"{what}: the Docker engine refused: {error.explanation or error}")
+    return ExecutionFailed(f"{what}: {error!r}")
+
+
+def container_config(
+    *,
+    image: str,
+    command: list[str],
+    user: str,
+    env: dict[str, str],
+    working_dir: str,
+    labels: dict[str, str],
+    network_mode: str,
+    memory_bytes: int | None,
+    pids: int | None,
+    cpus: float | None,
+    mounts: list[dict[str, Any]],
+    stdin: bool,
+    tmpfs_size: str = "64m",
+) -> dict[str, Any]:
+    """The Engine API ``ContainerCreate`` body for one execution. Pure."""
+    host_config: dict[str, Any] = {
+        "NetworkMode": network_mode,
+        "ReadonlyRootfs": True,
+        "Tmpfs": {SCRATCH: f"rw,nosuid,nodev,size={tmpfs_size}"},
+        "CapDrop": ["ALL"],
+        "SecurityOpt": ["no-new-privileges"],
+        "LogConfig": {"Type": "none", "Config": {}},
+        "Mounts": mounts,
+        "AutoRemove": False,
+        "Privileged": False,
+    }
+    if memory_bytes is not None:
+        host_config["Memory"] = memory_bytes
+        host_config["MemorySwap"] = memory_bytes  # the same value: no swap on top
+    if pids is not None:
+        host_config["PidsLimit"] = pids
+    if cpus is not None:
+        host_config["NanoCpus"] = int(cpus * 1e9)
+    return {
+        "Image": image,
+        "Cmd": command,
+        "Entrypoint": [],
+        "User": user,
+        "Env": [f"{k}={v}" for k, v in env.items()],
+        "WorkingDir": working_dir,
+        "Labels": labels,
+        "AttachStdin": stdin,
+        "OpenStdin": stdin,
+        "StdinOnce": stdin,
+        "AttachStdout": True,
+        "AttachStderr": True,
+        "Tty": False,
+        "NetworkDisabled": network_mode == "none",
+        "HostConfig": host_config,
+    }
+
+
+def warm_prelude(command: list[str], env: dict[str, str], working_dir: str) -> bytes:
+    """The line a warm container's launcher runs: ``cd``, ``export`` each variable, ``exec``
+    the command; base64 so any byte of the source survives, newline-terminated. Pure."""
+    lines = [f"cd {shlex.quote(working_dir)} || exit 126", "unset agora_prelude OLDPWD SHLVL"]
+    lines += [f"export {shlex.quote(f'{k}={v}')}" for k, v in env.items()]
+    lines.append("exec " + " ".join(shlex.quote(arg) for arg in command))
+    return base64.b64encode("\n".join(lines).encode()) + b"\n"
+
+
+class _Box:
+    """What one execution holds in the engine (all released by the cleanup)."""
+
+    __slots__ = ("cid", "create", "scratch", "warm", "writer")
+
+    def __init__(self) -> None:
+        self.cid: str | None = None
+        self.create: asyncio.Future[str] | None = None
+        self.writer: asyncio.StreamWriter | None = None
+        self.scratch: Path | None = None
+        self.warm = False
+
+
+class ContainerBackend:
+    """Runs each execution in a fresh Docker container (see the module docstring).
+
+    ``policy``: the instance's default (widest) policy, :data:`DEFAULT_CONTAINER_POLICY` if
+    omitted. ``base_url``: the engine (default: ``DOCKER_HOST`` or the local socket).
+    ``user``: ``uid:gid`` inside the container (default ``65534:65534`` when the hub runs as
+    root, else the hub's own ids so the workspace stays writable). ``owner``: the label value
+    :meth:`sweep` removes by — give each hub node sharing an engine its own. ``warm_pool``:
+    idle started containers kept ready (0 disables). ``auto_build``: build the default image
+    at start when it is missing or stale.
+    """
+
+    def __init__(
+        self,
+        name: str = "container",
+        *,
+        policy: SandboxPolicy | None = None,
+        image: str = DEFAULT_IMAGE,
+        base_url: str | None = None,
+        user: str | None = None,
+        owner: str = "agora",
+        warm_pool: int = 2,
+        max_concurrent: int = 24,
+        network_enabled_mode: str = "bridge",
+        tmpfs_size: str = "64m",
+        auto_build: bool = True,
+        engine_timeout_s: float = 60.0,
+    ) -> None:
+        self._name = name
+        self._policy = policy if policy is not None else DEFAULT_CONTAINER_POLICY
+        self._image = image
+        self._base_url = base_url
+        if user is None:
+            user = "65534:65534" if os.geteuid() == 0 else f"{os.getuid()}:{os.getgid()}"
+        self._user = user
+        self._uid, self._gid = (int(part) for part in user.split(":", 1))
+        self._owner = owner
+        self._warm_size = max(0, warm_pool)
+        self._network_enabled_mode = network_enabled_mode
+        self._tmpfs_size = tmpfs_size
+        self._auto_build = auto_build
+        self._engine_timeout_s = engine_timeout_s
+        self._registry = RunRegistry(name, max_concurrent)
+        # Each running execution holds one thread in a blocking ``wait``; the rest is headroom
+        # for short calls (create, start, kill, remove) and the warm pool.
+        self._threads = 2 * max_concurrent + 4
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self._threads, thread_name_prefix=f"agora-{name}"
+        )
+        self._client: Any = None
+        self._state: tuple[bool, str] = (False, "not started")
+        self._start_lock = asyncio.Lock()
+        self._started = False
+        self._idle: collections.deque[str] = collections.deque()
+        self._filling = False
+        self._caps = BackendCapabilities(
+            isolation=ExecutionIsolation.CONTAINER_EPHEMERAL,
+            enforces_network=True,
+            enforces_filesystem=True,
+            enforces_environment=True,
+            enforces_timeout=True,
+            enforces_memory=True,
+            enforces_pids=True,
+            enforces_cpu=True,
+            supports_structured_output=False,
+            supports_process_execution=True,
+            languages=frozenset({ExecutionLanguage.COMMAND}),
+            filesystem_modes=frozenset(
+                {"none", "workspaceReadOnly", "workspaceReadWrite", "paths"}
+            ),
+        )
+
+    # -- CodeExecutor ----------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def capabilities(self) -> BackendCapabilities:
+        return self._caps
+
+    @property
+    def default_policy(self) -> SandboxPolicy:
+        return self._policy
+
+    @property
+    def image(self) -> str:
+        return self._image
+
+    def available(self) -> tuple[bool, str]:
+        if self._registry.closed:
+            return False, "the backend is closed"
+        return self._state
+
+    async def start(self) -> None:
+        """Connect to the engine, make sure the image is there (building it if allowed),
+        sweep leftovers of this owner, and start filling the warm pool. Idempotent; on failure
+        :meth:`available` says why (it does not raise)."""
+        async with self._start_lock:
+            if self._started:
+                return
+            self._started = True
+            try:
+                self._client = await self._call(
+                    _connect, self._base_url, self._engine_timeout_s, self._threads
+                )
+                await self._ensure_image()
+                removed = await self.sweep()
+                if removed:
+                    log.info("%s: removed %d leftover containers", self._name, removed)
+            except ExecutionError as e:
+                self._state = (False, e.message)
+                log.warning("%s backend unavailable: %s", self._name, e.message)
+                return
+            self._state = (True, "")
+        self._schedule_fill()
+
+    async def __aenter__(self) -> ContainerBackend:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop running executions, remove them and the idle warm containers, close the
+        engine connection. Idempotent."""
+        await self._registry.aclose()
+        idle = list(self._idle)
+        self._idle.clear()
+        for cid in idle:
+            with contextlib.suppress(ExecutionError):
+                await self._remove(cid)
+        if self._client is not None:
+            client, self._client = self._client, None
+            with contextlib.suppress(Exception):
+                await self._call(client.close)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def cancel(self, exec_id: str) -> bool:
+        run = self._registry.get(exec_id)
+        if run is None or not run.request_stop("cancelled"):
+            return False
+        await run.exited.wait()
+        return True
+
+    async def sweep(self) -> int:
+        """Remove every container labelled ``agora.owner=<owner>`` (leftovers of a crashed
+        hub, stale warm containers). Returns how many were removed. Not to be called while
+        this backend runs executions."""
+        api = self._api()
+        found = await self._call(
+            api.containers, all=True, quiet=True, filters={"label": f"{LABEL_OWNER}={self._owner}"}
+        )
+        for item in found:
+            await self._remove(item["Id"])
+        return len(found)
+
+    async def execute(
+        self, request: ExecutionRequest, workdir: Path | None
+    ) -> AsyncGenerator[ExecEvent, None]:
+        """Run ``request`` in a fresh container (contract: :mod:`backends.base`)."""
+        await self.start()
+        ok, why = self.available()
+        if not ok:
+            raise BackendUnavailable(
+                f"backend {self._name!r} is unavailable: {why}", backend=self._name
+            )
+        validate_request(request, self._caps)
+        command = _command(request)
+        stdin = request.stdin
+        run = self._registry.admit(request.exec_id)
+        box = _Box()
+        started = time.monotonic()
+        try:
+            reader = await self._open(request, command, workdir, box)
+            channel = OutputChannel(request.effective_max_stdout, request.effective_max_stderr)
+            tasks = TaskSet()
+            try:
+                tasks.create_task(_pump(reader, channel))
+                assert box.cid is not None and box.writer is not None
+                if box.warm:
+                    payload = warm_prelude(command, request.env, _working_dir(request)) + (
+                        stdin or b""
+                    )
+                    tasks.create_task(_write_stdin(box.writer, payload))
+                elif stdin is not None:
+                    tasks.create_task(_write_stdin(box.writer, stdin))
+                waiter = tasks.create_task(self._wait(box.cid, run, request))
+                tasks.create_task(self._stopper(box.cid, run, request))
+                while (chunk := await channel.get()) is not None:
+                    yield chunk
+                exit_code, oom = await waiter
+                failure = tasks.failure()
+                if failure is not None:
+                    raise _map_engine_error(
+                        failure if isinstance(failure, Exception) else RuntimeError(failure),
+                        "streaming the container's output",
+                    ) from failure
+            finally:
+                await tasks.aclose()
+            result = self._result(request, run, box, exit_code, oom, channel, started)
+        finally:
+            await self._registry.shielded(self._cleanup(run, box))
+        yield result
+
+    # -- engine calls (each in the backend's thread pool) ---------------------------------------
+
+    def _api(self) -> Any:
+        if self._client is None:
+            raise BackendUnavailable(f"backend {self._name!r} is not connected")
+        return self._client.api
+
+    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` in the thread pool, engine errors mapped once."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(
+                self._executor, functools.partial(fn, *args, **kwargs)
+            )
+        except Exception as e:
+            raise _map_engine_error(e, getattr(fn, "__name__", "engine call")) from e
+
+    async def _ensure_image(self) -> None:
+        client = self._client
+        if await self._call(image_is_current, client, self._image):
+            return
+        if not self._auto_build:
+            raise BackendUnavailable(
+                f"image {self._image} is missing or stale: run `agora images build`"
+            )
+        log.info("%s: building image %s", self._name, self._image)
+        try:
+            await self._call(build_busybox_image, client, self._image)
+        except ImageBuildError as e:
+            raise BackendUnavailable(f"image {self._image} is missing and {e}") from e
+
+    async def _remove(self, cid: str) -> None:
+        """Force-remove a container (killing it if it runs); gone already is fine."""
+
+        def remove() -> None:
+            import docker.errors
+
+            try:
+                self._client.api.remove_container(cid, force=True, v=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as e:
+                if e.status_code != 409:  # 409: removal already in progress
+                    raise
+
+        await self._call(remove)
+
+    async def _kill(self, cid: str) -> None:
+        def kill() -> None:
+            import docker.errors
+
+            try:
+                self._client.api.kill(cid)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as e:
+                if e.status_code != 409:  # 409: not running any more
+                    raise
+
+        await self._call(kill)
+
+    async def _attach(self, cid: str, *, stdin: bool) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Attach to the container's stdio and hand the raw socket to asyncio."""
+        api = self._api()
+        params = {"stdin": int(stdin), "stdout": 1, "stderr": 1, "stream": 1}
+
+        def attach() -> socket.socket:
+            wrapped = api.attach_socket(cid, params=params)
+            raw = getattr(wrapped, "_sock", wrapped)
+            if not isinstance(raw, socket.socket) or hasattr(raw, "getpeercert"):
+                wrapped.close()
+                raise SandboxError(
+                    "the container backend needs a local engine (unix socket or plain tcp)"
+                )
+            own = socket.socket(raw.family, raw.type, fileno=os.dup(raw.fileno()))
+            wrapped.close()
+            raw.close()
+            own.setblocking(False)
+            return own
+
+        sock = await self._call(attach)
+        try:
+            return await asyncio.open_connection(sock=sock, limit=READ_SIZE)
+        except BaseException:
+            sock.close()
+            raise
+
+    # -- one execution --------------------------------------------------------------------------
+
+    async def _open(
+        self, request: ExecutionRequest, command: list[str], workdir: Path | None, box: _Box
+    ) -> asyncio.StreamReader:
+        """Get a container for ``request`` running and attached: a warm one if it fits, else a
+        fresh one. Fills ``box``; returns the output reader."""
+        if self._fits_warm_pool(request, command):
+            while self._idle:
+                box.cid = self._idle.popleft()
+                self._schedule_fill()
+                try:
+                    reader, box.writer = await self._attach(box.cid, stdin=True)
+                except ExecutionError as e:
+                    log.info("%s: warm container %s unusable (%s)", self._name, box.cid[:12], e)
+                    cid, box.cid = box.cid, None
+                    with contextlib.suppress(ExecutionError):
+                        await self._remove(cid)
+                    continue
+                box.warm = True
+                return reader
+        mounts, working_dir = await self._prepare_workspace(request, workdir, box)
+        policy = request.policy
+        config = container_config(
+            image=self._image,
+            command=command,
+            user=self._user,
+            env=_environment(request),
+            working_dir=working_dir,
+            labels=self._labels(request.exec_id),
+            network_mode=self._network_mode(policy),
+            memory_bytes=policy.memory_bytes,
+            pids=policy.pids,
+            cpus=policy.cpus,
+            mounts=mounts,
+            stdin=request.stdin is not None,
+            tmpfs_size=self._tmpfs_size,
+        )
+        api = self._api()
+        loop = asyncio.get_running_loop()
+        # Kept in the box: if we are cancelled while the engine creates it, the cleanup waits
+        # for the id and removes the container anyway.
+        box.create = loop.run_in_executor(
+            self._executor, lambda: str(api.create_container_from_config(config)["Id"])
+        )
+        try:
+            box.cid = await box.create
+        except Exception as e:
+            raise _map_engine_error(e, "creating the container") from e
+        reader, box.writer = await self._attach(box.cid, stdin=request.stdin is not None)
+        await self._call(api.start, box.cid)
+        return reader
+
+    def _fits_warm_pool(self, request: ExecutionRequest, command: list[str]) -> bool:
+        policy = request.policy
+        return (
+            self._warm_size > 0
+            and request.language == ExecutionLanguage.COMMAND
+            and request.effective_cwd == "."
+            and policy.filesystem.mode == "none"
+            and policy.network == "disabled"
+            and policy.memory_bytes == self._policy.memory_bytes
+            and policy.pids == self._policy.pids
+            and policy.cpus == self._policy.cpus
+            and sum(len(arg) for arg in command) + sum(len(v) for v in request.env.values())
+            <= WARM_MAX_PRELUDE // 2
+        )
+
+    async def _prepare_workspace(
+        self, request: ExecutionRequest, workdir: Path | None, box: _Box
+    ) -> tuple[list[dict[str, Any]], str]:
+        """The bind mounts and the in-container working directory for ``request``."""
+        fs = request.policy.filesystem
+        cwd = request.effective_cwd
+        if not fs.mounts_workspace:
+            if cwd != ".":
+                raise InvalidRequest(
+                    "cwd needs a workspace, but the filesystem policy is 'none'", field="cwd"
+                )
+            return [], SCRATCH
+        if workdir is None:
+            workdir = box.scratch = Path(await self._call(tempfile.mkdtemp, prefix="agora-exec-"))
+        return await self._call(
+            _workspace_mounts, workdir, fs, cwd, self._uid, self._gid
+        )
+
+    async def _wait(self, cid: str, run: Run, request: ExecutionRequest) -> tuple[int | None, bool]:
+        """Wait for the container to exit: ``(exit code, killed for memory)``. Sets
+        ``run.exited``."""
+        api = self._api()
+        bound = request.effective_timeout_ms / 1000 + 60
+        try:
+            status = await self._call(api.wait, cid, timeout=bound)
+            code = status.get("StatusCode")
+            oom = False
+            if code not in (0, None) and run.stop_reason is None:
+                state = (await self._call(api.inspect_container, cid)).get("State") or {}
+                oom = bool(state.get("OOMKilled"))
+            return (int(code) if code is not None else None), oom
+        finally:
+            run.exited.set()
+
+    async def _stopper(self, cid: str, run: Run, request: ExecutionRequest) -> None:
+        """On timeout or cancel, kill the container (SIGKILL through the engine)."""
+        if await run.wait_stop(request.effective_timeout_ms / 1000) is None:
+            return
+        await self._kill(cid)
+
+    async def _cleanup(self, run: Run, box: _Box) -> None:
+        """Remove everything the run holds: socket, container (even one still being created),
+        scratch directory."""
+        try:
+            if box.writer is not None:
+                box.writer.close()
+                with contextlib.suppress(Exception):
+                    await box.writer.wait_closed()
+            if box.cid is None and box.create is not None:
+                with contextlib.suppress(Exception):
+                    box.cid = await box.create
+            if box.cid is not None:
+                try:
+                    await self._remove(box.cid)
+                except ExecutionError as e:
+                    log.warning(
+                        "%s: could not remove container %s (sweep() will): %s",
+                        self._name,
+                        box.cid[:12],
+                        e.message,
+                    )
+            if box.scratch is not None:
+                with contextlib.suppress(ExecutionError):
+                    await self._call(shutil.rmtree, box.scratch, True)
+        finally:
+            run.exited.set()
+            self._registry.release(run)
+
+    def _result(
+        self,
+        request: ExecutionRequest,
+        run: Run,
+        box: _Box,
+        exit_code: int | None,
+        oom: bool,
+        channel: OutputChannel,
+        started: float,
+    ) -> ExecutionResult:
+        status, reason, code = classify(
+            exit_code, cancelled=run.cancelled, timed_out=run.timed_out, memory_exceeded=oom
+        )
+        notes: list[Diagnostic] = []
+        if run.timed_out:
+            notes.append(
+                Diagnostic(
+                    level="error",
+                    code="timeout",
+                    message=f"timed out after {request.effective_timeout_ms} ms; the container "
+                    "was killed",
+                )
+            )
+        if run.cancelled:
+            notes.append(Diagnostic(code="killed", message="Execution cancelled."))
+        if oom:
+            notes.append(
+                Diagnostic(
+                    level="error",
+                    code="memoryLimit",
+                    message="killed by the kernel: memory limit of "
+                    f"{request.policy.memory_bytes} bytes exceeded",
+                )
+            )
+        for stream in ("stdout", "stderr"):
+            if channel.truncated(stream):  # type: ignore[arg-type]
+                notes.append(
+                    Diagnostic(
+                        level="warning",
+                        code="outputTruncated",
+                        message=f"{stream} truncated at {channel.caps[stream].limit} bytes "  # type: ignore[index]
+                        f"({channel.total(stream)} bytes written)",  # type: ignore[arg-type]
+                    )
+                )
+        return ExecutionResult(
+            status=status,
+            reason=reason,
+            exit_code=code,
+            stdout=channel.kept("stdout"),
+            stderr=channel.kept("stderr"),
+            stdout_truncated=channel.truncated("stdout"),
+            stderr_truncated=channel.truncated("stderr"),
+            stdout_total=channel.total("stdout"),
+            stderr_total=channel.total("stderr"),
+            duration_ms=int((time.monotonic() - started) * 1000),
+            metadata=ExecutionMetadata(
+                backend=self._name,
+                language=request.language,
+                isolation=ExecutionIsolation.CONTAINER_EPHEMERAL,
+                identity=request.identity,
+                image=self._image,
+                warm=box.warm,
+            ),
+            diagnostics=notes,
+        )
+
+    # -- the warm pool ------------------------------------------------------------------------
+
+    def _schedule_fill(self) -> None:
+        if self._warm_size and not self._filling and not self._registry.closed:
+            if self._state[0] and len(self._idle) < self._warm_size:
+                self._filling = True
+                self._registry.spawn(self._fill())
+
+    async def _fill(self) -> None:
+        """Start warm containers until the pool is full (owned by the registry)."""
+        try:
+            while len(self._idle) < self._warm_size and not self._registry.closed:
+                cid = await self._start_warm()
+                if self._registry.closed:
+                    await self._remove(cid)
+                    return
+                self._idle.append(cid)
+        except ExecutionError as e:
+            log.warning("%s: warm pool not refilled: %s", self._name, e.message)
+        finally:
+            self._filling = False
+
+    async def _start_warm(self) -> str:
+        policy = self._policy
+        config = container_config(
+            image=self._image,
+            command=["/bin/sh", "-c", LAUNCHER],
+            user=self._user,
+            env=_base_environment(),
+            working_dir=SCRATCH,
+            labels={LABEL_OWNER: self._owner, LABEL_BACKEND: self._name, LABEL_POOL: "1"},
+            network_mode="none",
+            memory_bytes=policy.memory_bytes,
+            pids=policy.pids,
+            cpus=policy.cpus,
+            mounts=[],
+            stdin=True,
+            tmpfs_size=self._tmpfs_size,
+        )
+        api = self._api()
+        cid = str((await self._call(api.create_container_from_config, config))["Id"])
+        try:
+            await self._call(api.start, cid)
+        except BaseException:
+            with contextlib.suppress(ExecutionError):
+                await self._remove(cid)
+            raise
+        return cid
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _labels(self, exec_id: str) -> dict[str, str]:
+        return {LABEL_EXEC: exec_id, LABEL_OWNER: self._owner, LABEL_BACKEND: self._name}
+
+    def _network_mode(self, policy: SandboxPolicy) -> str:
+        return "none" if policy.network == "disabled" else self._network_enabled_mode
+
+
+def _command(request: ExecutionRequest) -> list[str]:
+    """The container command. Raises :class:`InvalidRequest`."""
+    source = request.source or ""
+    if source:
+        if len(source.encode()) > MAX_SHELL_SOURCE:
+            raise InvalidRequest(
+                f"a shell source is limited to {MAX_SHELL_SOURCE} bytes", field="source"
+            )
+        return ["/bin/sh", "-c", source, "sh", *request.argv]
+    if not request.argv:
+        raise InvalidRequest("a command needs source text or argv", field="source")
+    return list(request.argv)
+
+
+def _base_environment() -> dict[str, str]:
+    return {"PATH": CONTAINER_PATH, "HOME": SCRATCH, "LANG": "C.UTF-8"}
+
+
+def _environment(request: ExecutionRequest) -> dict[str, str]:
+    env = _base_environment()
+    env.update(request.env)  # validated: every name is in the policy's allow-list
+    return env
+
+
+def _working_dir(request: ExecutionRequest) -> str:
+    """The in-container working directory (warm runs have no workspace: always /tmp)."""
+    cwd = request.effective_cwd
+    if not request.policy.filesystem.mounts_workspace:
+        return SCRATCH
+    return WORKSPACE if cwd == "." else f"{WORKSPACE}/{cwd}"
+
+
+def _inside(root: Path, rel: str, field: str) -> Path:
+    """``root/rel`` resolved, refusing a symlink that leads out of ``root``."""
+    path = (root / rel).resolve() if rel != "." else root
+    if path != root and root not in path.parents:
+        raise InvalidRequest(
+            f"{field} {rel!r} leads out of the workspace (through a symlink)", field=field
+        )
+    return path
+
+
+def _workspace_mounts(
+    workdir: Path, fs: FilesystemPolicy, cwd: str, uid: int, gid: int
+) -> tuple[list[dict[str, Any]], str]:
+    """Bind mounts for ``fs`` over ``workdir`` and the in-container working directory. Makes
+    missing directories, and hands the tree to ``uid:gid`` when the hub is root (so the
+    container's non-root user can read and write it). Blocking."""
+    root = workdir.resolve()
+    if not root.is_dir():
+        raise InvalidRequest(f"the workdir {str(workdir)!r} is not a directory", field="workdir")
+    if fs.mode == "paths":
+        specs = [(p, True) for p in fs.read_only] + [(p, False) for p in fs.read_write]
+    else:
+        specs = [(fs.root, fs.mode == "workspaceReadOnly")]
+    mounts: list[dict[str, Any]] = []
+    for rel, read_only in specs:
+        source = _inside(root, rel, "filesystem")
+        if not source.exists():
+            source.mkdir(parents=True)
+        if fs.mode == "paths":
+            target = f"{WORKSPACE}/{rel}" if rel != "." else WORKSPACE
+        else:
+            target = WORKSPACE
+        mounts.append(
+            {
+                "Type": "bind",
+                "Source": str(source),
+                "Target": target,
+                "ReadOnly": read_only,
+                "BindOptions": {"Propagation": "rprivate"},
+            }
+        )
+    if fs.mode == "paths":
+        working_dir = WORKSPACE if cwd == "." else f"{WORKSPACE}/{cwd}"
+    else:
+        base = "." if fs.root == "." else fs.root
+        host_cwd = _inside(root, cwd if base == "." else f"{base}/{cwd}", "cwd")
+        host_cwd.mkdir(parents=True, exist_ok=True)
+        working_dir = WORKSPACE if cwd == "." else f"{WORKSPACE}/{cwd}"
+    if os.geteuid() == 0 and uid != 0:
+        _chown_tree(root, uid, gid)
+    return mounts, working_dir
+
+
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    """Give ``root`` and everything under it (not following symlinks) to ``uid:gid``."""
+    for path in (root, *root.rglob("*")):
+        with contextlib.suppress(FileNotFoundError):
+            st = path.lstat()
+            if st.st_uid != uid or st.st_gid != gid:
+                os.lchown(path, uid, gid)
+
+
+async def _write_stdin(writer: asyncio.StreamWriter, data: bytes) -> None:
+    """Send ``data`` to the container's stdin, then end it (half-close the socket)."""
+    with contextlib.suppress(ConnectionError, OSError):
+        if data:
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+
+
+_HEADER: Final = struct.Struct(">BxxxL")
+_STREAMS: Final[dict[int, Stream]] = {1: "stdout", 2: "stderr"}
+
+
+async def _pump(reader: asyncio.StreamReader, channel: OutputChannel) -> None:
+    """Demultiplex the attach stream (8-byte headers: stream, size) into the channel until
+    EOF. Both streams are closed whatever happens."""
+    try:
+        while True:
+            try:
+                header = await reader.readexactly(_HEADER.size)
+            except asyncio.IncompleteReadError:
+                return
+            kind, size = _HEADER.unpack(header)
+            stream = _STREAMS.get(kind)
+            while size:
+                data = await reader.read(min(size, READ_SIZE))
+                if not data:
+                    return
+                size -= len(data)
+                if stream is not None:
+                    await channel.feed(stream, data)
+    finally:
+        channel.close("stdout")
+        channel.close("stderr")

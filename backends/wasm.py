@@ -1,0 +1,926 @@
+"""The ``wasm`` backend: WASI preview 1 modules on wasmtime, in-process (isolation ``inProcess``).
+
+What it runs: a guest module (``language: wasm``) given as bytes (:class:`GuestModule`) or by
+the sha256 of a blob (:class:`ModuleBlob`); its ``_start`` export is called (a WASI command).
+
+* **Payload.** Bytes are checked by :func:`validate_wasm_bytes` (at most ``max_module_bytes``,
+  at least 8 bytes, the ``\\0asm`` magic) before anything is compiled. A blob hash is resolved by
+  the backend itself, through the ``blobs`` object it was built with (anything with
+  ``async get(sha256) -> bytes``, e.g. :class:`hub.log.blobs.FileBlobStore`); the bytes are
+  checked against the hash. A hash whose module is already compiled runs without a fetch (the
+  cache is content-addressed). Without ``blobs``, a blob payload is refused
+  (``invalidRequest``) unless it is cached.
+* **Compilation cache.** Compiled modules are kept by sha256 in a bounded LRU
+  (``cache_entries``); a second run of the same bytes skips compilation (``metadata.warm`` is
+  true, :attr:`WasmBackend.cache` counts hits and misses). A module wasmtime rejects gives a
+  ``failed/compileFailed`` result with wasmtime's message as the diagnostic; a module without a
+  ``_start`` function is refused (``invalidCode``).
+* **Harness contract** (adk-code's): ``input`` is written to stdin as one line of JSON when no
+  ``stdin`` is given; when the last stdout line parses as JSON it is the result's ``value``.
+  ``argv`` is ``["module.wasm", *argv]``; the environment holds only the request's variables
+  (each allowed by the policy), never the hub's.
+* **Limits, all enforced:**
+
+  - *Timeout and cancel: epoch interruption.* One engine-wide ticker thread advances the epoch
+    every ``tick_s`` (10 ms) while runs are active; each store's epoch-deadline callback traps
+    the guest when its run is stopped (timeout, ``cancel``, closed stream) and otherwise lets it
+    go on. Chosen over fuel: fuel instruments every basic block (slower code, and it is a
+    budget of instructions, not time); epochs cost one check per loop header/function entry
+    and give wall-clock deadlines. WASI's ``poll_oneoff`` (``sleep``) is replaced by an
+    interruptible implementation, since a guest blocked in a host call never reaches an
+    epoch check.
+  - *Memory:* ``Store.set_limits(memory_size=policy.memoryBytes or max_memory_bytes)``: a
+    ``memory.grow`` past it returns -1 to the guest; a module that needs more than the cap at
+    instantiation fails at once. wasmtime's C API does not report a refused grow to the host,
+    so a run that fails (trap or non-zero exit) with its memory within one eighth of the cap
+    (at least 1 MiB) is reported as ``failed/memoryLimit``.
+  - *Output:* each stream capped per the policy (kept bytes stream as chunks; bytes past the
+    cap are dropped and counted; the guest never blocks on output).
+  - *Filesystem:* only the workspace, through a WASI preopen: the policy's root (``workdir`` /
+    root) as ``/workspace`` and the working directory as ``.``, writable only for
+    ``workspaceReadWrite``. Mode ``none``: no preopen at all. ``paths`` and ``host`` are not
+    offered (refused by ``validate_policy``).
+  - *Network:* none (WASI preview 1 on wasmtime has no sockets unless inherited; never done).
+
+* **Threads.** Compilation and the guest run on the backend's own thread pool
+  (``max_concurrent`` threads): the event loop never blocks and the default executor is never
+  starved by long guest runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import ctypes
+import hashlib
+import shutil
+import struct
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal, Protocol
+
+import msgspec
+import wasmtime
+from wasmtime import _ffi as wasm_ffi
+
+from backends.capabilities import BackendCapabilities, ExecutionIsolation, ExecutionLanguage
+from backends.errors import BackendUnavailable, ExecutionFailed, InvalidCode, InvalidRequest
+from backends.harness import extract_value
+from backends.policy import FilesystemPolicy, SandboxPolicy, strict
+from backends.request import ExecutionRequest, GuestModule, ModuleBlob
+from backends.result import (
+    Diagnostic,
+    ExecEvent,
+    ExecutionMetadata,
+    ExecutionResult,
+    classify,
+)
+from backends.runs import Run, RunRegistry, TaskSet
+from backends.sink import ThreadedOutput
+from backends.validate import validate_request
+
+__all__ = [
+    "DEFAULT_MAX_MEMORY_BYTES",
+    "MAX_WASM_BYTES",
+    "WASM_MAGIC",
+    "BlobSource",
+    "ModuleCache",
+    "WasmBackend",
+    "validate_wasm_bytes",
+]
+
+MIB: Final = 1024 * 1024
+WASM_MAGIC: Final = b"\x00asm"
+MAX_WASM_BYTES: Final = 64 * MIB
+DEFAULT_MAX_MEMORY_BYTES: Final = 256 * MIB
+WASM_PAGE: Final = 64 * 1024
+GUEST_WORKSPACE: Final = "/workspace"
+ARGV0: Final = "module.wasm"
+_SHA256_HEX: Final = frozenset("0123456789abcdef")
+
+Access = Literal["read", "read-write"]
+
+
+def validate_wasm_bytes(data: bytes, *, max_bytes: int = MAX_WASM_BYTES) -> None:
+    """Refuse what cannot be a WebAssembly binary module, before compiling anything.
+
+    Checks (first failure wins): at most ``max_bytes``; at least 8 bytes (magic and version);
+    the ``\\0asm`` magic. Raises :class:`InvalidCode` (``details['reason']``: ``tooLarge``,
+    ``tooShort``, ``badMagic``).
+    """
+    if len(data) > max_bytes:
+        raise InvalidCode(
+            f"the wasm module is {len(data)} bytes; the limit is {max_bytes}",
+            reason="tooLarge",
+            size=len(data),
+            limit=max_bytes,
+        )
+    if len(data) < 8:
+        raise InvalidCode(
+            f"the wasm module is {len(data)} bytes; a module has at least 8 (magic and version)",
+            reason="tooShort",
+            size=len(data),
+        )
+    if data[:4] != WASM_MAGIC:
+        raise InvalidCode(
+            "not a WebAssembly binary module (the \\0asm magic is missing)", reason="badMagic"
+        )
+
+
+class BlobSource(Protocol):
+    """Where blob payloads come from (:class:`hub.log.blobs.FileBlobStore` fits)."""
+
+    async def get(self, sha256: str) -> bytes:
+        """The blob's bytes; raises (e.g. ``hub.errors.NotFound``) if there is none."""
+        ...
+
+
+# ---------------------------------------------------------------------------------------------
+# The compiled-module cache
+
+
+@dataclass
+class _Compiled:
+    module: wasmtime.Module
+    pre: wasmtime.InstancePre
+    size: int
+
+
+class ModuleCache:
+    """Compiled modules by sha256, least recently used evicted first. Loop-bound.
+
+    Bounded by ``max_entries`` and by ``max_bytes`` of module bytes (a proxy for the compiled
+    code's size). Concurrent compilations of one hash share one compilation.
+    """
+
+    def __init__(self, max_entries: int = 64, max_bytes: int = 512 * MIB) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.hits = 0
+        self.misses = 0
+        self.compile_ms_total = 0.0
+        self._items: OrderedDict[str, _Compiled] = OrderedDict()
+        self._bytes = 0
+        self._pending: dict[str, asyncio.Future[_Compiled]] = {}
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, sha256: object) -> bool:
+        return sha256 in self._items
+
+    def get(self, sha256: str) -> _Compiled | None:
+        item = self._items.get(sha256)
+        if item is not None:
+            self._items.move_to_end(sha256)
+        return item
+
+    def put(self, sha256: str, item: _Compiled) -> None:
+        old = self._items.pop(sha256, None)
+        if old is not None:
+            self._bytes -= old.size
+        self._items[sha256] = item
+        self._bytes += item.size
+        while self._items and (len(self._items) > self.max_entries or self._bytes > self.max_bytes):
+            _, evicted = self._items.popitem(last=False)
+            self._bytes -= evicted.size
+
+    def clear(self) -> None:
+        self._items.clear()
+        self._bytes = 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Epoch interruption
+
+
+class _EpochTicker:
+    """Advances the engine's epoch every ``interval`` seconds while at least one run is active."""
+
+    def __init__(self, engine: wasmtime.Engine, interval: float) -> None:
+        self._engine = engine
+        self._interval = interval
+        self._cond = threading.Condition()
+        self._active = 0
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def acquire(self) -> None:
+        with self._cond:
+            self._active += 1
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(
+                    target=self._loop, name="agora-wasm-epoch", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify_all()
+
+    def release(self) -> None:
+        with self._cond:
+            self._active -= 1
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while self._active <= 0 and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+            self._engine.increment_epoch()
+            time.sleep(self._interval)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+
+
+class _Interrupted(Exception):
+    """Raised inside the guest's thread when its run was stopped during a host call."""
+
+
+_DeadlineCallback = ctypes.CFUNCTYPE(
+    ctypes.c_size_t,
+    ctypes.POINTER(wasm_ffi.wasmtime_context_t),
+    ctypes.c_void_p,
+    ctypes.POINTER(ctypes.c_uint64),
+    ctypes.POINTER(ctypes.c_uint8),
+)
+_Finalizer = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+_no_finalizer: Any = _Finalizer(lambda _data: None)
+
+
+_INTERRUPT_MESSAGE: Final = b"agora: execution interrupted"
+_UPDATE_CONTINUE: Final = 0
+
+
+@dataclass
+class _Control:
+    """What the guest's thread shares with the loop: the stop flag and what happened."""
+
+    interrupt: threading.Event = field(default_factory=threading.Event)
+    wasi_started_ns: int = 0
+    interrupted: bool = False
+
+
+def _deadline_callback(ctl: _Control) -> Any:
+    """The store's epoch-deadline callback: trap once ``ctl.interrupt`` is set, else go on for
+    one more tick. Returns the ctypes function (keep a reference while the store lives)."""
+
+    def callback(_ctx: Any, _data: Any, delta: Any, kind: Any) -> int:
+        if ctl.interrupt.is_set():
+            ctl.interrupted = True
+            error = wasm_ffi.wasmtime_error_new(_INTERRUPT_MESSAGE)
+            return int(ctypes.cast(error, ctypes.c_void_p).value or 0)
+        delta[0] = 1
+        kind[0] = _UPDATE_CONTINUE
+        return 0
+
+    return _DeadlineCallback(callback)
+
+
+# ---------------------------------------------------------------------------------------------
+# An interruptible poll_oneoff (WASI preview 1)
+
+_tls = threading.local()
+_ERRNO_SUCCESS: Final = 0
+_ERRNO_FAULT: Final = 21
+_ERRNO_INVAL: Final = 28
+_SUBSCRIPTION_SIZE: Final = 48
+_EVENT_SIZE: Final = 32
+_EVENTTYPE_CLOCK: Final = 0
+_SUBCLOCKFLAG_ABSTIME: Final = 1
+_CLOCK_REALTIME: Final = 0
+_CLOCK_MONOTONIC: Final = 1
+_MAX_SUBSCRIPTIONS: Final = 4096
+
+
+def _poll_oneoff(
+    caller: wasmtime.Caller, in_ptr: int, out_ptr: int, nsubs: int, nevents_ptr: int
+) -> int:
+    """``poll_oneoff`` that sleeps on the run's stop flag instead of blocking the thread.
+
+    Clock subscriptions sleep (the shortest one wins; absolute deadlines on the realtime and
+    monotonic clocks are honoured); fd subscriptions are reported ready at once (stdin is a
+    buffer and stdout/stderr never block here). Raises :class:`_Interrupted` when the run is
+    stopped while sleeping, which ends the guest.
+    """
+    ctl: _Control | None = getattr(_tls, "control", None)
+    memory = caller.get("memory")
+    if not isinstance(memory, wasmtime.Memory) or ctl is None:
+        return _ERRNO_INVAL
+    if nsubs <= 0 or nsubs > _MAX_SUBSCRIPTIONS:
+        return _ERRNO_INVAL
+    size = memory.data_len(caller)
+    if in_ptr < 0 or in_ptr + nsubs * _SUBSCRIPTION_SIZE > size:
+        return _ERRNO_FAULT
+    if out_ptr < 0 or out_ptr + nsubs * _EVENT_SIZE > size or nevents_ptr + 4 > size:
+        return _ERRNO_FAULT
+    raw = bytes(memory.read(caller, in_ptr, in_ptr + nsubs * _SUBSCRIPTION_SIZE))
+    ready_fds: list[tuple[int, int]] = []
+    clocks: list[tuple[int, float]] = []
+    for i in range(nsubs):
+        base = i * _SUBSCRIPTION_SIZE
+        userdata, tag = struct.unpack_from("<QB", raw, base)
+        if tag == _EVENTTYPE_CLOCK:
+            clock_id, timeout, _precision, flags = struct.unpack_from("<IxxxxQQH", raw, base + 16)
+            delay_ns = float(timeout)
+            if flags & _SUBCLOCKFLAG_ABSTIME:
+                if clock_id == _CLOCK_REALTIME:
+                    delay_ns = timeout - time.time_ns()
+                elif clock_id == _CLOCK_MONOTONIC:
+                    delay_ns = timeout - (time.monotonic_ns() - ctl.wasi_started_ns)
+            clocks.append((userdata, max(0.0, delay_ns) / 1e9))
+        else:
+            ready_fds.append((userdata, tag))
+    events = bytearray()
+    if ready_fds:
+        for userdata, tag in ready_fds:
+            events += struct.pack("<QHBxxxxxQHxxxxxx", userdata, 0, tag, 0, 0)
+    else:
+        delay = min(d for _, d in clocks)
+        if ctl.interrupt.wait(delay):
+            raise _Interrupted()
+        for userdata, d in clocks:
+            if d <= delay:
+                events += struct.pack("<QHBxxxxxQHxxxxxx", userdata, 0, _EVENTTYPE_CLOCK, 0, 0)
+    memory.write(caller, bytes(events), out_ptr)
+    memory.write(caller, struct.pack("<I", len(events) // _EVENT_SIZE), nevents_ptr)
+    return _ERRNO_SUCCESS
+
+
+# ---------------------------------------------------------------------------------------------
+# One run, on a worker thread
+
+
+@dataclass
+class _Preopen:
+    host: Path
+    guest: str
+    writable: bool
+
+
+@dataclass
+class _Spec:
+    argv: list[str]
+    env: dict[str, str]
+    stdin: bytes | None
+    preopens: list[_Preopen]
+    memory_bytes: int
+
+
+@dataclass
+class _Outcome:
+    exit_code: int | None = None
+    trap: str | None = None
+    instantiate_error: str | None = None
+    memory_size: int = 0
+    error: BaseException | None = None
+
+
+def _run_sync(
+    engine: wasmtime.Engine,
+    compiled: _Compiled,
+    spec: _Spec,
+    ctl: _Control,
+    sink: ThreadedOutput,
+) -> _Outcome:
+    """Instantiate and run ``_start`` (on a worker thread). Never raises."""
+    outcome = _Outcome()
+    _tls.control = ctl
+    try:
+        store = wasmtime.Store(engine)
+        store.set_limits(
+            memory_size=spec.memory_bytes,
+            table_elements=1_000_000,
+            instances=4,
+            tables=16,
+            memories=4,
+        )
+        wasi = wasmtime.WasiConfig()
+        wasi.argv = spec.argv
+        wasi.env = list(spec.env.items())
+        if spec.stdin:
+            _set_stdin(wasi, spec.stdin)
+        wasi.stdout_custom = lambda data: sink.feed("stdout", data)
+        wasi.stderr_custom = lambda data: sink.feed("stderr", data)
+        for preopen in spec.preopens:
+            wasi.preopen_dir(str(preopen.host), preopen.guest, preopen.writable)
+        store.set_wasi(wasi)
+        ctl.wasi_started_ns = time.monotonic_ns()
+        callback = _deadline_callback(ctl)
+        wasm_ffi.wasmtime_store_epoch_deadline_callback(store.ptr(), callback, None, _no_finalizer)
+        store.set_epoch_deadline(1)
+        instance: wasmtime.Instance | None = None
+        try:
+            instance = compiled.pre.instantiate(store)
+        except (wasmtime.WasmtimeError, wasmtime.Trap) as e:
+            if isinstance(e, wasmtime.ExitTrap):
+                outcome.exit_code = e.code
+            elif ctl.interrupted:
+                outcome.trap = "interrupted"
+            else:
+                outcome.instantiate_error = _message(e)
+        else:
+            start = instance.exports(store).get("_start")
+            try:
+                assert isinstance(start, wasmtime.Func)
+                start(store)
+                outcome.exit_code = 0
+            except wasmtime.ExitTrap as e:
+                outcome.exit_code = e.code
+            except _Interrupted:
+                outcome.trap = "interrupted"
+            except (wasmtime.WasmtimeError, wasmtime.Trap) as e:
+                outcome.trap = "interrupted" if ctl.interrupted else _message(e)
+            memory = instance.exports(store).get("memory")
+            if isinstance(memory, wasmtime.Memory):
+                outcome.memory_size = memory.data_len(store)
+        del callback  # only now: the store may call it until the run is over
+    except BaseException as e:  # a bug or a wasmtime failure: reported by the caller
+        outcome.error = e
+    finally:
+        _tls.control = None
+        sink.close()
+    return outcome
+
+
+def _set_stdin(wasi: wasmtime.WasiConfig, data: bytes) -> None:
+    """Give the guest ``data`` as its stdin (an in-memory buffer; the C API takes the vector)."""
+    vec = wasm_ffi.bytes_to_capi(data)
+    wasm_ffi.wasi_config_set_stdin_bytes(wasi.ptr(), ctypes.byref(vec))
+
+
+def _message(error: BaseException) -> str:
+    """wasmtime's message without the backtrace noise: the innermost cause when there is one."""
+    text = str(error).strip()
+    if "Caused by:" in text:
+        cause = text.split("Caused by:", 1)[1].strip()
+        return cause.splitlines()[0].strip() if cause else text
+    if isinstance(error, wasmtime.Trap):
+        return text.splitlines()[-1].strip() if "wasm backtrace" in text else text
+    return text
+
+
+# ---------------------------------------------------------------------------------------------
+# The backend
+
+
+class WasmBackend:
+    """Runs WASI preview 1 modules on wasmtime (see the module docstring).
+
+    ``access``: the instance's authority over the workspace (``read``: the preopen is never
+    writable). ``policy``: the instance's default (widest) policy; default: :func:`strict`
+    with the workspace per ``access`` and a ``max_memory_bytes`` memory cap. ``blobs``: where
+    blob payloads are fetched from.
+    """
+
+    def __init__(
+        self,
+        name: str = "wasm",
+        *,
+        access: Access = "read-write",
+        policy: SandboxPolicy | None = None,
+        blobs: BlobSource | None = None,
+        max_concurrent: int = 8,
+        max_module_bytes: int = MAX_WASM_BYTES,
+        max_memory_bytes: int = DEFAULT_MAX_MEMORY_BYTES,
+        cache_entries: int = 64,
+        tick_s: float = 0.01,
+    ) -> None:
+        if access not in ("read", "read-write"):
+            raise ValueError(f"access must be 'read' or 'read-write', not {access!r}")
+        self._name = name
+        self._access = access
+        fs = (
+            FilesystemPolicy.workspace_read_write()
+            if access == "read-write"
+            else FilesystemPolicy.workspace_read_only()
+        )
+        self._policy = (
+            policy
+            if policy is not None
+            else strict().replace(filesystem=fs, memory_bytes=max_memory_bytes)
+        )
+        self._blobs = blobs
+        self._max_module_bytes = max_module_bytes
+        self._max_memory_bytes = max_memory_bytes
+        self._tick_s = tick_s
+        self._registry = RunRegistry(name, max_concurrent)
+        self._max_concurrent = max_concurrent
+        self.cache = ModuleCache(max_entries=cache_entries)
+        self._engine: wasmtime.Engine | None = None
+        self._linker: wasmtime.Linker | None = None
+        self._ticker: _EpochTicker | None = None
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._caps = BackendCapabilities(
+            isolation=ExecutionIsolation.IN_PROCESS,
+            enforces_network=True,
+            enforces_filesystem=True,
+            enforces_environment=True,
+            enforces_timeout=True,
+            enforces_memory=True,
+            supports_structured_output=True,
+            languages=frozenset({ExecutionLanguage.WASM}),
+            filesystem_modes=frozenset({"none", "workspaceReadOnly", "workspaceReadWrite"}),
+        )
+
+    # -- CodeExecutor ----------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def capabilities(self) -> BackendCapabilities:
+        return self._caps
+
+    @property
+    def default_policy(self) -> SandboxPolicy:
+        return self._policy
+
+    def available(self) -> tuple[bool, str]:
+        if self._registry.closed:
+            return False, "the backend is closed"
+        return True, ""
+
+    async def start(self) -> None:
+        """Create the engine, the linker and the worker threads (idempotent)."""
+        if self._engine is not None or self._registry.closed:
+            return
+        config = wasmtime.Config()
+        config.epoch_interruption = True
+        engine = wasmtime.Engine(config)
+        linker = wasmtime.Linker(engine)
+        linker.define_wasi()
+        linker.allow_shadowing = True
+        i32 = wasmtime.ValType.i32()
+        linker.define_func(
+            "wasi_snapshot_preview1",
+            "poll_oneoff",
+            wasmtime.FuncType([i32, i32, i32, i32], [i32]),
+            _poll_oneoff,
+            access_caller=True,
+        )
+        self._engine = engine
+        self._linker = linker
+        self._ticker = _EpochTicker(engine, self._tick_s)
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self._max_concurrent, thread_name_prefix=f"agora-{self._name}"
+        )
+
+    async def __aenter__(self) -> WasmBackend:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop every run, then the ticker and the threads; drop the cache. Idempotent."""
+        await self._registry.aclose()
+        ticker, self._ticker = self._ticker, None
+        executor, self._executor = self._executor, None
+        if ticker is not None:
+            await asyncio.to_thread(ticker.close)
+        if executor is not None:
+            await asyncio.to_thread(executor.shutdown, True)
+        self.cache.clear()
+
+    async def cancel(self, exec_id: str) -> bool:
+        run = self._registry.get(exec_id)
+        if run is None or not run.request_stop("cancelled"):
+            return False
+        await run.exited.wait()
+        return True
+
+    async def execute(
+        self, request: ExecutionRequest, workdir: Path | None
+    ) -> AsyncGenerator[ExecEvent, None]:
+        """Run ``request``'s module (contract: :mod:`backends.base`).
+
+        Raises, before running anything: what :func:`validate_request` raises;
+        :class:`InvalidCode` (not a wasm module, no ``_start``); :class:`InvalidRequest` (a blob
+        that cannot be fetched or does not match its hash, a working directory outside the
+        preopened root); ``Busy``; :class:`BackendUnavailable`.
+        """
+        await self.start()
+        ok, why = self.available()
+        if not ok:
+            raise BackendUnavailable(f"backend {self._name!r} is unavailable: {why}")
+        validate_request(request, self._caps)
+        sha256, data = await self._payload(request)
+        spec_cwd = _preopen_dirs(request, self._access)  # validates the paths before admitting
+        run = self._registry.admit(request.exec_id)
+        started = time.monotonic()
+        scratch: Path | None = None
+        future: asyncio.Future[_Outcome] | None = None
+        ctl = _Control()
+        tasks = TaskSet()
+        try:
+            compiled, warm, failure = await self._compiled(sha256, data)
+            if compiled is None:
+                result = self._compile_failed(request, started, failure or "")
+            else:
+                if workdir is None and spec_cwd:
+                    workdir = scratch = Path(tempfile.mkdtemp(prefix="agora-wasm-"))
+                spec = self._spec(request, workdir, spec_cwd)
+                sink = ThreadedOutput(request.effective_max_stdout, request.effective_max_stderr)
+                assert self._engine is not None and self._executor is not None
+                assert self._ticker is not None
+                self._ticker.acquire()
+                try:
+                    loop = asyncio.get_running_loop()
+                    future = loop.run_in_executor(
+                        self._executor, _run_sync, self._engine, compiled, spec, ctl, sink
+                    )
+                    future.add_done_callback(lambda _f: sink.close())
+                    tasks.create_task(self._stopper(run, ctl, request))
+                    while (chunk := await sink.get()) is not None:
+                        yield chunk
+                    outcome = await future
+                finally:
+                    ctl.interrupt.set()
+                    if future is not None and not future.done():
+                        await self._registry.shielded(_wait(future))
+                    self._ticker.release()
+                if outcome.error is not None:
+                    raise ExecutionFailed(
+                        f"wasmtime failed to run the module: {outcome.error!r}"
+                    ) from outcome.error
+                result = self._result(request, run, outcome, sink, started, warm, spec)
+        finally:
+            run.exited.set()
+            await tasks.aclose()
+            await self._registry.shielded(self._cleanup(run, scratch))
+        yield result
+
+    # -- internals ---------------------------------------------------------------------------
+
+    async def _payload(self, request: ExecutionRequest) -> tuple[str, bytes | None]:
+        """``(sha256, bytes or None when the compiled module is cached)``."""
+        payload = request.payload
+        if isinstance(payload, GuestModule):
+            validate_wasm_bytes(payload.data, max_bytes=self._max_module_bytes)
+            return hashlib.sha256(payload.data).hexdigest(), payload.data
+        if not isinstance(payload, ModuleBlob):  # pragma: no cover - validate_request refuses
+            raise InvalidRequest("'wasm' runs a guest module", field="module")
+        sha256 = payload.sha256
+        if len(sha256) != 64 or not set(sha256) <= _SHA256_HEX:
+            raise InvalidRequest("module blob must be a lowercase hex sha256", field="module")
+        if sha256 in self.cache:
+            return sha256, None
+        if self._blobs is None:
+            raise InvalidRequest(
+                f"backend {self._name!r} has no blob store: send the module's bytes",
+                field="module",
+            )
+        try:
+            data = await self._blobs.get(sha256)
+        except Exception as e:
+            raise InvalidRequest(
+                f"module blob {sha256} cannot be fetched: {e}", field="module", sha256=sha256
+            ) from e
+        if hashlib.sha256(data).hexdigest() != sha256:
+            raise InvalidRequest(
+                f"module blob {sha256} does not match its hash", field="module", sha256=sha256
+            )
+        validate_wasm_bytes(data, max_bytes=self._max_module_bytes)
+        return sha256, data
+
+    async def _compiled(
+        self, sha256: str, data: bytes | None
+    ) -> tuple[_Compiled | None, bool, str | None]:
+        """``(compiled, warm, compile error)`` from the cache, or compiled on a worker thread."""
+        cached = self.cache.get(sha256)
+        if cached is not None:
+            self.cache.hits += 1
+            return cached, True, None
+        pending = self.cache._pending.get(sha256)
+        if pending is not None:
+            try:
+                return await asyncio.shield(pending), True, None
+            except InvalidCode:
+                raise
+            except Exception as e:
+                return None, False, str(e)
+        if data is None:  # evicted between the check and now: cannot happen on one loop
+            raise InvalidRequest("module blob is no longer cached; send it again", field="module")
+        self.cache.misses += 1
+        loop = asyncio.get_running_loop()
+        assert self._executor is not None
+        future = loop.run_in_executor(self._executor, self._compile_sync, data)
+        self.cache._pending[sha256] = future
+        try:
+            compiled = await asyncio.shield(future)
+        except InvalidCode:
+            raise
+        except wasmtime.WasmtimeError as e:
+            return None, False, _message(e)
+        finally:
+            self.cache._pending.pop(sha256, None)
+        self.cache.put(sha256, compiled)
+        return compiled, False, None
+
+    def _compile_sync(self, data: bytes) -> _Compiled:
+        assert self._engine is not None and self._linker is not None
+        began = time.perf_counter()
+        module = wasmtime.Module(self._engine, data)
+        start = next((e for e in module.exports if e.name == "_start"), None)
+        if start is None or not isinstance(start.type, wasmtime.FuncType):
+            raise InvalidCode(
+                "the module has no '_start' function: only WASI commands run here",
+                reason="noStart",
+            )
+        pre = self._linker.instantiate_pre(module)
+        self.cache.compile_ms_total += (time.perf_counter() - began) * 1000
+        return _Compiled(module=module, pre=pre, size=len(data))
+
+    def _spec(
+        self, request: ExecutionRequest, workdir: Path | None, dirs: list[tuple[str, str, bool]]
+    ) -> _Spec:
+        stdin = request.stdin
+        if stdin is None and request.has_input:
+            stdin = msgspec.json.encode(request.input) + b"\n"
+        preopens: list[_Preopen] = []
+        if dirs:
+            assert workdir is not None
+            for relative, guest, writable in dirs:
+                host = workdir if relative == "." else workdir / relative
+                try:
+                    host.mkdir(parents=True, exist_ok=True)
+                except OSError as e:
+                    raise InvalidRequest(
+                        f"workspace directory {relative!r} is not usable: {e}", field="filesystem"
+                    ) from e
+                preopens.append(_Preopen(host=host, guest=guest, writable=writable))
+        memory = request.policy.memory_bytes or self._max_memory_bytes
+        return _Spec(
+            argv=[ARGV0, *request.argv],
+            env=dict(request.env),
+            stdin=stdin,
+            preopens=preopens,
+            memory_bytes=min(memory, self._max_memory_bytes),
+        )
+
+    async def _stopper(self, run: Run, ctl: _Control, request: ExecutionRequest) -> None:
+        if await run.wait_stop(request.effective_timeout_ms / 1000) is not None:
+            ctl.interrupt.set()
+
+    def _result(
+        self,
+        request: ExecutionRequest,
+        run: Run,
+        outcome: _Outcome,
+        sink: ThreadedOutput,
+        started: float,
+        warm: bool,
+        spec: _Spec,
+    ) -> ExecutionResult:
+        notes: list[Diagnostic] = []
+        memory_hit = False
+        if outcome.instantiate_error is not None:
+            text = outcome.instantiate_error
+            memory_hit = "memory" in text and "limit" in text
+            notes.append(
+                Diagnostic(
+                    level="error",
+                    code="memoryLimit" if memory_hit else "instantiate",
+                    message=f"the module could not be instantiated: {outcome.instantiate_error}",
+                )
+            )
+        abnormal = outcome.trap is not None and outcome.trap != "interrupted"
+        abnormal = abnormal or (outcome.exit_code not in (None, 0))
+        if abnormal and run.stop_reason is None and outcome.memory_size:
+            headroom = spec.memory_bytes - outcome.memory_size
+            memory_hit = headroom < max(MIB, spec.memory_bytes // 8)
+        if memory_hit:
+            status, reason = "failed", "memoryLimit"
+            exit_code = outcome.exit_code if outcome.exit_code not in (None, 0) else -1
+            if outcome.instantiate_error is None:
+                notes.append(
+                    Diagnostic(
+                        level="error",
+                        code="memoryLimit",
+                        message=f"the module reached its memory limit of {spec.memory_bytes} "
+                        f"bytes (linear memory {outcome.memory_size} bytes)",
+                    )
+                )
+        else:
+            status, reason, exit_code = classify(
+                outcome.exit_code, cancelled=run.cancelled, timed_out=run.timed_out
+            )
+        if outcome.trap is not None and outcome.trap != "interrupted" and not memory_hit:
+            trap = outcome.trap.removeprefix("wasm trap: ")
+            notes.append(Diagnostic(level="error", code="trap", message=f"wasm trap: {trap}"))
+        if run.timed_out:
+            notes.append(
+                Diagnostic(
+                    level="error",
+                    code="timeout",
+                    message=f"timed out after {request.effective_timeout_ms} ms; the module was "
+                    "interrupted",
+                )
+            )
+        if run.cancelled:
+            notes.append(Diagnostic(level="note", code="killed", message="Execution cancelled."))
+        for stream in ("stdout", "stderr"):
+            if sink.truncated(stream):
+                notes.append(
+                    Diagnostic(
+                        level="warning",
+                        code="outputTruncated",
+                        message=f"{stream} truncated at {sink.caps[stream].limit} bytes "
+                        f"({sink.total(stream)} bytes written)",
+                    )
+                )
+        stdout = sink.kept("stdout")
+        value: Any = msgspec.UNSET
+        if not sink.truncated("stdout"):
+            stdout, value = extract_value(stdout)
+        return ExecutionResult(
+            status=status,  # type: ignore[arg-type]
+            reason=reason,  # type: ignore[arg-type]
+            exit_code=exit_code,
+            stdout=stdout,
+            stderr=sink.kept("stderr"),
+            value=value,
+            stdout_truncated=sink.truncated("stdout"),
+            stderr_truncated=sink.truncated("stderr"),
+            stdout_total=sink.total("stdout"),
+            stderr_total=sink.total("stderr"),
+            duration_ms=_elapsed_ms(started),
+            metadata=self._metadata(request, warm),
+            diagnostics=notes,
+        )
+
+    def _compile_failed(
+        self, request: ExecutionRequest, started: float, message: str
+    ) -> ExecutionResult:
+        text = f"the module does not compile: {message}"
+        return ExecutionResult(
+            status="failed",
+            reason="compileFailed",
+            exit_code=-1,
+            stderr=text.encode() + b"\n",
+            stderr_total=len(text.encode()) + 1,
+            duration_ms=_elapsed_ms(started),
+            metadata=self._metadata(request, False),
+            diagnostics=[Diagnostic(level="error", code="compileFailed", message=text)],
+        )
+
+    def _metadata(self, request: ExecutionRequest, warm: bool) -> ExecutionMetadata:
+        return ExecutionMetadata(
+            backend=self._name,
+            language=request.language,
+            isolation=ExecutionIsolation.IN_PROCESS,
+            identity=request.identity,
+            warm=warm,
+        )
+
+    async def _cleanup(self, run: Run, scratch: Path | None) -> None:
+        try:
+            if scratch is not None:
+                await asyncio.to_thread(shutil.rmtree, scratch, True)
+        finally:
+            run.exited.set()
+            self._registry.release(run)
+
+
+def _preopen_dirs(request: ExecutionRequest, access: Access) -> list[tuple[str, str, bool]]:
+    """``[(workspace-relative dir, guest path, writable)]`` for the request's policy.
+
+    The policy's root is ``/workspace``; the working directory (inside the root) is ``.``.
+    Raises :class:`InvalidRequest` for a working directory outside the root.
+    """
+    fs = request.policy.filesystem
+    if fs.mode == "none":
+        return []
+    writable = fs.mode == "workspaceReadWrite" and access == "read-write"
+    root = fs.root
+    cwd = request.effective_cwd
+    if cwd == ".":
+        cwd = root
+    elif root != "." and not (cwd == root or cwd.startswith(root + "/")):
+        raise InvalidRequest(f"cwd {cwd!r} is outside the filesystem root {root!r}", field="cwd")
+    return [(root, GUEST_WORKSPACE, writable), (cwd, ".", writable)]
+
+
+async def _wait(future: asyncio.Future[_Outcome]) -> None:
+    with contextlib.suppress(BaseException):
+        await future
+
+
+def _elapsed_ms(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)

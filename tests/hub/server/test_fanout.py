@@ -1,0 +1,143 @@
+"""hub.fanout with plain values (subscriptions, buffering, the send queue), and the in-process
+hub's fan-out encoding each event frame once however many subscribers there are."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import pytest
+
+from hub.events import MessagePosted
+from hub.fanout import Fanout, Outgoing, SendQueue, Subscription
+from tests.hub.server.conftest import message, mint, peer
+
+
+class Outlet:
+    def __init__(self, room: int = 100) -> None:
+        self.room = room
+        self.items: list[Outgoing] = []
+        self.overflows = 0
+
+    def offer(self, item: Outgoing) -> bool:
+        if len(self.items) >= self.room:
+            return False
+        self.items.append(item)
+        return True
+
+    def overflow(self) -> None:
+        self.overflows += 1
+
+    def seqs(self) -> list[int]:
+        return [seq for _, _, seq in self.items]
+
+
+def events(*seqs: int) -> list[MessagePosted]:
+    return [MessagePosted(id=f"e{s}", workspace="w", seq=s, producer="a") for s in seqs]
+
+
+def test_buffers_until_live_then_skips_what_the_catch_up_sent() -> None:
+    fanout, outlet = Fanout(), Outlet()
+    sub = Subscription(outlet, "w", "a", pending_limit=10)
+    fanout.add(sub)
+    fanout("w", events(4, 5))  # committed while the catch-up runs
+    fanout("w", events(6))
+    assert outlet.items == []
+    sub.last_seq = 5  # the catch-up sent up to 5 (it raced with 4 and 5)
+    sub.go_live()
+    fanout("w", events(7, 8))
+    assert outlet.seqs() == [6, 7, 8]
+    fanout("other", events(9))
+    assert outlet.seqs() == [6, 7, 8]
+
+
+def test_frames_are_encoded_once_and_shared() -> None:
+    fanout = Fanout()
+    outlets = [Outlet() for _ in range(5)]
+    for o in outlets:
+        sub = Subscription(o, "w", "a", pending_limit=10)
+        fanout.add(sub)
+        sub.go_live()
+    fanout("w", events(1, 2))
+    assert fanout.frames_encoded == 2
+    first = outlets[0].items[0][0]
+    assert all(o.items[0][0] is first for o in outlets)
+
+
+def test_full_queue_overflows_that_subscriber_only() -> None:
+    fanout = Fanout()
+    slow, fast = Outlet(room=1), Outlet()
+    for o in (slow, fast):
+        sub = Subscription(o, "w", "a", pending_limit=10)
+        fanout.add(sub)
+        sub.go_live()
+    fanout("w", events(1, 2, 3))
+    fanout("w", events(4))
+    assert slow.seqs() == [1] and slow.overflows == 1
+    assert fast.seqs() == [1, 2, 3, 4] and fast.overflows == 0
+
+
+def test_buffer_overflow_while_catching_up() -> None:
+    fanout, outlet = Fanout(), Outlet()
+    sub = Subscription(outlet, "w", "a", pending_limit=2)
+    fanout.add(sub)
+    fanout("w", events(1, 2, 3))
+    assert outlet.overflows == 1 and sub.closed
+    fanout("w", events(4))
+    assert outlet.overflows == 1
+
+
+def test_remove_is_idempotent() -> None:
+    fanout, outlet = Fanout(), Outlet()
+    sub = Subscription(outlet, "w", "a", pending_limit=2)
+    fanout.add(sub)
+    assert fanout.subscribers("w") == 1
+    fanout.remove(sub)
+    fanout.remove(sub)
+    assert fanout.subscribers("w") == 0
+    fanout("w", events(1))
+    assert fanout.frames_encoded == 0  # nobody listens: nothing encoded
+
+
+async def test_send_queue_bounds() -> None:
+    queue: SendQueue[int] = SendQueue(4)
+    assert queue.low_water == 2
+    await queue.put(1)
+    await queue.put(2)
+    # put() waits below the low-water mark; offer() may use the rest.
+    waiting = asyncio.create_task(queue.put(3))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    assert queue.offer(10) and queue.offer(11)
+    assert not queue.offer(12)
+    assert [await queue.get() for _ in range(3)] == [1, 2, 10]
+    await asyncio.wait_for(waiting, 1)
+    assert [await queue.get() for _ in range(2)] == [11, 3]
+    getter = asyncio.create_task(queue.get())
+    await asyncio.sleep(0)
+    assert queue.offer(5)
+    assert await asyncio.wait_for(getter, 1) == 5
+    with pytest.raises(ValueError):
+        SendQueue(0)
+
+
+async def test_in_process_hub_encodes_each_event_frame_once(inproc_hub: Any) -> None:
+    url = inproc_hub.url
+    async with contextlib.AsyncExitStack() as stack:
+        writer = await stack.enter_async_context(peer(url, mint("w")))
+        subs = [await stack.enter_async_context(peer(url, mint(f"r{i}"))) for i in range(8)]
+        for p in subs:
+            await p.call("subscribe", workspace="once")
+        # Wait for the subscribers' memberJoined events, so that only ours are counted.
+        for _ in range(500):
+            members = (await writer.call("state", workspace="once"))["state"]["members"]
+            if len(members) == len(subs):
+                break
+            await asyncio.sleep(0.01)
+        before = inproc_hub.fanout.frames_encoded
+        ack = await writer.call("publish", workspace="once", events=[message()] * 10)
+        for p in subs:
+            got = await p.events("once", ack["seqs"][-1])
+            assert [e["seq"] for e in got][-10:] == ack["seqs"]
+        assert inproc_hub.fanout.frames_encoded - before == 10
