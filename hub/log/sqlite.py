@@ -245,14 +245,21 @@ def _translate(e: sqlite3.Error, doing: str) -> AgoraError:
     return Unavailable(f"database error while {doing}: {e}", sqlite=name)
 
 
-def _decode_page(bodies: list[bytes], keys: Iterable[int], key_name: str) -> list[Event]:
+def _as_bytes(body: bytes | str) -> bytes:
+    # A body rewritten as TEXT (by the sqlite3 shell, say) must still reach the decoder, so
+    # the hash check — not a TypeError — is what reports the tampering.
+    return body if isinstance(body, bytes) else str(body).encode("utf-8", "surrogatepass")
+
+
+def _decode_page(bodies: list[bytes | str], keys: Iterable[int], key_name: str) -> list[Event]:
     """Decode stored bodies in one call. Raises :class:`IntegrityError` naming a bad row."""
     if not bodies:
         return []
+    raw = [_as_bytes(b) for b in bodies]
     try:
-        return decode_events(b"[" + b",".join(bodies) + b"]")
+        return decode_events(b"[" + b",".join(raw) + b"]")
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
-        for key, body in zip(keys, bodies, strict=True):
+        for key, body in zip(keys, raw, strict=True):
             try:
                 decode_event(body)
             except (msgspec.DecodeError, msgspec.ValidationError) as bad:
@@ -975,7 +982,7 @@ class SqliteEventStore(EventStore):
         rows = await self._fetch(
             _SELECT_RANGE, (workspace, after_seq, _MAX_SEQ, limit), "reading events"
         )
-        return [(seq, body) for seq, body in rows]
+        return [(seq, _as_bytes(body)) for seq, body in rows]
 
     async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Event]:
         """See :meth:`EventStore.read_all`. Raises ``IntegrityError``, ``Unavailable``."""

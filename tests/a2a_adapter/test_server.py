@@ -178,9 +178,9 @@ async def test_only_requester_or_owner_may_cancel(
     async with open_client(service.url, token()) as owner_side, open_client(
         service.url, token("intruder")
     ) as other:
-        req = SendMessageRequest(message=message("mine"))
-        req.configuration.return_immediately = True
-        first = [r async for r in owner_side.send_message(req)][0]
+        stream = owner_side.send_message(SendMessageRequest(message=message("mine")))
+        first = await anext(stream)
+        await stream.aclose()
         task_id = first.task.id
         await workspaces.publish(WORKSPACE, [WorkClaimed(correlation_id=task_id)], producer="bob")
         with pytest.raises(TaskNotCancelableError):
@@ -192,9 +192,10 @@ async def test_continue_with_task_id_only_fills_the_context(
 ) -> None:
     """a2a-sdk 1.3.0 #1206: a taskId without contextId must stay in the task's context."""
     async with open_client(service.url, token()) as client:
-        first = [r async for r in client.send_message(SendMessageRequest(message=message("q")))]
-        task_id = first[0].task.id
-        assert kinds_of(first) == ["task:TASK_STATE_SUBMITTED"] or True
+        stream = client.send_message(SendMessageRequest(message=message("q")))
+        first = await anext(stream)
+        await stream.aclose()
+        task_id = first.task.id
         await workspaces.publish(
             WORKSPACE,
             [WorkClaimed(correlation_id=task_id), FeedbackRequested(correlation_id=task_id, payload="which?")],

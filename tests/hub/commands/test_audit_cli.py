@@ -359,12 +359,6 @@ def test_verify_names_the_tampered_seq(demo: Agora) -> None:
     assert code == 1 and "seq 2: hash does not match content" in err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="hub/log/sqlite.py decodes pages with b','.join(bodies): a body stored as TEXT "
-    "(as the sqlite3 shell or a str parameter writes it) raises TypeError, not IntegrityError",
-)
 def test_verify_names_a_seq_whose_body_was_replaced_by_text(demo: Agora) -> None:
     with db(demo.data) as conn:
         conn.execute(
