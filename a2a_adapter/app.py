@@ -3,7 +3,7 @@
 ``agora serve`` runs it in the same event loop as the WebSocket server::
 
     from a2a_adapter.app import serve_a2a
-    tg.create_task(serve_a2a(hub.workspaces, signer, config, stop=stop))
+    hub.spawn(serve_a2a(hub.workspaces, signer, config, stop=stop), name="agora-a2a")
 
 :func:`serve_a2a` runs until cancelled (uvicorn with the SDK's Starlette routes, no signal
 handlers of its own: the hub owns shutdown). :class:`A2AService` is the same as an async
@@ -23,7 +23,7 @@ import contextlib
 import ipaddress
 import logging
 import socket
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from types import TracebackType
 from typing import Final, Self
 
@@ -316,11 +316,16 @@ async def serve_a2a(
     ready: asyncio.Event | None = None,
     stop: asyncio.Event | None = None,
     runtime: Runtime | None = None,
+    on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Serve A2A on ``host:port`` (default ``config.server.host``/``a2a_port``) until ``stop``
-    is set or the task is cancelled; set ``ready`` once listening. Raises ``OSError`` if the
-    port is taken."""
-    async with A2AService(workspaces, signer, config, host=host, port=port, runtime=runtime):
+    is set or the task is cancelled; once listening, set ``ready`` and call ``on_ready`` with
+    the base URL. Raises ``OSError`` if the port cannot be bound."""
+    async with A2AService(
+        workspaces, signer, config, host=host, port=port, runtime=runtime
+    ) as service:
         if ready is not None:
             ready.set()
+        if on_ready is not None:
+            on_ready(service.url)
         await (stop or asyncio.Event()).wait()

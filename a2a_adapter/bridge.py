@@ -296,7 +296,8 @@ class Bridge:
             try:
                 await self._converse(item)
             finally:
-                watcher.cancel()
+                if not item.done:
+                    watcher.cancel()  # else it ends by itself, after telling the peer
 
     async def _item_events(self, workspace: str, cid: str, opened_seq: int) -> list[Event]:
         out: list[Event] = []

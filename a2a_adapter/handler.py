@@ -182,6 +182,7 @@ class AgoraRequestHandler(RequestHandler):
         self.blocking_timeout = blocking_timeout
         self.max_streams = max_streams
         self._streams = 0
+        self._members: set[tuple[str, str]] = set()  # (workspace, agent) known to be present
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -502,12 +503,15 @@ class AgoraRequestHandler(RequestHandler):
 
     async def _join(self, workspace: str, cap: Capability, meta: dict[str, Any]) -> None:
         """Record the peer as a member (``memberJoined``, via ``a2a``) on its first call."""
+        if (workspace, cap.agent) in self._members:
+            return
         try:
             state = await self.workspaces.state(workspace)
         except AgoraError as e:
             raise a2a_error(e) from e
         member = state.members.get(cap.agent)
         if member is not None and member.present:
+            self._remember_member(workspace, cap.agent)
             return
         card_url = meta.get(CARD_URL_KEY)
         joined = MemberJoined(
@@ -522,6 +526,13 @@ class AgoraRequestHandler(RequestHandler):
             await self.workspaces.publish(workspace, [joined], producer=cap.agent, trusted=True)
         except AgoraError as e:
             raise a2a_error(e) from e
+        self._remember_member(workspace, cap.agent)
+
+    def _remember_member(self, workspace: str, agent: str) -> None:
+        # Bounded: forgetting costs one state read on the agent's next call.
+        if len(self._members) >= 10_000:
+            self._members.clear()
+        self._members.add((workspace, agent))
 
     # -- not offered ------------------------------------------------------------------------
 

@@ -74,7 +74,9 @@ __all__ = [
     "MappingError",
     "closing_chunks",
     "foreign_kind",
+    "foreign_table",
     "from_a2a",
+    "mapping_table",
     "message_payload",
     "message_posted_payload",
     "payload_parts",
@@ -554,6 +556,39 @@ def foreign_kind(state: TaskState, *, claimed: bool, has_message: bool) -> str |
     if kind == "workClaimed" and claimed:
         return "messagePosted" if has_message else None
     return kind
+
+
+def mapping_table() -> str:
+    """:data:`CROSSINGS` as a Markdown table (docs/a2a.md includes it; a test keeps it fresh)."""
+    rows = [
+        "| event kind | A2A update | task state | message role | task |",
+        "|---|---|---|---|---|",
+    ]
+    for kind, c in CROSSINGS.items():
+        if c.state is not None:
+            state = TaskState.Name(c.state).removeprefix("TASK_STATE_")
+        elif kind == "execFinished":
+            state = "COMPLETED / FAILED / CANCELED (payload status)"
+        else:
+            state = "unchanged"
+        update = "TaskStatusUpdateEvent" if c.update == "status" else "TaskArtifactUpdateEvent"
+        role = Role.Name(c.role).removeprefix("ROLE_") if c.update == "status" else "-"
+        task = "work item (correlationId)" if c.task == "work" else "execution (execId)"
+        rows.append(f"| `{kind}` | {update} | {state} | {role} | {task} |")
+    return "\n".join(rows)
+
+
+def foreign_table() -> str:
+    """The reverse table for bridged peers, as Markdown."""
+    rows = ["| peer's task state | event written (producer = the peer) |", "|---|---|"]
+    for state, kind in _FOREIGN.items():
+        name = TaskState.Name(state).removeprefix("TASK_STATE_")
+        if kind == "workClaimed":
+            text = "`workClaimed` the first time, then `messagePosted` if it carries a message"
+        else:
+            text = "nothing" if kind is None else f"`{kind}`"
+        rows.append(f"| {name} | {text} |")
+    return "\n".join(rows)
 
 
 def message_posted_payload(message: Message) -> MessagePayload:

@@ -7,8 +7,9 @@ are the workspace's *projected* files and every write becomes a ``fileWritten`` 
 ``fileDeleted``) event caused by the execution — the runtime's job, not the backend's.
 
 Paths are workspace paths: relative POSIX, normalised
-(:func:`backends.policy.normalise_workspace_path`), never ``..``. The backend checks every path against the request's filesystem policy and its own
-access level before calling the access object, so an implementation only has to do the I/O.
+(:func:`backends.policy.normalise_workspace_path`), never ``..``. The backend checks every path
+against the request's filesystem policy and its own access level before calling the access
+object, so an implementation only has to do the I/O.
 
 :class:`DirectoryAccess` implements the protocol over a local directory (the runtime's prepared
 ``workdir``, or a test's temporary directory). It is what the ``python`` backend uses when it is

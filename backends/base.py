@@ -10,7 +10,7 @@ Lifecycle of a backend instance (an async context manager, like every resource i
         ok, why = backend.available()
         policy = narrow(backend.default_policy, wire_policy)   # may raise Rejected
         request = ExecutionRequest(exec_id=..., payload=Source("echo hi"), policy=policy)
-        async with contextlib.aclosing(backend.execute(request, workdir)) as events:
+        async with closing_stream(backend.execute(request, workdir)) as events:
             async for event in events:                # OutputChunk ..., then ExecutionResult
                 ...
         await backend.cancel(exec_id)                 # from any other task
@@ -31,7 +31,7 @@ Contract of :meth:`CodeExecutor.execute` (checked by ``tests/backends/test_confo
   group killed, container removed).
 * Closing the generator early or cancelling the consuming task kills the program; the cleanup
   is shielded, so it completes even then. Consume it from one task, and close it
-  (``contextlib.aclosing``) when stopping early.
+  (:func:`closing_stream`) when stopping early.
 * ``workdir`` is the directory the runtime prepared (workspace files pushed in); the program
   runs in it (``process``) or sees it mounted at ``/workspace`` read-only or read-write per the
   policy (``container``). ``None`` means no workspace: the backend uses a private scratch
@@ -77,7 +77,14 @@ from backends.policy import (
     strict_js,
     strict_python,
 )
-from backends.request import UNSET, ExecutionPayload, ExecutionRequest, GuestModule, ModuleBlob, Source
+from backends.request import (
+    UNSET,
+    ExecutionPayload,
+    ExecutionRequest,
+    GuestModule,
+    ModuleBlob,
+    Source,
+)
 from backends.result import (
     Diagnostic,
     ExecEvent,
@@ -123,6 +130,7 @@ __all__ = [
     "UnsupportedLanguage",
     "UnsupportedPolicy",
     "classify",
+    "closing_stream",
     "collect",
     "host_local",
     "narrow",
@@ -175,6 +183,23 @@ class CodeExecutor(Protocol):
         ...
 
 
+@contextlib.asynccontextmanager
+async def closing_stream(
+    events: AsyncIterator[ExecEvent],
+) -> AsyncIterator[AsyncIterator[ExecEvent]]:
+    """``async with closing_stream(backend.execute(...)) as events:`` — iterate, and have the
+    stream closed when the block ends (early exit included), which stops the program.
+
+    ``contextlib.aclosing`` for the protocol's ``AsyncIterator`` return type (every backend
+    returns an async generator, which has ``aclose``)."""
+    try:
+        yield events
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
 async def collect(events: AsyncIterator[ExecEvent]) -> ExecutionResult:
     """Drain an ``execute`` stream and return its result (chunks are already in it).
 
@@ -182,7 +207,7 @@ async def collect(events: AsyncIterator[ExecEvent]) -> ExecutionResult:
     :class:`ExecutionInternal` if the stream ended without a result.
     """
     result: ExecutionResult | None = None
-    async with contextlib.aclosing(events) as stream:  # type: ignore[type-var]
+    async with closing_stream(events) as stream:
         async for event in stream:
             if isinstance(event, ExecutionResult):
                 result = event

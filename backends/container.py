@@ -82,6 +82,7 @@ from backends.validate import validate_request
 __all__ = [
     "DEFAULT_CONTAINER_POLICY",
     "ContainerBackend",
+    "connect_engine",
     "container_config",
     "engine_reachable",
     "warm_prelude",
@@ -119,14 +120,14 @@ def engine_reachable(base_url: str | None = None, timeout_s: float = 5.0) -> tup
     """Whether a Docker engine answers at ``base_url`` (default: the environment's). Blocking:
     for command-line tools and test set-up, not for the event loop."""
     try:
-        client = _connect(base_url, timeout_s, 2)
+        client = connect_engine(base_url, timeout_s, 2)
     except ExecutionError as e:
         return False, e.message
     client.close()
     return True, ""
 
 
-def _connect(base_url: str | None, timeout_s: float, pool_size: int) -> Any:
+def connect_engine(base_url: str | None, timeout_s: float, pool_size: int) -> Any:
     """A connected ``docker.DockerClient`` (API version negotiated). Blocking. Raises
     :class:`BackendUnavailable`."""
     import docker
@@ -142,8 +143,7 @@ def _connect(base_url: str | None, timeout_s: float, pool_size: int) -> Any:
         client.ping()
     except Exception as e:  # the SDK raises DockerException, requests' and socket errors
         raise BackendUnavailable(
-            f"the Docker engine is not reachable ({base_url or 'DOCKER_HOST/default socket'}): "
-            f"{e}",
+            f"the Docker engine is not reachable ({base_url or 'DOCKER_HOST/default socket'}): {e}",
             backend="container",
         ) from e
     return client
@@ -233,9 +233,11 @@ def warm_prelude(command: list[str], env: dict[str, str], working_dir: str) -> b
 class _Box:
     """What one execution holds in the engine (all released by the cleanup)."""
 
-    __slots__ = ("cid", "create", "scratch", "warm", "writer")
+    __slots__ = ("cid", "create", "exec_id", "release", "scratch", "warm", "writer")
 
-    def __init__(self) -> None:
+    def __init__(self, exec_id: str) -> None:
+        self.exec_id = exec_id
+        self.release: asyncio.Task[None] | None = None
         self.cid: str | None = None
         self.create: asyncio.Future[str] | None = None
         self.writer: asyncio.StreamWriter | None = None
@@ -297,6 +299,7 @@ class ContainerBackend:
         self._start_lock = asyncio.Lock()
         self._started = False
         self._idle: collections.deque[str] = collections.deque()
+        self._boxes: dict[str, _Box] = {}
         self._filling = False
         self._caps = BackendCapabilities(
             isolation=ExecutionIsolation.CONTAINER_EPHEMERAL,
@@ -348,7 +351,7 @@ class ContainerBackend:
             self._started = True
             try:
                 self._client = await self._call(
-                    _connect, self._base_url, self._engine_timeout_s, self._threads
+                    connect_engine, self._base_url, self._engine_timeout_s, self._threads
                 )
                 await self._ensure_image()
                 removed = await self.sweep()
@@ -372,6 +375,11 @@ class ContainerBackend:
         """Stop running executions, remove them and the idle warm containers, close the
         engine connection. Idempotent."""
         await self._registry.aclose()
+        # Runs whose consumer has not closed its stream yet: their containers are dead (the
+        # registry stopped them) but not removed — remove them now, not when the consumer
+        # comes back (the engine connection is about to go).
+        for box in list(self._boxes.values()):
+            await self._release(box)
         idle = list(self._idle)
         self._idle.clear()
         for cid in idle:
@@ -416,7 +424,7 @@ class ContainerBackend:
         command = _command(request)
         stdin = request.stdin
         run = self._registry.admit(request.exec_id)
-        box = _Box()
+        box = self._boxes[request.exec_id] = _Box(request.exec_id)
         started = time.monotonic()
         try:
             reader = await self._open(request, command, workdir, box)
@@ -511,7 +519,9 @@ class ContainerBackend:
 
         await self._call(kill)
 
-    async def _attach(self, cid: str, *, stdin: bool) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _attach(
+        self, cid: str, *, stdin: bool
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """Attach to the container's stdio and hand the raw socket to asyncio."""
         api = self._api()
         params = {"stdin": int(stdin), "stdout": 1, "stderr": 1, "stream": 1}
@@ -619,9 +629,7 @@ class ContainerBackend:
             return [], SCRATCH
         if workdir is None:
             workdir = box.scratch = Path(await self._call(tempfile.mkdtemp, prefix="agora-exec-"))
-        return await self._call(
-            _workspace_mounts, workdir, fs, cwd, self._uid, self._gid
-        )
+        return await self._call(_workspace_mounts, workdir, fs, cwd, self._uid, self._gid)
 
     async def _wait(self, cid: str, run: Run, request: ExecutionRequest) -> tuple[int | None, bool]:
         """Wait for the container to exit: ``(exit code, killed for memory)``. Sets
@@ -646,11 +654,27 @@ class ContainerBackend:
         await self._kill(cid)
 
     async def _cleanup(self, run: Run, box: _Box) -> None:
-        """Remove everything the run holds: socket, container (even one still being created),
+        """End of a run (shielded): release what it holds, then let its id go."""
+        try:
+            await self._release(box)
+        finally:
+            run.exited.set()
+            self._registry.release(run)
+
+    def _release(self, box: _Box) -> asyncio.Task[None]:
+        """The one task that releases ``box`` (shared by the run's cleanup and aclose)."""
+        if box.release is None:
+            box.release = self._registry.spawn(self._release_box(box))
+        return box.release
+
+    async def _release_box(self, box: _Box) -> None:
+        """Remove everything a run holds: socket, container (even one still being created),
         scratch directory."""
         try:
             if box.writer is not None:
-                box.writer.close()
+                # abort, not close: a graceful close would wait to flush stdin the program
+                # never read, which the engine no longer takes once the container is gone.
+                box.writer.transport.abort()
                 with contextlib.suppress(Exception):
                     await box.writer.wait_closed()
             if box.cid is None and box.create is not None:
@@ -670,8 +694,8 @@ class ContainerBackend:
                 with contextlib.suppress(ExecutionError):
                     await self._call(shutil.rmtree, box.scratch, True)
         finally:
-            run.exited.set()
-            self._registry.release(run)
+            if self._boxes.get(box.exec_id) is box:
+                del self._boxes[box.exec_id]
 
     def _result(
         self,
@@ -686,18 +710,7 @@ class ContainerBackend:
         status, reason, code = classify(
             exit_code, cancelled=run.cancelled, timed_out=run.timed_out, memory_exceeded=oom
         )
-        notes: list[Diagnostic] = []
-        if run.timed_out:
-            notes.append(
-                Diagnostic(
-                    level="error",
-                    code="timeout",
-                    message=f"timed out after {request.effective_timeout_ms} ms; the container "
-                    "was killed",
-                )
-            )
-        if run.cancelled:
-            notes.append(Diagnostic(code="killed", message="Execution cancelled."))
+        notes = run.stop_notes(request.effective_timeout_ms, "the container was killed")
         if oom:
             notes.append(
                 Diagnostic(
@@ -707,16 +720,9 @@ class ContainerBackend:
                     f"{request.policy.memory_bytes} bytes exceeded",
                 )
             )
-        for stream in ("stdout", "stderr"):
-            if channel.truncated(stream):  # type: ignore[arg-type]
-                notes.append(
-                    Diagnostic(
-                        level="warning",
-                        code="outputTruncated",
-                        message=f"{stream} truncated at {channel.caps[stream].limit} bytes "  # type: ignore[index]
-                        f"({channel.total(stream)} bytes written)",  # type: ignore[arg-type]
-                    )
-                )
+        elif run.stop_reason is None and exit_code == 137:
+            notes.append(Diagnostic(message="the program was killed by SIGKILL (exit 137)"))
+        notes += channel.truncation_notes()
         return ExecutionResult(
             status=status,
             reason=reason,
@@ -741,11 +747,32 @@ class ContainerBackend:
 
     # -- the warm pool ------------------------------------------------------------------------
 
+    @property
+    def warm_idle(self) -> int:
+        """How many warm containers are ready now."""
+        return len(self._idle)
+
+    async def wait_warm(self, timeout_s: float = 30.0) -> bool:
+        """Wait until the warm pool is full (for benchmarks and tests); False on timeout."""
+        self._schedule_fill()
+        deadline = time.monotonic() + timeout_s
+        while len(self._idle) < self._warm_size:
+            if time.monotonic() >= deadline or not self._state[0]:
+                return False
+            await asyncio.sleep(0.01)
+        return True
+
     def _schedule_fill(self) -> None:
-        if self._warm_size and not self._filling and not self._registry.closed:
-            if self._state[0] and len(self._idle) < self._warm_size:
-                self._filling = True
-                self._registry.spawn(self._fill())
+        """Start refilling the pool in the background unless it is full or filling."""
+        if (
+            self._warm_size
+            and not self._filling
+            and not self._registry.closed
+            and self._state[0]
+            and len(self._idle) < self._warm_size
+        ):
+            self._filling = True
+            self._registry.spawn(self._fill())
 
     async def _fill(self) -> None:
         """Start warm containers until the pool is full (owned by the registry)."""

@@ -136,9 +136,7 @@ def image_is_current(client: Any, tag: str = DEFAULT_IMAGE, busybox: Path | None
     return bool(labels.get(LABEL_SHA) == file_sha256(busybox))
 
 
-def build_busybox_image(
-    client: Any, tag: str = DEFAULT_IMAGE, busybox: Path | None = None
-) -> str:
+def build_busybox_image(client: Any, tag: str = DEFAULT_IMAGE, busybox: Path | None = None) -> str:
     """Build ``tag`` from the host's static busybox; returns the image id. Blocking.
 
     Uses the engine's classic builder with ``network_mode="none"`` and ``pull=False``: nothing

@@ -16,9 +16,11 @@ import asyncio
 from typing import Final
 
 from backends.harness import OutputCap
-from backends.result import OutputChunk, Stream
+from backends.result import Diagnostic, OutputChunk, Stream
 
-__all__ = ["OutputChannel"]
+__all__ = ["STREAMS", "OutputChannel"]
+
+STREAMS: Final[tuple[Stream, Stream]] = ("stdout", "stderr")
 
 _DONE: Final = None
 
@@ -36,6 +38,7 @@ class OutputChannel:
         # (a producer closing its stream while being cancelled cannot block).
         self._queue: asyncio.Queue[OutputChunk | None] = asyncio.Queue()
         self._queue_size = queue_size
+        self._queued = 0  # chunks in the queue (end markers do not count)
         self._room = asyncio.Event()
         self._room.set()
         self._open: set[Stream] = {"stdout", "stderr"}
@@ -46,7 +49,7 @@ class OutputChannel:
         kept = self.caps[stream].feed(data)
         if not kept:
             return
-        while self._queue.qsize() >= self._queue_size:
+        while self._queued >= self._queue_size:
             self._room.clear()
             await self._room.wait()
         self._emit(stream, kept)
@@ -62,15 +65,17 @@ class OutputChannel:
     def _emit(self, stream: Stream, kept: bytes) -> None:
         if kept:
             self._kept[stream] += kept
+            self._queued += 1
             self._queue.put_nowait(OutputChunk(stream, kept))
 
     async def get(self) -> OutputChunk | None:
         """The next kept chunk in arrival order; ``None`` once both streams are closed."""
         while self._open or not self._queue.empty():
             item = await self._queue.get()
-            if self._queue.qsize() < self._queue_size:
-                self._room.set()
             if item is not None:
+                self._queued -= 1
+                if self._queued < self._queue_size:
+                    self._room.set()
                 return item
         return None
 
@@ -82,3 +87,16 @@ class OutputChannel:
 
     def total(self, stream: Stream) -> int:
         return self.caps[stream].total
+
+    def truncation_notes(self) -> list[Diagnostic]:
+        """One warning per truncated stream: the cap and how much the program wrote."""
+        return [
+            Diagnostic(
+                level="warning",
+                code="outputTruncated",
+                message=f"{stream} truncated at {self.caps[stream].limit} bytes "
+                f"({self.caps[stream].total} bytes written)",
+            )
+            for stream in STREAMS
+            if self.caps[stream].truncated
+        ]

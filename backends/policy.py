@@ -214,7 +214,8 @@ class SandboxPolicy(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """The constraints an execution runs under (see the module docstring).
 
     ``memory_bytes``, ``pids`` and ``cpus`` are ``None`` for "no limit requested"; a set limit
-    must be enforced by the backend or the run is refused (:func:`backends.validate.validate_policy`).
+    must be enforced by the backend or the run is refused
+    (:func:`backends.validate.validate_policy`).
     """
 
     network: NetworkPolicy = "disabled"
@@ -288,7 +289,9 @@ def strict_python() -> SandboxPolicy:
 # Narrowing
 
 
-class PolicyPatch(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid_unknown_fields=True):
+class PolicyPatch(
+    msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid_unknown_fields=True
+):
     """A request's policy as sent on the wire: every field optional; omitted = the instance's
     value. Unknown fields are refused (a typo must not silently widen nothing or everything)."""
 

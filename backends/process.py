@@ -73,6 +73,7 @@ log = logging.getLogger(__name__)
 DEFAULT_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
 READ_SIZE: Final = 64 * 1024
 SHELL: Final = "/bin/sh"
+MAX_ARG_SOURCE: Final = 131_071  # the kernel's limit on one argv string, minus the NUL
 
 # The result of the one-per-process probe: the argv prefix that puts a program in a new network
 # namespace, or () when none works. None = not probed yet.
@@ -246,30 +247,41 @@ class ProcessBackend:
                 result = self._spawn_failure(
                     request, started, 126, f"{argv[0]}: permission denied ({e})"
                 )
+            except OSError as e:
+                raise ExecutionFailed(f"starting the program failed: {e}") from e
             else:
+                loop = asyncio.get_running_loop()
                 channel = OutputChannel(request.effective_max_stdout, request.effective_max_stderr)
                 tasks = TaskSet()
+                # No helper task for the clock or the exit: a timer, and the protocol's
+                # process_exited callback (which kills what the program left in its group).
+                timer = loop.call_later(
+                    request.effective_timeout_ms / 1000, run.request_stop, "timeout"
+                )
+                run.on_stop = lambda _reason: tasks.create_task(self._terminate(proc, run))
+                exited.add_done_callback(lambda _: _reaped(proc, run))
                 try:
                     assert proc.stdout is not None and proc.stderr is not None
                     tasks.create_task(_pump(proc.stdout, "stdout", channel))
                     tasks.create_task(_pump(proc.stderr, "stderr", channel))
                     if stdin is not None:
                         tasks.create_task(_feed_stdin(proc, stdin))
-                    reaper = tasks.create_task(_reap(proc, exited, run))
-                    tasks.create_task(self._stopper(proc, run, request))
                     while (chunk := await channel.get()) is not None:
                         yield chunk
-                    returncode = await reaper
+                    await run.exited.wait()
                     failure = tasks.failure()
                     if failure is not None:
                         raise ExecutionFailed(
                             f"reading the program's output failed: {failure!r}"
                         ) from failure
                 finally:
+                    timer.cancel()
+                    run.on_stop = None
                     await tasks.aclose()
-                result = self._result(request, run, returncode, channel, started)
+                result = self._result(request, run, proc.returncode, channel, started)
         finally:
-            await self._registry.shielded(self._cleanup(run, proc, scratch))
+            if not self._cleanup_now(run, proc, scratch):
+                await self._registry.shielded(self._cleanup(run, proc, scratch))
         yield result
 
     # -- internals ---------------------------------------------------------------------------
@@ -294,6 +306,11 @@ class ProcessBackend:
         """``(argv, stdin bytes or None)`` for ``request``. Raises :class:`InvalidRequest`."""
         source = request.source or ""
         stdin = request.stdin
+        if len(source.encode("utf-8", "surrogatepass")) > MAX_ARG_SOURCE:
+            raise InvalidRequest(
+                f"source is passed as one argument, limited to {MAX_ARG_SOURCE} bytes",
+                field="source",
+            )
         if request.language == ExecutionLanguage.PYTHON:
             if stdin is None and request.has_input:
                 stdin = msgspec.json.encode(request.input) + b"\n"
@@ -309,12 +326,8 @@ class ProcessBackend:
         env.update(request.env)  # validated: every name is in the policy's allow-list
         return env
 
-    async def _stopper(
-        self, proc: asyncio.subprocess.Process, run: Run, request: ExecutionRequest
-    ) -> None:
+    async def _terminate(self, proc: asyncio.subprocess.Process, run: Run) -> None:
         """On timeout or cancel: SIGTERM the group, then SIGKILL after the grace period."""
-        if await run.wait_stop(request.effective_timeout_ms / 1000) is None:
-            return
         _kill_group(proc.pid, signal.SIGTERM)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self._kill_grace_s):
@@ -349,7 +362,10 @@ class ProcessBackend:
             stderr_total=channel.total("stderr"),
             duration_ms=_elapsed_ms(started),
             metadata=self._metadata(request),
-            diagnostics=_diagnostics(request, run, channel),
+            diagnostics=[
+                *run.stop_notes(request.effective_timeout_ms, "the program was stopped"),
+                *channel.truncation_notes(),
+            ],
         )
 
     def _spawn_failure(
@@ -373,6 +389,22 @@ class ProcessBackend:
             isolation=ExecutionIsolation.HOST_LOCAL,
             identity=request.identity,
         )
+
+    def _cleanup_now(
+        self, run: Run, proc: asyncio.subprocess.Process | None, scratch: Path | None
+    ) -> bool:
+        """The cleanup of the usual run, which needs no waiting: the program was reaped and left
+        an empty scratch directory. False if :meth:`_cleanup` must run."""
+        if proc is not None and proc.returncode is None:
+            return False
+        if scratch is not None:
+            try:
+                scratch.rmdir()
+            except OSError:
+                return False
+        run.exited.set()
+        self._registry.release(run)
+        return True
 
     async def _cleanup(
         self, run: Run, proc: asyncio.subprocess.Process | None, scratch: Path | None
@@ -425,26 +457,27 @@ async def _feed_stdin(proc: asyncio.subprocess.Process, data: bytes) -> None:
 
 
 class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
-    """asyncio's subprocess protocol plus an event for "the main process exited".
+    """asyncio's subprocess protocol plus a future resolved when the main process exits.
 
     ``Process.wait()`` only returns once the pipes are closed too, and a background child
-    holding stdout open would keep them open: the reaper needs the exit itself.
+    holding stdout open would keep them open: the backend needs the exit itself.
     """
 
     def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(limit=limit, loop=loop)
-        self.exited = asyncio.Event()
+        self.exited: asyncio.Future[None] = loop.create_future()
 
     def process_exited(self) -> None:
         super().process_exited()
-        self.exited.set()
+        if not self.exited.done():
+            self.exited.set_result(None)
 
 
 async def _spawn(
     argv: Sequence[str], *, stdin: int, cwd: Path, env: dict[str, str]
-) -> tuple[asyncio.subprocess.Process, asyncio.Event]:
+) -> tuple[asyncio.subprocess.Process, asyncio.Future[None]]:
     """Start ``argv`` in a new session and process group, stdout/stderr piped. Returns the
-    process and the event set when it exits. Raises ``OSError`` if it cannot be started."""
+    process and a future resolved when it exits. Raises ``OSError`` if it cannot be started."""
     loop = asyncio.get_running_loop()
     transport, protocol = await loop.subprocess_exec(
         lambda: _Protocol(limit=READ_SIZE, loop=loop),
@@ -460,41 +493,12 @@ async def _spawn(
     return asyncio.subprocess.Process(transport, protocol, loop), protocol.exited
 
 
-async def _reap(proc: asyncio.subprocess.Process, exited: asyncio.Event, run: Run) -> int | None:
-    """Wait for the main process to exit, then kill what it left in its group (so the pipes
-    close and nothing outlives the run). Returns its exit status."""
-    await exited.wait()
+def _reaped(proc: asyncio.subprocess.Process, run: Run) -> None:
+    """The main process exited: kill what it left in its group (so the pipes close and nothing
+    outlives the run), and mark the run as gone."""
     _kill_group(proc.pid, signal.SIGKILL)
     run.exited.set()
-    return proc.returncode
 
 
 def _elapsed_ms(started: float) -> int:
     return int((time.monotonic() - started) * 1000)
-
-
-def _diagnostics(request: ExecutionRequest, run: Run, channel: OutputChannel) -> list[Diagnostic]:
-    notes: list[Diagnostic] = []
-    if run.timed_out:
-        notes.append(
-            Diagnostic(
-                level="error",
-                code="timeout",
-                message=f"timed out after {request.effective_timeout_ms} ms; the program was "
-                "stopped",
-            )
-        )
-    if run.cancelled:
-        notes.append(Diagnostic(level="note", code="killed", message="Execution cancelled."))
-    for stream in ("stdout", "stderr"):
-        if channel.truncated(stream):  # type: ignore[arg-type]
-            cap = channel.caps[stream].limit  # type: ignore[index]
-            total = channel.total(stream)  # type: ignore[arg-type]
-            notes.append(
-                Diagnostic(
-                    level="warning",
-                    code="outputTruncated",
-                    message=f"{stream} truncated at {cap} bytes ({total} bytes written)",
-                )
-            )
-    return notes

@@ -15,12 +15,12 @@ from backends.capabilities import ExecutionLanguage
 from backends.policy import SandboxPolicy, strict
 
 __all__ = [
+    "UNSET",
     "ExecutionPayload",
     "ExecutionRequest",
     "GuestModule",
     "ModuleBlob",
     "Source",
-    "UNSET",
 ]
 
 UNSET: Final = msgspec.UNSET

@@ -30,8 +30,8 @@ from backends.capabilities import ExecutionIsolation, ExecutionLanguage
 from hub.events import ArtifactRef, ExecFinishedPayload, SkippedWrite
 
 __all__ = [
-    "CANCEL_EXIT_CODE",
     "CANCELLED_EXIT_CODES",
+    "CANCEL_EXIT_CODE",
     "TIMEOUT_EXIT_CODE",
     "Diagnostic",
     "ExecEvent",
@@ -81,7 +81,9 @@ class Diagnostic(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     data: Any = None
 
 
-class ExecutionMetadata(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+class ExecutionMetadata(
+    msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True
+):
     """Telemetry and audit: which backend ran what, for whom, and the artifacts it produced."""
 
     backend: str
@@ -93,7 +95,9 @@ class ExecutionMetadata(msgspec.Struct, frozen=True, kw_only=True, rename="camel
     warm: bool = False
 
 
-class ExecutionResult(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+class ExecutionResult(
+    msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True
+):
     """The outcome of one execution.
 
     ``stdout``/``stderr`` are the captured bytes (at most the caps; ``*_truncated`` says bytes

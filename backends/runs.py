@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, Literal, TypeVar
 
 from backends.errors import BackendUnavailable
+from backends.result import Diagnostic
 from hub.errors import Busy
 
 __all__ = ["Run", "RunRegistry", "StopReason", "TaskSet"]
@@ -27,7 +28,7 @@ T = TypeVar("T")
 class Run:
     """The control block of one running execution."""
 
-    __slots__ = ("_stop", "exec_id", "exited", "stop_reason")
+    __slots__ = ("_stop", "exec_id", "exited", "on_stop", "stop_reason")
 
     def __init__(self, exec_id: str) -> None:
         self.exec_id = exec_id
@@ -35,6 +36,9 @@ class Run:
         self._stop = asyncio.Event()
         self.exited = asyncio.Event()
         """Set by the backend once the program (and everything it started) is gone."""
+        self.on_stop: Callable[[StopReason], object] | None = None
+        """Called once with the reason when a stop is requested (an alternative to a task
+        waiting in :meth:`wait_stop`)."""
 
     def request_stop(self, reason: StopReason) -> bool:
         """Record a stop request; the first one wins. False if the program already exited or a
@@ -43,6 +47,8 @@ class Run:
             return False
         self.stop_reason = reason
         self._stop.set()
+        if self.on_stop is not None:
+            self.on_stop(reason)
         return True
 
     async def wait_stop(self, timeout_s: float) -> StopReason | None:
@@ -62,6 +68,19 @@ class Run:
     @property
     def timed_out(self) -> bool:
         return self.stop_reason == "timeout"
+
+    def stop_notes(self, timeout_ms: int, how: str) -> list[Diagnostic]:
+        """Diagnostics for a stopped run (``how``: what was done, e.g. "the container was
+        killed")."""
+        if self.timed_out:
+            return [
+                Diagnostic(
+                    level="error", code="timeout", message=f"timed out after {timeout_ms} ms; {how}"
+                )
+            ]
+        if self.cancelled:
+            return [Diagnostic(code="killed", message="Execution cancelled.")]
+        return []
 
 
 class TaskSet:
@@ -91,10 +110,11 @@ class TaskSet:
 
     async def aclose(self) -> None:
         """Cancel the tasks still running and wait for all of them. Idempotent."""
-        for task in self._tasks:
+        pending = [task for task in self._tasks if not task.done()]
+        for task in pending:
             task.cancel()
-        if self._tasks:
-            await asyncio.wait(self._tasks)
+        if pending:
+            await asyncio.wait(pending)
 
 
 class RunRegistry:

@@ -184,19 +184,19 @@ def _check_request_fields(request: ExecutionRequest) -> None:
     if request.stdin is not None and len(request.stdin) > MAX_STDIN_BYTES:
         raise InvalidRequest(f"stdin is larger than {MAX_STDIN_BYTES} bytes", field="stdin")
     policy = request.policy
-    for field, value, limit, low in (
+    for field, amount, limit, low in (
         ("timeoutMs", request.timeout_ms, policy.timeout_ms, 1),
         ("maxStdout", request.max_stdout, policy.max_stdout_bytes, 0),
         ("maxStderr", request.max_stderr, policy.max_stderr_bytes, 0),
     ):
-        if value is None:
+        if amount is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        if isinstance(amount, bool) or not isinstance(amount, int) or amount < low:
             raise InvalidRequest(f"{field} must be an integer >= {low}", field=field)
-        if value > limit:
+        if amount > limit:
             raise Rejected(
-                f"{field} {value} is above the policy's limit {limit}",
+                f"{field} {amount} is above the policy's limit {limit}",
                 field=field,
                 limit=limit,
-                requested=value,
+                requested=amount,
             )

@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import functools
 import json
 import os
 import re
@@ -280,6 +281,20 @@ class Peer:
             self.client.close()
 
 
+async def until(future: asyncio.Future[None], subs: list[Peer], seconds: float) -> None:
+    """Wait for ``future``; fail at once if a subscriber's connection closes (e.g. a 4408)."""
+    closed = [p.client.closed for p in subs if p.client is not None]
+    finished, _ = await asyncio.wait(
+        [future, *closed], timeout=seconds, return_when="FIRST_COMPLETED"
+    )
+    if future not in finished:
+        codes = [
+            p.client.close_code for p in subs if p.client is not None and p.client.closed.done()
+        ]
+        future.cancel()
+        raise RuntimeError(f"subscribers closed (codes {codes}) or timed out after {seconds} s")
+
+
 def publish_frame(workspace: str, n: int) -> bytes:
     event = {"kind": "messagePosted", "payload": {"text": PAYLOAD_TEXT, "data": {"n": n}}}
     return frame(op="publish", workspace=workspace, event=event)
@@ -290,7 +305,7 @@ async def open_subscribers(
 ) -> list[Peer]:
     peers = await asyncio.gather(*(Peer.open(target) for _ in range(count)))
     for i, peer in enumerate(peers):
-        await peer.subscribe(workspace, lambda data, i=i: handler(i, data))
+        await peer.subscribe(workspace, functools.partial(handler, i))
     await asyncio.sleep(0.2)  # presence events (memberJoined) settle before measuring
     return list(peers)
 
@@ -328,7 +343,7 @@ async def measure_latency(target: Target, subscribers: int, events: int) -> tupl
             data = publish_frame(workspace, n)
             sent[n] = time.perf_counter_ns()
             publisher.client.send(data)
-            await asyncio.wait_for(done, 10)
+            await until(done, subs, 10)
             await asyncio.wait_for(publisher.replies.get(), 10)  # the ack
             if n == warmup - 1:
                 samples.clear()
@@ -421,7 +436,7 @@ async def measure_fanout(
         await asyncio.wait_for(
             asyncio.gather(*(run(p, c) for p, c in zip(pubs, counts, strict=True))), 120
         )
-        await asyncio.wait_for(finished, 120)
+        await until(finished, subs, 120)
     finally:
         for peer in [*subs, *pubs]:
             peer.close()

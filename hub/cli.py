@@ -28,6 +28,8 @@ COMMANDS: tuple[str, ...] = (
     "workspaces",
     "db",
     "tool_schema",
+    "images",
+    "backends",
 )
 
 

@@ -44,7 +44,7 @@ import random
 import uuid
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Final, Self, TypeVar, cast
 
@@ -54,6 +54,7 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 from websockets.typing import Subprotocol
 
+from backends.policy import PolicyPatch
 from hub import frames
 from hub.errors import (
     AgoraError,
@@ -65,6 +66,7 @@ from hub.errors import (
     Internal,
     NotFound,
     RateLimited,
+    ServerError,
     TooLarge,
     Unauthorized,
     Unavailable,
@@ -74,6 +76,7 @@ from hub.events import (
     Blocked,
     Completed,
     Event,
+    ExecOutput,
     FeedbackProvided,
     FeedbackRequested,
     FileDeleted,
@@ -95,10 +98,14 @@ __all__ = [
     "Ack",
     "Backoff",
     "BatchAck",
+    "ExecHandle",
+    "ExecResult",
+    "ExecUpdate",
     "Session",
     "SessionClosed",
     "Subscription",
     "Workspace",
+    "WorkspaceRuntime",
     "connect",
     "error_from_frame",
 ]
@@ -121,6 +128,9 @@ RATE_LIMIT_RETRIES: Final = 8
 
 MAX_RATE_LIMIT_WAIT: Final = 5.0
 """Seconds: the longest wait before sending a rate-limited publish again."""
+
+CATCH_UP_RETRIES: Final = 5
+"""Subscribes retried in a row after the hub failed to read a catch-up (then it raises)."""
 
 INDEX_SIZE: Final = 4096
 """Work items whose topic and opening seq a :class:`Workspace` handle remembers."""
@@ -314,6 +324,7 @@ class _Feed:
         self.confirmed = False
         self.wanted: int | None = None  # a rewind asked for while a subscribe is pending
         self.retried_busy = False
+        self.failures = 0  # catch-up failures in a row
         self._waiters: list[asyncio.Future[None]] = []
 
     # -- the window -----------------------------------------------------------------------
@@ -472,7 +483,20 @@ class _Feed:
             self.rid = None
             self.subscribe(self.after)
             return
+        if self.confirmed and isinstance(error, ServerError) and self.failures < CATCH_UP_RETRIES:
+            # The hub could not read the catch-up and ended the subscription (docs/protocol.md,
+            # "subscribe"): subscribe again from what we hold, after a pause.
+            self.failures += 1
+            self.rid = None
+            self.confirmed = False
+            delay = self.session._backoff.delay(self.failures)
+            asyncio.get_running_loop().call_later(delay, self._retry)
+            return
         self.fail(error)
+
+    def _retry(self) -> None:
+        if self.rid is None and self.session._feeds.get(self.workspace) is self:
+            self.subscribe(self.position if self.started else self._resume_point())
 
     def on_event(self, obj: Any, size: int) -> None:
         seq = _seq_of(obj)
@@ -491,6 +515,7 @@ class _Feed:
         ev = _to_event(obj)
         if ev is None:
             log.warning("event %s of an unknown kind skipped (workspace %s)", seq, self.workspace)
+        self.failures = 0
         self._append(seq, ev, size)
         self._wake()
 
@@ -619,6 +644,7 @@ class Session:
         self._ws: ClientConnection | None = None  # set while attached (ready to send)
         self._current: ClientConnection | None = None  # the last connection served
         self._pending: dict[int, _Pending] = {}
+        self._streams: dict[int, _RidStream] = {}  # exec calls and getExec streams, by rid
         self._control: dict[int, _Feed | None] = {}
         self._feeds: dict[str, _Feed] = {}
         self._workspaces: dict[str, Workspace] = {}
@@ -681,6 +707,17 @@ class Session:
     def reconnects(self) -> int:
         """How many times the session reconnected."""
         return self._reconnects
+
+    async def refresh(self, token: str) -> None:
+        """Replace the session's token (before it expires) with a fresh one for the same agent;
+        reconnects use it too. Raises :class:`~hub.errors.Forbidden` (another agent, or the
+        new token lacks the read right on a followed workspace: the old token stays in force)
+        or :class:`~hub.errors.Unauthorized` (an invalid token: the session ends)."""
+        reply = await self.request(frames.Hello(token=token))
+        if not isinstance(reply, frames.Welcome):
+            raise Internal(f"unexpected reply to hello: {type(reply).__name__}")
+        self._token = token
+        self.rights = tuple(reply.rights)
 
     def workspace(self, name: str) -> Workspace:
         """A handle on workspace ``name`` (cheap; the same object for the same name)."""
@@ -815,6 +852,10 @@ class Session:
             feed.on_connected()
         for pending in self._pending.values():
             self._outbox.append(pending.data)
+        for stream in list(self._streams.values()):
+            data = stream.on_attach()
+            if data is not None:
+                self._outbox.append(data)
         self._wake.set()
 
     def _detach(self) -> None:
@@ -886,6 +927,9 @@ class Session:
             if not pending.future.done():
                 pending.future.set_exception(error)
         self._pending.clear()
+        streams, self._streams = list(self._streams.values()), {}
+        for stream in streams:
+            stream.fail(error)
         for feed in list(self._feeds.values()):
             feed.fail(None if clean else error)
         self._feeds.clear()
@@ -915,6 +959,10 @@ class Session:
                     feed.on_subscribed(rid, frame.head)
                 elif isinstance(frame, frames.Error):
                     feed.on_error(rid, error_from_frame(frame))
+            return
+        stream = self._streams.get(rid) if isinstance(rid, int) else None
+        if stream is not None:
+            stream.on_frame(frame)
             return
         pending = self._pending.pop(rid, None) if isinstance(rid, int) else None
         if pending is None:
@@ -1018,6 +1066,8 @@ class Workspace:
     def __init__(self, session: Session, name: str) -> None:
         self.session = session
         self.name = name
+        self.runtime = WorkspaceRuntime(self)
+        """Executions in this workspace (docs/execution.md, "Runtime")."""
         # correlationId -> (topic, seq of the item's first event or 0 if unknown); bounded.
         self._items: OrderedDict[str, tuple[str | None, int]] = OrderedDict()
 
@@ -1490,3 +1540,355 @@ _WORK_KINDS: Final = frozenset(
         "workCancelled",
     }
 )
+
+
+# ---------------------------------------------------------------------------------------------
+# Executions: ``ws.runtime`` (docs/execution.md, "Runtime")
+
+
+class ExecUpdate(msgspec.Struct, frozen=True):
+    """One event of an execution's stream: the journal ``event`` (``execRequested``,
+    ``execStarted``, ``execOutput`` …, ``execCancelRequested``, ``execFinished``) and, for an
+    ``execOutput`` of a ``utf8`` execution, its bytes as ``text``."""
+
+    event: Event
+    text: str | None = None
+
+
+class ExecResult(msgspec.Struct, frozen=True, kw_only=True):
+    """The outcome of an execution. ``stdout``/``stderr`` are ``str`` for ``encoding="utf8"``
+    (invalid bytes as U+FFFD), else ``bytes``. ``has_value``: the program returned ``value``."""
+
+    status: str
+    reason: str
+    exit_code: int
+    stdout: str | bytes
+    stderr: str | bytes
+    value: Any = None
+    has_value: bool = False
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    duration_ms: int = 0
+    pushed: int = 0
+    pulled: int = 0
+    skipped: list[dict[str, Any]] = []
+    diagnostics: list[Any] = []
+
+
+def _exec_result(result: frames.RuntimeResult) -> ExecResult:
+    def out(text: str) -> str | bytes:
+        return text if result.encoding == "utf8" else base64.b64decode(text)
+
+    has_value = result.value is not msgspec.UNSET
+    return ExecResult(
+        status=result.status,
+        reason=result.reason,
+        exit_code=result.exit_code,
+        stdout=out(result.stdout),
+        stderr=out(result.stderr),
+        value=result.value if has_value else None,
+        has_value=has_value,
+        stdout_truncated=result.stdout_truncated,
+        stderr_truncated=result.stderr_truncated,
+        duration_ms=result.duration_ms,
+        pushed=result.pushed,
+        pulled=result.pulled,
+        skipped=[msgspec.to_builtins(s) for s in result.skipped],
+        diagnostics=[] if result.diagnostics is msgspec.UNSET else list(result.diagnostics),
+    )
+
+
+class _RidStream:
+    """A request the session routes every reply frame of (by rid) instead of resolving a
+    pending future: an ``exec`` call (never resent) or a ``getExec`` stream (resent, resuming,
+    after a reconnect)."""
+
+    def on_frame(self, frame: frames.ServerFrame) -> None:
+        raise NotImplementedError
+
+    def on_attach(self) -> bytes | None:
+        """A new connection: the frame to send again, or None."""
+        raise NotImplementedError
+
+    def fail(self, error: AgoraError) -> None:
+        raise NotImplementedError
+
+
+class _ExecCall(_RidStream):
+    """One ``exec``: sent once, never again after a reconnect (the hub may have started it)."""
+
+    def __init__(self, session: Session, rid: int, exec_id: str, data: bytes) -> None:
+        self.session = session
+        self.rid = rid
+        self.exec_id = exec_id
+        self.data = data
+        self.sent = False
+        self.future: asyncio.Future[frames.ServerFrame] = asyncio.get_running_loop().create_future()
+
+    def _done(self) -> None:
+        self.session._streams.pop(self.rid, None)
+
+    def on_frame(self, frame: frames.ServerFrame) -> None:
+        self._done()
+        if self.future.done():
+            return
+        if isinstance(frame, frames.Error):
+            self.future.set_exception(error_from_frame(frame))
+        else:
+            self.future.set_result(frame)
+
+    def send(self) -> None:
+        if self.session._connected():
+            self.session._send(self.data)
+            self.sent = True
+
+    def on_attach(self) -> bytes | None:
+        if not self.sent:  # not sent yet: goes out on this connection
+            self.sent = True
+            return self.data
+        self.fail(
+            Unavailable(
+                f"the connection dropped before the hub answered exec {self.exec_id!r}; it may "
+                "have started: ws.runtime.get_exec(id) tells",
+                execId=self.exec_id,
+            )
+        )
+        return None
+
+    def fail(self, error: AgoraError) -> None:
+        self._done()
+        if not self.future.done():
+            self.future.set_exception(error)
+
+
+class _ExecFollow(_RidStream):
+    """One ``getExec`` stream. After a reconnect it asks again from the last output it got
+    and drops what it already delivered (by seq)."""
+
+    def __init__(self, session: Session, rid: int, workspace: str, exec_id: str, resume: Any):
+        self.session = session
+        self.rid = rid
+        self.workspace = workspace
+        self.exec_id = exec_id
+        self.resume = resume
+        self.last_seq = 0
+        self.last_n: int | None = None
+        self.items: deque[ExecUpdate | AgoraError | None] = deque()
+        self.wake = asyncio.Event()
+
+    def frame(self) -> bytes:
+        resume = self.resume
+        if self.last_seq:
+            resume = self.last_n if self.last_n is not None else "full"
+        getexec = frames.GetExec(
+            rid=self.rid, workspace=self.workspace, exec_id=self.exec_id, resume=resume
+        )
+        return _encoder.encode(getexec)
+
+    def _push(self, item: ExecUpdate | AgoraError | None) -> None:
+        self.items.append(item)
+        self.wake.set()
+
+    def close(self) -> None:
+        self.session._streams.pop(self.rid, None)
+
+    def on_frame(self, frame: frames.ServerFrame) -> None:
+        if isinstance(frame, frames.ExecEvent):
+            ev = _to_event(frame.event)
+            if ev is None or ev.seq <= self.last_seq:
+                return
+            self.last_seq = ev.seq
+            if isinstance(ev, ExecOutput):
+                self.last_n = ev.payload.n
+            self._push(ExecUpdate(ev, frame.text))
+        elif isinstance(frame, frames.ExecEnd):
+            self.close()
+            self._push(None)
+        elif isinstance(frame, frames.Error):
+            self.close()
+            self._push(error_from_frame(frame))
+
+    def on_attach(self) -> bytes | None:
+        return self.frame()
+
+    def fail(self, error: AgoraError) -> None:
+        self._push(error)
+
+    async def updates(self) -> AsyncIterator[ExecUpdate]:
+        try:
+            while True:
+                while not self.items:
+                    self.wake.clear()
+                    await self.wake.wait()
+                item = self.items.popleft()
+                if item is None:
+                    return
+                if isinstance(item, AgoraError):
+                    raise item
+                yield item
+        finally:
+            self.close()
+
+
+class ExecHandle:
+    """One execution: ``id``, its event stream (``async for update in handle``), ``result()``
+    and ``kill()``.
+
+    Single consumer (seed 003): read the stream *or* wait for ``result()``; the stream can be
+    read once, not after ``result()``, and ``result()`` is refused while the stream is being
+    read (after it ended, ``result()`` is fine). ``result()`` is memoised.
+    """
+
+    def __init__(self, runtime: WorkspaceRuntime, exec_id: str, resume: Any = "full") -> None:
+        self.runtime = runtime
+        self.id = exec_id
+        self._resume = resume
+        self._consumer: str | None = None
+        self._streaming = False
+        self._result: asyncio.Future[ExecResult] | None = None
+
+    def __repr__(self) -> str:
+        return f"ExecHandle({self.id!r}, workspace={self.runtime.workspace.name!r})"
+
+    def __aiter__(self) -> AsyncIterator[ExecUpdate]:
+        return self.events()
+
+    async def events(self) -> AsyncIterator[ExecUpdate]:
+        """The execution's events (per the handle's ``resume``: from ``execRequested`` for a
+        new execution), live until ``execFinished``. Raises ``BadRequest`` (a second
+        consumer), ``NotFound``, ``Busy`` (too many readers), or what ended the session."""
+        if self._consumer is not None:
+            raise BadRequest(
+                f"execution {self.id!r} is already consumed by {self._consumer} (single consumer)"
+            )
+        self._consumer = "the event stream"
+        session = self.runtime.workspace.session
+        session._check_usable()
+        rid = session._rid()
+        follow = _ExecFollow(session, rid, self.runtime.workspace.name, self.id, self._resume)
+        session._streams[rid] = follow
+        session._send(follow.frame())
+        self._streaming = True
+        try:
+            async for update in follow.updates():
+                yield update
+        finally:
+            self._streaming = False
+
+    async def result(self) -> ExecResult:
+        """Wait for the execution to finish; its result (memoised). Raises ``BadRequest``
+        while the stream is being read, ``NotFound``, or what ended the session."""
+        if self._streaming:
+            raise BadRequest(f"execution {self.id!r} is being read as a stream (single consumer)")
+        if self._consumer is None:
+            self._consumer = "result()"
+        if self._result is None:
+            self._result = asyncio.ensure_future(self._fetch())
+        return await asyncio.shield(self._result)
+
+    async def _fetch(self) -> ExecResult:
+        ws = self.runtime.workspace
+        reply = await ws.session.request(frames.ExecResultQuery(workspace=ws.name, exec_id=self.id))
+        if not isinstance(reply, frames.ExecResult):
+            raise Internal(f"unexpected reply to execResult: {type(reply).__name__}")
+        return _exec_result(reply.result)
+
+    async def kill(self) -> str:
+        """Stop the execution; returns once it is recorded as finished, with its final status
+        (a finished execution is left as it is). Raises ``NotFound``, ``Forbidden``."""
+        ws = self.runtime.workspace
+        reply = await ws.session.request(frames.Kill(workspace=ws.name, exec_id=self.id))
+        if not isinstance(reply, frames.Killed):
+            raise Internal(f"unexpected reply to kill: {type(reply).__name__}")
+        return reply.status
+
+
+class WorkspaceRuntime:
+    """``ws.runtime``: run code in the workspace on the hub's backend instances."""
+
+    def __init__(self, workspace: Workspace) -> None:
+        self.workspace = workspace
+
+    async def exec(
+        self,
+        source: str | None = None,
+        *,
+        backend: str | None = None,
+        id: str | None = None,
+        module: bytes | str | None = None,
+        language: str | None = None,
+        argv: Iterable[str] = (),
+        stdin: bytes | str | None = None,
+        input: Any = msgspec.UNSET,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout_ms: int | None = None,
+        encoding: str = "utf8",
+        policy: PolicyPatch | Mapping[str, Any] | None = None,
+    ) -> ExecHandle:
+        """Start an execution; returns its handle once the hub accepted it (``execRequested``
+        is in the log). ``backend``: an instance id (default: the hub's first). ``id``: the
+        execution id (default: a UUID). ``module``: WASM bytes, or the sha256 of a blob.
+        ``input``: a JSON value for callable backends. ``encoding``: ``"utf8"`` (text) or
+        ``"base64"`` (bytes) for the output. ``policy``: narrows the instance's policy.
+
+        Raises ``Forbidden`` (no ``exec`` right, backend not in the token, a wider policy),
+        ``NotFound`` (unknown backend), ``BadRequest`` (invalid, ``input`` on a non-callable
+        backend), ``Busy`` (id running, the hub's cap), ``Exists`` (id retained: dispose it),
+        ``Unavailable`` (backend unavailable; or the connection dropped before the answer).
+        Not sent again after a reconnect (use ``get_exec(id)`` to find out).
+        """
+        session = self.workspace.session
+        session._check_usable()
+        exec_id = id if id is not None else str(uuid.uuid4())
+        if isinstance(stdin, str):
+            stdin = stdin.encode()
+        mod: bytes | frames.ExecModuleBlob | None
+        mod = frames.ExecModuleBlob(blob=module) if isinstance(module, str) else module
+        patch = policy
+        if patch is not None and not isinstance(patch, PolicyPatch):
+            try:
+                patch = msgspec.convert(dict(patch), PolicyPatch)
+            except msgspec.ValidationError as e:
+                raise BadRequest(f"invalid policy: {e}", field="policy") from e
+        if encoding not in ("utf8", "base64"):
+            raise BadRequest("encoding is 'utf8' or 'base64'", field="encoding")
+        rid = session._rid()
+        frame = frames.Exec(
+            rid=rid,
+            workspace=self.workspace.name,
+            backend=backend,
+            source=source,
+            module=mod,
+            exec_id=exec_id,
+            language=language,
+            argv=list(argv),
+            stdin=stdin,
+            input=input,
+            env=dict(env or {}),
+            cwd=cwd,
+            timeout_ms=timeout_ms,
+            encoding=cast(Any, encoding),
+            policy=patch,
+        )
+        call = _ExecCall(session, rid, exec_id, _encoder.encode(frame))
+        session._streams[rid] = call
+        call.send()
+        reply = await call.future
+        if not isinstance(reply, frames.ExecAccepted):
+            raise Internal(f"unexpected reply to exec: {type(reply).__name__}")
+        return ExecHandle(self, reply.exec_id)
+
+    def get_exec(self, id: str, *, resume: str | int = "full") -> ExecHandle:
+        """A handle on an existing execution. Its stream starts per ``resume``: ``"full"``
+        (from the first event, then live), ``"tail"`` (only new events) or ``n`` (after output
+        ``n``). ``NotFound`` is raised when it is read."""
+        return ExecHandle(self, id, resume)
+
+    async def dispose_exec(self, id: str) -> None:
+        """Free a finished execution's id and journal. Raises ``NotFound``, ``Busy`` (it is
+        running), ``Forbidden``."""
+        ws = self.workspace
+        reply = await ws.session.request(frames.Dispose(workspace=ws.name, exec_id=id))
+        if not isinstance(reply, frames.Disposed):
+            raise Internal(f"unexpected reply to dispose: {type(reply).__name__}")

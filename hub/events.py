@@ -161,7 +161,10 @@ class ExecFinishedPayload(Payload, frozen=True):
 
 
 class ExecDisposedPayload(Payload, frozen=True):
+    """``reason``: ``retention`` when the runtime pruned it (absent for a ``dispose`` op)."""
+
     exec_id: str
+    reason: str | None = None
 
 
 # ---------------------------------------------------------------------------------------------

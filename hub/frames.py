@@ -9,10 +9,11 @@ grow fields. Documented in docs/protocol.md; JSON Schema in schemas/protocol.jso
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
+from backends.policy import PolicyPatch
 from hub.events import AnyEvent
 
 Rid = str | int | None
@@ -62,7 +63,81 @@ class GetState(ClientFrame, tag="state", frozen=True):
     at_seq: Seq | None = None
 
 
-AnyClientFrame = Hello | Subscribe | Unsubscribe | Publish | GetState
+class ExecModuleBlob(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """A guest module already in the blob store (``exec {module: {blob}}``)."""
+
+    blob: str
+
+
+class Exec(ClientFrame, tag="exec", frozen=True):
+    """Start an execution (docs/execution.md, "Runtime"); the reply is ``execAccepted``.
+
+    ``backend`` omitted = the hub's first backend instance. ``module``: base64 WASM bytes or
+    ``{blob}``. ``input``: a JSON value for callable backends (omitted = none). ``encoding``:
+    ``utf8`` to read the output as text (``execResult``, ``execEvent.text``), else base64.
+    ``policy`` may only narrow the instance's defaults."""
+
+    workspace: str
+    backend: str | None = None
+    source: str | None = None
+    module: bytes | ExecModuleBlob | None = None
+    exec_id: str | None = None
+    language: str | None = None
+    argv: list[str] = []
+    stdin: bytes | None = None
+    input: Any | msgspec.UnsetType = msgspec.UNSET
+    env: dict[str, str] = {}
+    cwd: str | None = None
+    timeout_ms: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    encoding: Literal["utf8", "base64"] | None = None
+    policy: PolicyPatch | None = None
+
+
+class ExecResultQuery(ClientFrame, tag="execResult", frozen=True):
+    """Wait for an execution to finish; the reply is ``execResult``."""
+
+    workspace: str
+    exec_id: str
+
+
+class Kill(ClientFrame, tag="kill", frozen=True):
+    """Cancel an execution; the reply ``killed`` comes once it has finished."""
+
+    workspace: str
+    exec_id: str
+
+
+Resume = Literal["full", "tail"] | Annotated[int, msgspec.Meta(ge=0)]
+
+
+class GetExec(ClientFrame, tag="getExec", frozen=True):
+    """Stream an execution's events: ``execEvent`` frames, then ``execEnd``. ``resume``:
+    ``full`` (from ``execRequested``), ``tail`` (only new ones), or n (after output n)."""
+
+    workspace: str
+    exec_id: str
+    resume: Resume = "full"
+
+
+class Dispose(ClientFrame, tag="dispose", frozen=True):
+    """Free a finished execution's id; the reply is ``disposed``."""
+
+    workspace: str
+    exec_id: str
+
+
+AnyClientFrame = (
+    Hello
+    | Subscribe
+    | Unsubscribe
+    | Publish
+    | GetState
+    | Exec
+    | ExecResultQuery
+    | Kill
+    | GetExec
+    | Dispose
+)
 
 
 class ServerFrame(
@@ -132,7 +207,100 @@ class Error(ServerFrame, tag="error", frozen=True, kw_only=True):
     details: dict[str, Any]
 
 
-AnyServerFrame = Welcome | Subscribed | Unsubscribed | EventFrame | Ack | StateFrame | Error
+class ExecAccepted(ServerFrame, tag="execAccepted", frozen=True):
+    """``execRequested`` is durably in the log; the execution runs."""
+
+    workspace: str
+    exec_id: str
+
+
+class SkippedEntry(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """A change the run made that was not written back (``reason``: ``read-only``,
+    ``conflict``, ``tooLarge``, ``invalidPath``, ``tooMany``)."""
+
+    path: str
+    mount_root: str
+    op: Literal["write", "delete"]
+    reason: str
+
+
+class RuntimeResult(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """The outcome of an execution, read from its journal. ``stdout``/``stderr`` are text when
+    ``encoding`` is ``utf8`` (invalid bytes as U+FFFD), else base64. ``value`` only when the
+    program returned one; ``diagnostics`` only when there are some."""
+
+    status: Literal["completed", "failed", "cancelled"]
+    reason: str
+    exit_code: int
+    stdout: str
+    stderr: str
+    encoding: Literal["utf8", "base64"]
+    value: Any | msgspec.UnsetType = msgspec.UNSET
+    stdout_truncated: bool
+    stderr_truncated: bool
+    duration_ms: int
+    pushed: int
+    pulled: int
+    skipped: list[SkippedEntry]
+    diagnostics: list[Any] | msgspec.UnsetType = msgspec.UNSET
+
+
+class ExecResult(ServerFrame, tag="execResult", frozen=True):
+    workspace: str
+    exec_id: str
+    result: RuntimeResult
+
+
+class Killed(ServerFrame, tag="killed", frozen=True):
+    """Reply to ``kill`` once the execution has finished; ``status`` is its final status (a
+    kill of a finished execution changes nothing)."""
+
+    workspace: str
+    exec_id: str
+    status: str
+
+
+class Disposed(ServerFrame, tag="disposed", frozen=True):
+    workspace: str
+    exec_id: str
+
+
+class ExecEvent(ServerFrame, tag="execEvent", frozen=True):
+    """One journal event of a ``getExec`` stream (``rid`` = the getExec's). ``text``: for an
+    ``execOutput`` of a ``utf8`` execution, its bytes decoded (one incremental decoder per
+    stream and reader)."""
+
+    workspace: str
+    exec_id: str
+    event: Annotated[
+        Any, msgspec.Meta(description="The stored event (schemas/events.json), as stored.")
+    ]
+    text: str | None = None
+
+
+class ExecEnd(ServerFrame, tag="execEnd", frozen=True):
+    """The ``getExec`` stream is over (the execution finished); ``status`` is its status."""
+
+    workspace: str
+    exec_id: str
+    status: str
+
+
+AnyServerFrame = (
+    Welcome
+    | Subscribed
+    | Unsubscribed
+    | EventFrame
+    | Ack
+    | StateFrame
+    | Error
+    | ExecAccepted
+    | ExecResult
+    | Killed
+    | Disposed
+    | ExecEvent
+    | ExecEnd
+)
 
 
 class CloseCode(enum.IntEnum):

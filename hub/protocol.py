@@ -45,12 +45,25 @@ from hub.frames import (
     Ack,
     AnyClientFrame,
     CloseCode,
+    Dispose,
+    Disposed,
     Error,
     EventFrame,
+    Exec,
+    ExecAccepted,
+    ExecEnd,
+    ExecEvent,
+    ExecResult,
+    ExecResultQuery,
+    GetExec,
     GetState,
     Hello,
+    Kill,
+    Killed,
     Publish,
+    Resume,
     Rid,
+    RuntimeResult,
     ServerFrame,
     StateFrame,
     Subscribe,
@@ -68,6 +81,11 @@ __all__ = [
     "SERVER_NAME",
     "Action",
     "Close",
+    "DisposeRequest",
+    "ExecRequest",
+    "ExecResultRequest",
+    "GetExecRequest",
+    "KillRequest",
     "PublishRequest",
     "Request",
     "Send",
@@ -79,6 +97,7 @@ __all__ = [
     "UnsubscribeRequest",
     "bearer_token",
     "encode_event_frame",
+    "encode_exec_event_frame",
     "encode_frame",
     "error_frame",
     "overflow_reason",
@@ -145,8 +164,73 @@ class StateRequest(msgspec.Struct, frozen=True):
     at_seq: int | None
 
 
-Request = SubscribeRequest | UnsubscribeRequest | PublishRequest | StateRequest
+class ExecRequest(msgspec.Struct, frozen=True):
+    """Start an execution (``Runtime.exec``) for ``capability``'s holder; answer with its id.
+    ``frame.backend`` is already resolved (an omitted backend is the hub's default)."""
+
+    rid: Rid
+    workspace: str
+    capability: Capability
+    frame: Exec
+
+
+class ExecResultRequest(msgspec.Struct, frozen=True):
+    """Wait for an execution to finish (``Runtime.result``); answer with its
+    ``RuntimeResult``. May take as long as the execution: run it beside the reader."""
+
+    rid: Rid
+    workspace: str
+    exec_id: str
+    capability: Capability
+
+
+class KillRequest(msgspec.Struct, frozen=True):
+    """Stop an execution (``Runtime.kill``); answer with its final status once finished. Run
+    it beside the reader."""
+
+    rid: Rid
+    workspace: str
+    exec_id: str
+    capability: Capability
+
+
+class GetExecRequest(msgspec.Struct, frozen=True):
+    """Stream an execution's events (``Runtime.follow``): ``execEvent`` frames built with
+    :func:`encode_exec_event_frame`, then answer with its status (``execEnd``). Run it beside
+    the reader."""
+
+    rid: Rid
+    workspace: str
+    exec_id: str
+    resume: Resume
+    capability: Capability
+
+
+class DisposeRequest(msgspec.Struct, frozen=True):
+    """Free a finished execution (``Runtime.dispose``); answer with ``None``."""
+
+    rid: Rid
+    workspace: str
+    exec_id: str
+    capability: Capability
+
+
+Request = (
+    SubscribeRequest
+    | UnsubscribeRequest
+    | PublishRequest
+    | StateRequest
+    | ExecRequest
+    | ExecResultRequest
+    | KillRequest
+    | GetExecRequest
+    | DisposeRequest
+)
 Action = Send | Close | Request
+
+WAITING_REQUESTS: Final = (ExecResultRequest, KillRequest, GetExecRequest)
+"""Requests that may wait for an execution: the shell runs them beside the reader, and the
+session bounds how many a connection has open (``max_exec_waits``)."""
 
 # ---------------------------------------------------------------------------------------------
 # Encoding
@@ -168,6 +252,21 @@ _rid_decoder: Final = msgspec.json.Decoder(_RidOnly)
 def encode_frame(frame: ServerFrame) -> bytes:
     """The JSON text of a server frame."""
     return _encoder.encode(frame)
+
+
+def encode_exec_event_frame(
+    rid: Rid, workspace: str, exec_id: str, stored_event: bytes, text: str | None = None
+) -> bytes:
+    """An ``execEvent`` frame of a ``getExec`` stream, the event embedded as stored."""
+    return _encoder.encode(
+        ExecEvent(
+            rid=rid,
+            workspace=workspace,
+            exec_id=exec_id,
+            event=msgspec.Raw(stored_event),
+            text=text,
+        )
+    )
 
 
 def encode_event_frame(workspace: str, stored_event: bytes) -> bytes:
@@ -329,6 +428,8 @@ class SessionLimits(msgspec.Struct, frozen=True, kw_only=True):
     publish_burst: int = 4000
     max_subscriptions: int = 64
     garbage_limit: int = 20
+    max_exec_waits: int = 64
+    """``execResult``/``kill``/``getExec`` requests a connection may have waiting at once."""
 
 
 def _expired_error() -> Unauthorized:
@@ -337,6 +438,7 @@ def _expired_error() -> Unauthorized:
 
 _READ: Final[Right] = "read"
 _WRITE: Final[Right] = "write"
+_EXEC: Final[Right] = "exec"
 
 
 class Session:
@@ -355,12 +457,16 @@ class Session:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         server: str = SERVER_NAME,
+        default_backend: str | None = None,
     ) -> None:
         self.limits = limits if limits is not None else SessionLimits()
         self.capability: Capability | None = None
         self.subscriptions: set[str] = set()
         self.bad_frames = 0
+        self.exec_waits = 0
+        """``execResult``/``kill``/``getExec`` requests in progress."""
         self.closed: Close | None = None
+        self._default_backend = default_backend
         self._verify = verify
         self._clock = clock
         self._server = server
@@ -444,6 +550,25 @@ class Session:
             case StateRequest(rid=rid, workspace=workspace):
                 state = StateFrame(rid=rid, workspace=workspace, seq=result.seq, state=result)
                 return [Send(state)]
+            case ExecRequest(rid=rid, workspace=workspace):
+                return [Send(ExecAccepted(rid=rid, workspace=workspace, exec_id=str(result)))]
+            case DisposeRequest(rid=rid, workspace=workspace, exec_id=exec_id):
+                return [Send(Disposed(rid=rid, workspace=workspace, exec_id=exec_id))]
+            case ExecResultRequest(rid=rid, workspace=workspace, exec_id=exec_id):
+                self._waited()
+                assert isinstance(result, RuntimeResult)
+                frame = ExecResult(rid=rid, workspace=workspace, exec_id=exec_id, result=result)
+                return [Send(frame)]
+            case KillRequest(rid=rid, workspace=workspace, exec_id=exec_id):
+                self._waited()
+                return [
+                    Send(Killed(rid=rid, workspace=workspace, exec_id=exec_id, status=str(result)))
+                ]
+            case GetExecRequest(rid=rid, workspace=workspace, exec_id=exec_id):
+                self._waited()
+                return [
+                    Send(ExecEnd(rid=rid, workspace=workspace, exec_id=exec_id, status=str(result)))
+                ]
         raise AssertionError(f"unknown request {request!r}")  # pragma: no cover
 
     def failed(
@@ -453,6 +578,12 @@ class Session:
         the subscription; a draft's field is named by its path in the publish frame."""
         if request is not None:
             rid = request.rid
+            if isinstance(request, WAITING_REQUESTS):
+                self._waited()
+            if isinstance(request, ExecRequest) and isinstance(exc, AgoraError):
+                field = exc.details.get("field")
+                if isinstance(field, str) and not field.startswith("$"):
+                    exc.details["field"] = f"$.{field}"  # a field of the exec frame
             if isinstance(request, SubscribeRequest):
                 self.subscriptions.discard(request.workspace)
             if isinstance(request, PublishRequest) and isinstance(exc, AgoraError):
@@ -483,6 +614,9 @@ class Session:
         self.subscriptions.discard(workspace)
 
     # -- internals --------------------------------------------------------------------------
+
+    def _waited(self) -> None:
+        self.exec_waits = max(0, self.exec_waits - 1)
 
     def _expired(self) -> bool:
         """Whether the connection's token has expired (checked on every frame)."""
@@ -588,7 +722,46 @@ class Session:
             case GetState(rid=rid, workspace=workspace, at_seq=at_seq):
                 self._check(capability, _READ, workspace)
                 return [StateRequest(rid=rid, workspace=workspace, at_seq=at_seq)]
+            case Exec():
+                return [self._exec(frame, capability)]
+            case Dispose(rid=rid, workspace=workspace, exec_id=exec_id):
+                self._check(capability, _EXEC, workspace)
+                return [DisposeRequest(rid, workspace, exec_id, capability)]
+            case ExecResultQuery(rid=rid, workspace=workspace, exec_id=exec_id):
+                self._check(capability, _READ, workspace)
+                self._wait()
+                return [ExecResultRequest(rid, workspace, exec_id, capability)]
+            case Kill(rid=rid, workspace=workspace, exec_id=exec_id):
+                self._check(capability, _EXEC, workspace)
+                self._wait()
+                return [KillRequest(rid, workspace, exec_id, capability)]
+            case GetExec(rid=rid, workspace=workspace, exec_id=exec_id, resume=resume):
+                self._check(capability, _READ, workspace)
+                self._wait()
+                return [GetExecRequest(rid, workspace, exec_id, resume, capability)]
         raise AssertionError(f"unhandled frame {frame!r}")  # pragma: no cover
+
+    def _exec(self, frame: Exec, capability: Capability) -> ExecRequest:
+        """Rights for ``exec``: the ``exec`` right in the workspace, and the backend (the
+        default one when omitted) among the token's backends (the backend argument is routing,
+        never authorization)."""
+        self._check(capability, _EXEC, frame.workspace)
+        backend = frame.backend if frame.backend is not None else self._default_backend
+        if backend is None:
+            raise NotFound("this hub has no backend instances", field="$.backend")
+        capability.require_backend(backend)
+        if frame.backend is None:
+            frame = msgspec.structs.replace(frame, backend=backend)
+        return ExecRequest(frame.rid, frame.workspace, capability, frame)
+
+    def _wait(self) -> None:
+        if self.exec_waits >= self.limits.max_exec_waits:
+            raise Busy(
+                f"at most {self.limits.max_exec_waits} execResult/kill/getExec requests may "
+                "wait at once on a connection",
+                limit=self.limits.max_exec_waits,
+            )
+        self.exec_waits += 1
 
     def _publish(self, frame: Publish, capability: Capability) -> PublishRequest:
         self._check(capability, _WRITE, frame.workspace)

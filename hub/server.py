@@ -12,27 +12,42 @@ subscription that is still reading history. Any of them may stop the connection;
 then cancelled, and the connection is torn down: its subscriptions leave the fan-out, presence
 is updated, and the close frame goes out.
 
+The execution runtime (:class:`hub.runtime.Runtime`) runs as a task of the same top-level
+group and owns a group of its own holding every execution; before the socket listens it closes
+the executions a previous run of the hub left unfinished (:meth:`~hub.runtime.Runtime.recover`;
+on a shared store the cluster does that for dead nodes). Requests that wait for an execution
+(``execResult``, ``kill``, ``getExec``) run as tasks of their connection, beside the reader.
+
 Shutdown (SIGTERM/SIGINT in ``agora serve``), in websockets' order: stop accepting, close every
-connection with 1001, wait for the connection handlers, wait for the appends and presence
-writes, close the store (which drains its queue).
+connection with 1001 (meanwhile the runtime stops the running executions and records them),
+wait for the connection handlers, wait for the appends, presence writes and executions, close
+the store (which drains its queue).
+
+On a store several nodes share (PostgreSQL), the hub is a cluster node (:mod:`hub.cluster`):
+it registers in the ``nodes`` table before accepting connections, and the same TaskGroup runs
+its follower (other nodes' events to this node's subscribers) and heartbeat until the server
+has stopped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
+import msgspec
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.typing import Subprotocol
 
 from hub.auth import TokenSigner
+from hub.cluster.settings import NodeSettings
 from hub.config import HubConfig
-from hub.errors import AgoraError, BadRequest, Internal
-from hub.events import MemberJoined, MemberLeft, MemberPayload
+from hub.errors import AgoraError, BadRequest, Internal, Unavailable
+from hub.events import MemberJoined, MemberLeft, MemberPayload, encode_event
 from hub.fanout import NOT_AN_EVENT, Fanout, Outgoing, SendQueue, Subscription
 from hub.frames import SUBPROTOCOL, CloseCode
 from hub.log.base import EventStore
@@ -40,6 +55,11 @@ from hub.protocol import (
     SERVER_NAME,
     Action,
     Close,
+    DisposeRequest,
+    ExecRequest,
+    ExecResultRequest,
+    GetExecRequest,
+    KillRequest,
     PublishRequest,
     Request,
     Send,
@@ -49,9 +69,14 @@ from hub.protocol import (
     SubscribeRequest,
     UnsubscribeRequest,
     encode_event_frame,
+    encode_exec_event_frame,
     encode_frame,
 )
+from hub.runtime import BackendRegistry, Runtime, RuntimeSettings
 from hub.workspaces import Workspaces
+
+if TYPE_CHECKING:
+    from hub.cluster.node import ClusterNode
 
 __all__ = ["Hub", "server_options"]
 
@@ -110,7 +135,10 @@ class Hub:
     """A running hub: Workspaces, fan-out, presence and the WebSocket server over ``store``.
 
     ``clock`` (epoch seconds) checks token expiry on every frame; ``monotonic`` drives the
-    publish rate limits. Use :meth:`run`.
+    publish rate limits. ``node``: this process's node id and heartbeat timing when ``store``
+    is shared (default: a generated id). ``runtime``: the execution runtime's settings (its
+    backend instances come from ``config.backends``). Use :meth:`run`. Raises
+    :class:`hub.config.ConfigError` for invalid backend instances.
     """
 
     def __init__(
@@ -121,6 +149,8 @@ class Hub:
         *,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        node: NodeSettings | None = None,
+        runtime: RuntimeSettings | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -135,12 +165,25 @@ class Hub:
             max_subscriptions=limits.max_subscriptions,
             garbage_limit=limits.garbage_limit,
         )
-        self.workspaces = Workspaces(
-            store, limits=limits.draft_limits(), snapshot_every=limits.snapshot_every
-        )
         self.fanout = Fanout()
+        self.workspaces = Workspaces(
+            store,
+            limits=limits.draft_limits(),
+            snapshot_every=limits.snapshot_every,
+            keep_open=self.fanout.subscribers,
+        )
         self.workspaces.add_listener(self.fanout)
+        self.node = node or NodeSettings()
+        self.node_id = self.node.resolved_id()
+        self.cluster: ClusterNode | None = None
         self.presence = Presence(self)
+        registry = BackendRegistry.from_config(
+            config.backends, blobs=store.blobs, owner=container_owner(config)
+        )
+        settings = runtime or RuntimeSettings()
+        self.runtime = Runtime(
+            self.workspaces, registry, msgspec.structs.replace(settings, node=self.node_id)
+        )
         self.url: str | None = None
         self.stopping = False
         self._tg: asyncio.TaskGroup | None = None
@@ -150,10 +193,21 @@ class Hub:
         docstring). ``on_ready`` gets the URL once the socket listens. Raises ``OSError`` when
         the address cannot be bound, and what the store's ``open`` raises."""
         async with self.store:
+            if self.store.shared:
+                from hub.cluster.node import ClusterNode  # loads the PostgreSQL driver
+
+                self.cluster = ClusterNode(self.store, self.workspaces, self.node_id, self.node)
+                await self.cluster.start()
             try:
+                if not self.store.shared:  # shared: the cluster closes dead nodes' executions
+                    await self.runtime.recover()
                 async with asyncio.TaskGroup() as tg:
                     self._tg = tg
-                    tg.create_task(self._serve(stop, on_ready), name="agora-server")
+                    runtime = tg.create_task(self.runtime.run(stop), name="agora-runtime")
+                    server = tg.create_task(self._serve(stop, on_ready), name="agora-server")
+                    if self.cluster is not None:
+                        # Until both are done: the runtime records the executions it stops.
+                        tg.create_task(self.cluster.run(server, runtime), name="agora-cluster")
             except BaseExceptionGroup as group:
                 # One failure (typically the bind's OSError) is re-raised as itself.
                 if len(group.exceptions) == 1 and isinstance(group.exceptions[0], Exception):
@@ -211,6 +265,13 @@ class Hub:
 
     async def _handle(self, ws: ServerConnection) -> None:
         await _Connection(self, ws).run()
+
+
+def container_owner(config: HubConfig) -> str:
+    """The ``agora.owner`` label of this hub's containers: one per data directory, so a hub
+    sweeps only what it (or its crashed predecessor) left, never another hub's containers."""
+    digest = hashlib.sha256(str(config.storage.data_dir.resolve()).encode()).hexdigest()
+    return f"agora-{digest[:12]}"
 
 
 class Presence:
@@ -300,6 +361,7 @@ class _Connection:
             limits=hub.session_limits,
             clock=hub.clock,
             monotonic=hub.monotonic,
+            default_backend=hub.runtime.default_backend,
         )
         self.queue: SendQueue[Outgoing | Close] = SendQueue(hub.config.limits.send_queue)
         self.subscriptions: dict[str, Subscription] = {}
@@ -442,7 +504,68 @@ class _Connection:
                     coro2 = self.hub.workspaces.state(action.workspace, at_seq=action.at_seq)
                     if not await self._answer(action, coro2):
                         return False
+                case ExecRequest() | DisposeRequest():
+                    if not await self._answer(action, self.hub.owned(self._runtime_op(action))):
+                        return False
+                case ExecResultRequest() | KillRequest():
+                    self._beside(action)
+                case GetExecRequest():
+                    if self._spawn(self._follow(action), f"getExec:{action.exec_id}") is None:
+                        self.session.failed(action, Unavailable("the connection is closing"))
         return True
+
+    # -- executions -------------------------------------------------------------------------------
+
+    async def _runtime_op(self, request: ExecRequest | DisposeRequest) -> Any:
+        runtime = self.hub.runtime
+        if isinstance(request, ExecRequest):
+            return await runtime.exec(
+                request.workspace, request.frame, capability=request.capability
+            )
+        await runtime.dispose(request.workspace, request.exec_id, capability=request.capability)
+        return None
+
+    def _beside(self, request: ExecResultRequest | KillRequest) -> None:
+        """Answer ``request`` from a task of the connection: it waits for an execution."""
+
+        async def answer() -> None:
+            runtime = self.hub.runtime
+            work: Coroutine[Any, Any, Any]
+            if isinstance(request, KillRequest):
+                # Owned by the hub: a kill the hub accepted completes even if this connection
+                # goes away.
+                work = self.hub.owned(
+                    runtime.kill(request.workspace, request.exec_id, capability=request.capability)
+                )
+            else:
+                work = runtime.result(
+                    request.workspace, request.exec_id, capability=request.capability
+                )
+            await self._answer(request, work)
+
+        if self._spawn(answer(), f"{type(request).__name__}:{request.exec_id}") is None:
+            self.session.failed(request, Unavailable("the connection is closing"))
+
+    async def _follow(self, request: GetExecRequest) -> None:
+        """Stream an execution's events as ``execEvent`` frames, then ``execEnd``."""
+        try:
+            stream = await self.hub.runtime.follow(
+                request.workspace, request.exec_id, request.resume, capability=request.capability
+            )
+        except Exception as e:
+            await self._perform(self._failed(request, e))
+            return
+        async with stream:
+            try:
+                async for event, text in stream.items():
+                    frame = encode_exec_event_frame(
+                        request.rid, request.workspace, request.exec_id, encode_event(event), text
+                    )
+                    await self.queue.put((frame, None, NOT_AN_EVENT))
+            except Exception as e:
+                await self._perform(self._failed(request, e))
+                return
+        await self._perform(self.session.completed(request, stream.status))
 
     async def _answer(self, request: Request, work: Coroutine[Any, Any, Any]) -> bool:
         try:
@@ -475,7 +598,8 @@ class _Connection:
         self.hub.fanout.add(subscription)
         self.subscriptions[workspace] = subscription
         try:
-            head = await self.hub.workspaces.head(workspace)
+            # at_least: a client resuming here may have seen a later seq on another node.
+            head = await self.hub.workspaces.head(workspace, at_least=request.after_seq)
             if request.after_seq is not None and request.after_seq > head:
                 raise BadRequest(
                     f"afterSeq {request.after_seq} is beyond the head {head}",

@@ -15,19 +15,36 @@ hub node appending to the same workspace) the tentative state is no longer a pre
 the log. The workspace is then *resynced*: new publishes wait until the in-flight batches have
 settled, the committed state catches up from the store, and the tentative state restarts from
 it. Batches that failed because of the resync are decided again (a bounded number of times).
+
+Several hub nodes on one store (PostgreSQL). Each node's Workspaces only sees its own appends;
+:meth:`Workspaces.catch_up` feeds the events other nodes committed (hub.cluster.follower calls it
+on each NOTIFY) through the same committed path, so listeners still get every event once, in
+seq order, whoever wrote it. The committed path drops events it has already folded, which is
+what makes the catch-up, the resync and this node's own append results safe to overlap.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
+import random
 from collections.abc import Callable, Sequence
+from typing import Final
 
 import msgspec
 
 from hub.errors import BadRequest, ClientError, Conflict, Forbidden, NotFound
-from hub.events import HUB_KINDS, OP_KINDS, Event, FileWritten
+from hub.events import (
+    COLLABORATION_KINDS,
+    HUB_KINDS,
+    OP_KINDS,
+    Event,
+    FileDeleted,
+    FileMoved,
+    FileWritten,
+)
 from hub.log.base import AppendResult, EventStore
 from hub.projections.decide import decide
 from hub.projections.loading import load_state, save_snapshot_if_due
@@ -39,13 +56,20 @@ log = logging.getLogger(__name__)
 Listener = Callable[[str, Sequence[Event]], None]
 
 # How often a batch is decided again after its workspace resynced under it.
-MAX_REDECIDE = 5
+MAX_REDECIDE = 8
+# The first random back-off before deciding again after another writer's append (doubling).
+REDECIDE_BACKOFF_S: Final = 0.0005
+# Events read from the store per page by a catch-up.
+CATCH_UP_PAGE: Final = 1000
+# How long a catch-up waits for this node's own in-flight batch before reading the store.
+OWN_COMMIT_GRACE_S: Final = 0.1
 
 
 class _Live:
     """One open workspace. Touched only from the event loop."""
 
     __slots__ = (
+        "advanced",
         "committed",
         "in_flight",
         "name",
@@ -63,6 +87,8 @@ class _Live:
         self.needs_resync = False
         self.settled = asyncio.Event()
         self.settled.set()
+        # Set whenever ``committed`` moves on or ``in_flight`` drops to 0 (catch_up waits on it).
+        self.advanced = asyncio.Event()
         # Committed batches that arrived ahead of an earlier one, keyed by first seq.
         self.stash: dict[int, tuple[Event, ...]] = {}
 
@@ -71,7 +97,9 @@ class Workspaces:
     """Decides, appends and folds every write; tells listeners about committed events.
 
     ``listeners`` are called synchronously, in seq order per workspace, with each committed
-    batch; they must not block (the server's fan-out only enqueues).
+    batch; they must not block (the server's fan-out only enqueues). ``keep_open(workspace)``:
+    true for a workspace that must stay open beyond ``max_open`` (one with subscribers, whose
+    events from other nodes arrive only while it is open).
     """
 
     def __init__(
@@ -81,11 +109,13 @@ class Workspaces:
         limits: Limits = DEFAULT_LIMITS,
         snapshot_every: int = 1000,
         max_open: int = 4096,
+        keep_open: Callable[[str], object] | None = None,
     ) -> None:
         self.store = store
         self.limits = limits
         self.snapshot_every = snapshot_every
         self.max_open = max_open
+        self.keep_open = keep_open
         self._live: dict[str, _Live] = {}
         self._opening: dict[str, asyncio.Future[_Live]] = {}
         self._listeners: list[Listener] = []
@@ -105,16 +135,33 @@ class Workspaces:
         """The committed state, now or at ``at_seq`` (time travel). Raises ``BadRequest``."""
         validate_workspace(workspace)
         live = await self._open(workspace)
+        if at_seq is not None and at_seq > live.committed.seq:
+            await self.catch_up(workspace)  # another node may have written up to it
         if at_seq is None or at_seq >= live.committed.seq:
             return live.committed.clone()
         if at_seq < 0:
             raise BadRequest("atSeq must be >= 0", field="atSeq")
         return await load_state(self.store, workspace, at_seq=at_seq)
 
-    async def head(self, workspace: str) -> int:
-        """The last committed seq (0 for an empty workspace)."""
+    async def head(self, workspace: str, *, at_least: int | None = None) -> int:
+        """The last committed seq (0 for an empty workspace). When it is below ``at_least``
+        (a seq a client saw on another node), catch up from the store first."""
         live = await self._open(workspace)
+        if at_least is not None and at_least > live.committed.seq:
+            await self.catch_up(workspace)
         return live.committed.seq
+
+    def open_head(self, workspace: str) -> int | None:
+        """The committed seq of an open workspace, 0 while it is being opened, None when it is
+        not open here (then its events reach nobody until it is opened from the log)."""
+        live = self._live.get(workspace)
+        if live is not None:
+            return live.committed.seq
+        return 0 if workspace in self._opening else None
+
+    def open_workspaces(self) -> list[str]:
+        """The workspaces open (or being opened) on this node."""
+        return [*self._live, *(w for w in self._opening if w not in self._live)]
 
     # -- writes -------------------------------------------------------------------------------
 
@@ -176,24 +223,37 @@ class Workspaces:
                     await live.settled.wait()
                     if live.needs_resync:
                         continue
+                if await self.catch_up(workspace):
+                    continue  # another node had moved the workspace on: decide again
                 raise
-            result = await self._append(live, prepared)
+            ordered = expected_seq is not None or _reads_state(prepared)
+            result = await self._append(live, prepared, ordered=ordered)
             if result is not None:
                 return result
+            # Another writer got there first: back off a random moment (two nodes busy on
+            # one workspace would otherwise keep colliding in step).
+            await asyncio.sleep(random.random() * REDECIDE_BACKOFF_S * 2**_attempt)
         raise Conflict(
             f"workspace {workspace!r} kept changing under this batch; retry",
             head=self._live[workspace].committed.seq if workspace in self._live else 0,
         )
 
-    async def _append(self, live: _Live, drafts: list[Event]) -> AppendResult | None:
-        """Append against the tentative head; None when the batch must be decided again."""
+    async def _append(
+        self, live: _Live, drafts: list[Event], *, ordered: bool = True
+    ) -> AppendResult | None:
+        """Append against the tentative head; None when the batch must be decided again.
+
+        An ``ordered`` batch must land right after the state it was decided on; another one
+        (see :func:`_reads_state`) may land after events another node wrote meanwhile."""
         base = live.tentative.seq
         for d in drafts:
             evolve(live.tentative, msgspec.structs.replace(d, seq=live.tentative.seq + 1))
         live.in_flight += 1
         live.settled.clear()
         try:
-            result = await self.store.append(live.name, drafts, expected_seq=base)
+            result = await self.store.append(
+                live.name, drafts, expected_seq=base if ordered else None
+            )
         except Conflict as e:
             live.needs_resync = True
             if "head" in e.details:
@@ -206,15 +266,33 @@ class Workspaces:
             live.in_flight -= 1
             if live.in_flight == 0:
                 live.settled.set()
+                live.advanced.set()
+        if result.duplicate or result.events[0].seq != base + 1:
+            live.needs_resync = True  # the tentative state did not predict the log
         if result.duplicate:
-            live.needs_resync = True
             return result
         self._committed(live, result.events)
         return result
 
     def _committed(self, live: _Live, events: tuple[Event, ...]) -> None:
-        live.stash[events[0].seq] = events
-        while (batch := live.stash.pop(live.committed.seq + 1, None)) is not None:
+        head = live.committed.seq
+        if events[-1].seq <= head:
+            return  # already folded: read from the log by a catch-up or a resync
+        if events[0].seq <= head:
+            events = tuple(ev for ev in events if ev.seq > head)
+        known = live.stash.get(events[0].seq)
+        if known is None or len(known) < len(events):
+            live.stash[events[0].seq] = events
+        while live.stash:
+            batch = live.stash.pop(live.committed.seq + 1, None)
+            if batch is None:
+                # A stashed batch may overlap what was folded since: keep only its new part.
+                first = min(live.stash)
+                if first > live.committed.seq + 1:
+                    break
+                batch = tuple(ev for ev in live.stash.pop(first) if ev.seq > live.committed.seq)
+                if not batch:
+                    continue
             for ev in batch:
                 evolve(live.committed, ev)
             for listener in self._listeners:
@@ -224,6 +302,8 @@ class Workspaces:
                     log.exception("listener failed for %s", live.name)
             if self.snapshot_every and live.committed.seq % self.snapshot_every < len(batch):
                 self._spawn_snapshot(live.committed)
+        if live.committed.seq > head:
+            live.advanced.set()
 
     def _spawn_snapshot(self, state: WorkspaceState) -> None:
         # The encoding happens now (a consistent copy); only the write is deferred. The write
@@ -244,6 +324,48 @@ class Workspaces:
         live.tentative = live.committed.clone()
         live.stash.clear()
         live.needs_resync = False
+
+    async def catch_up(self, workspace: str, seq: int | None = None) -> int:
+        """Fold and announce the events other writers (hub nodes sharing the store) committed.
+
+        Reads the log after the committed head (when ``seq``, the head a notification
+        announced, is given: only if the head is below it) and runs the events through the
+        committed path, so listeners get them in seq order and never twice; events this node
+        committed itself are skipped. A workspace that is not open here is left alone (it is
+        read from the log when opened). Returns how many events were folded. Raises
+        ``Unavailable`` and ``IntegrityError`` from the store.
+        """
+        live = self._live.get(workspace)
+        if live is None:
+            if workspace not in self._opening:
+                return 0
+            live = await self._open(workspace)
+        if seq is not None and live.in_flight and live.committed.seq < seq <= live.tentative.seq:
+            # Most likely this node's own batch, whose result is on its way: wait a moment
+            # rather than read it from the store too.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(OWN_COMMIT_GRACE_S):
+                    while live.in_flight and live.committed.seq < seq:
+                        live.advanced.clear()
+                        await live.advanced.wait()
+        if seq is not None and live.committed.seq >= seq:
+            return 0
+        before = live.committed.seq
+        while True:
+            page = await self.store.read_batch(
+                workspace, after_seq=live.committed.seq, limit=CATCH_UP_PAGE
+            )
+            if page:
+                self._committed(live, tuple(page))
+            if len(page) < CATCH_UP_PAGE:
+                break
+        folded = live.committed.seq - before
+        if folded:
+            if live.in_flight == 0 and not live.needs_resync and not live.stash:
+                live.tentative = live.committed.clone()
+            else:
+                live.needs_resync = True  # the tentative state missed these events
+        return folded
 
     async def _find_written(self, workspace: str, drafts: list[Event]) -> AppendResult | None:
         ids = [d.id for d in drafts if d.id]
@@ -309,8 +431,9 @@ class Workspaces:
     def _evict_idle(self) -> None:
         if len(self._live) < self.max_open:
             return
+        keep = self.keep_open
         for name, live in list(self._live.items()):
-            if live.in_flight == 0 and not live.needs_resync:
+            if live.in_flight == 0 and not live.needs_resync and not (keep and keep(name)):
                 del self._live[name]
                 if len(self._live) < self.max_open:
                     return
@@ -319,3 +442,23 @@ class Workspaces:
         """Wait for in-flight snapshot writes (appends are awaited by their publishers)."""
         if self._snapshot_tasks:
             await asyncio.gather(*self._snapshot_tasks, return_exceptions=True)
+
+
+def _reads_state(drafts: Sequence[Event]) -> bool:
+    """Whether deciding ``drafts`` reads the workspace state (the rules of
+    :func:`hub.projections.decide.decide`): file changes with a ``baseRev``, deletes, moves and
+    work-item moves. Such a batch is appended with ``expected_seq``, so that it lands right
+    after the state it was decided on. Every other draft (messages, files written without
+    ``baseRev``, artifacts, the hub's own kinds) is accepted whatever precedes it: appended
+    without ``expected_seq``, it lands after whatever another node wrote meanwhile instead of
+    failing and being decided again, which would livelock two nodes busy on one workspace."""
+    for draft in drafts:
+        match draft:
+            case FileWritten(payload=p):
+                if p.base_rev is not None:
+                    return True
+            case FileDeleted() | FileMoved():
+                return True
+            case _ if draft.kind in COLLABORATION_KINDS and draft.correlation_id is not None:
+                return True
+    return False

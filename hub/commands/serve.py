@@ -14,11 +14,15 @@ import logging
 import os
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hub.auth import TokenSigner, load_or_create_secret
 from hub.commands.common import add_config_arg, add_data_args, config_from_args, fail
 from hub.errors import AgoraError
+
+if TYPE_CHECKING:
+    from hub.config import HubConfig
+    from hub.server import Hub
 
 
 def register(subparsers: Any) -> None:
@@ -37,6 +41,20 @@ def register(subparsers: Any) -> None:
         default=None,
         help="TCP port; 0 picks a free one (default: 8765, or the config's)",
     )
+    parser.add_argument(
+        "--a2a-port",
+        type=int,
+        default=None,
+        help="A2A listener port; 0 picks a free one (default: 8766, or the config's)",
+    )
+    parser.add_argument("--no-a2a", action="store_true", help="do not start the A2A listener")
+    parser.add_argument(
+        "--max-executions",
+        type=int,
+        default=None,
+        metavar="N",
+        help="executions running at once on this hub; more are refused busy (default: 24)",
+    )
     add_data_args(parser)
     add_config_arg(parser)
     parser.set_defaults(func=serve_command)
@@ -45,7 +63,9 @@ def register(subparsers: Any) -> None:
 async def serve_command(args: argparse.Namespace) -> int:
     """Run the hub; 0 after a clean shutdown, 2 for bad configuration or a bind failure."""
     # Imported here so that `agora --help` does not pull in websockets and the store drivers.
+    from hub.cluster.settings import NodeSettings
     from hub.log.factory import open_store
+    from hub.runtime import RuntimeSettings
     from hub.server import Hub
 
     _configure_logging()
@@ -55,13 +75,29 @@ async def serve_command(args: argparse.Namespace) -> int:
         secret = load_or_create_secret(data_dir, os.environ)
         signer = TokenSigner(secret)
         store = open_store(config.storage.store, data_dir)
+        node = NodeSettings.from_env(os.environ)
     except AgoraError as e:
         return fail("serve", e)
     except OSError as e:
         return fail("serve", f"cannot use the data directory: {e}")
 
+    # Backend instances start in the background (the banner does not wait for Docker).
+    runtime = RuntimeSettings(eager_start=True)
+    if args.max_executions is not None:
+        if args.max_executions < 1:
+            return fail("serve", "--max-executions must be >= 1")
+        runtime = RuntimeSettings(eager_start=True, max_concurrent=args.max_executions)
+    try:
+        hub = Hub(config, store, signer, node=node, runtime=runtime)
+    except AgoraError as e:
+        return fail("serve", e)
+    if not args.no_a2a:
+        import a2a_adapter.app  # noqa: F401  (load it now, not on the running loop)
+
     def ready(url: str) -> None:
         print(f"agora serving {url} (data {data_dir})", flush=True)
+        if not args.no_a2a:  # the A2A listener, same loop, same Workspaces (docs/a2a.md)
+            hub.spawn(_serve_a2a(hub, signer, config, stop), name="agora-a2a")
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -69,7 +105,7 @@ async def serve_command(args: argparse.Namespace) -> int:
     for sig in signals:
         loop.add_signal_handler(sig, stop.set)
     try:
-        await Hub(config, store, signer).run(stop, on_ready=ready)
+        await hub.run(stop, on_ready=ready)
     except AgoraError as e:
         return fail("serve", e)
     except OSError as e:
@@ -79,6 +115,18 @@ async def serve_command(args: argparse.Namespace) -> int:
             loop.remove_signal_handler(sig)
     logging.getLogger("agora.server").info("stopped")
     return 0
+
+
+async def _serve_a2a(hub: Hub, signer: TokenSigner, config: HubConfig, stop: asyncio.Event) -> None:
+    from a2a_adapter.app import serve_a2a
+
+    def ready(url: str) -> None:
+        print(f"agora A2A on {url}", flush=True)
+
+    try:
+        await serve_a2a(hub.workspaces, signer, config, stop=stop, on_ready=ready)
+    except OSError as e:  # the WebSocket hub keeps serving without A2A
+        logging.getLogger("agora.server").error("A2A listener not started: %s", e)
 
 
 def _configure_logging() -> None:

@@ -8,9 +8,9 @@ Vocabulary (the same in SQL columns, Struct fields, CLI flags and docs): *worksp
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
-from typing import Self
+from typing import ClassVar, Self
 
 import msgspec
 
@@ -88,6 +88,9 @@ class EventStore(abc.ABC):
     """
 
     blobs: BlobStore
+    shared: ClassVar[bool] = False
+    """Whether other processes (hub nodes) may append to this log too, so that a node must
+    :meth:`follow` it to hear of their events. False for SQLite (one hub owns the file)."""
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -188,6 +191,22 @@ class EventStore(abc.ABC):
             if len(page) < batch:
                 return
             after_seq = page[-1].seq
+
+    # -- following other writers ------------------------------------------------------------
+
+    async def follow(
+        self, notify: Callable[[str, int], None], *, resumed: Callable[[], None]
+    ) -> None:
+        """Report appends committed by every writer of this log until cancelled.
+
+        ``notify(workspace, head)`` is called (synchronously, from the event loop) after each
+        commit, with the workspace's new head: a hint to read the log after what the caller
+        has, never the events. ``resumed()`` is called whenever following (re)starts; hints
+        may have been missed before it, so the caller re-reads every workspace it serves.
+        Connection loss is retried, never raised. The default, for a store no other process
+        writes (:attr:`shared` false), has nothing to report and returns at once.
+        """
+        return
 
     # -- snapshots (disposable caches) ------------------------------------------------------
 

@@ -89,6 +89,30 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             """,
         ),
     ),
+    Migration(
+        2,
+        "nodes (heartbeats of the hub nodes sharing the log); index of execution lifecycles",
+        (
+            # One row per hub process that ever ran on this schema (hub.cluster.heartbeat).
+            # Times are the database's (now()), so nodes' clocks never have to agree.
+            """
+            CREATE TABLE {schema}.nodes (
+                node_id         TEXT        PRIMARY KEY,
+                started_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
+                last_beat       TIMESTAMPTZ NOT NULL DEFAULT now(),
+                stopped_at      TIMESTAMPTZ,
+                reaped_by       TEXT,
+                reap_claimed_at TIMESTAMPTZ,
+                reaped_at       TIMESTAMPTZ
+            )
+            """,
+            # Finding the executions a dead node left open reads only these rows.
+            """
+            CREATE INDEX events_exec_lifecycle ON {schema}.events (workspace, seq)
+            WHERE kind IN ('execStarted', 'execFinished')
+            """,
+        ),
+    ),
 )
 
 LATEST: Final = MIGRATIONS[-1].version

@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -73,6 +74,9 @@ DEFAULT_QUEUE_MAX: Final = 4096
 DEFAULT_BATCH_MAX: Final = 1024
 DEFAULT_LOCK_TIMEOUT_S: Final = 10.0
 DEFAULT_COMMAND_TIMEOUT_S: Final = 60.0
+# ``follow``: how often the LISTEN connection is checked, and the reconnect backoff bounds.
+FOLLOW_KEEPALIVE_S: Final = 5.0
+FOLLOW_BACKOFF_S: Final = (0.1, 5.0)
 URL_SCHEMES: Final = ("postgresql", "postgres")
 # URL query options the store takes for itself (the rest of the URL goes to asyncpg as is).
 _STORE_OPTIONS: Final = ("schema", "pool_size")
@@ -178,6 +182,8 @@ _STOP: Final = _Stop()
 # rollback (serialization failure, deadlock), lock not available, system errors.
 _UNAVAILABLE_CLASSES: Final = ("08", "53", "57", "40", "58", "55P03")
 _DRIVER_ERRORS: Final = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+
+log = logging.getLogger(__name__)
 
 
 def _translate(e: BaseException, doing: str) -> AgoraError:
@@ -413,6 +419,8 @@ class PostgresEventStore(EventStore):
     ``channel``: the NOTIFY channel (default ``<schema>_events``, so ``agora_events``).
     """
 
+    shared = True  # every hub node sharing the database appends to the same log
+
     def __init__(
         self,
         dsn: str,
@@ -575,6 +583,60 @@ class PostgresEventStore(EventStore):
             item = queue.get_nowait()
             if not isinstance(item, _Stop) and not item.future.done():
                 item.future.set_exception(Unavailable("the store closed before this append"))
+
+    # -- following other nodes --------------------------------------------------------------
+
+    async def follow(
+        self, notify: Callable[[str, int], None], *, resumed: Callable[[], None]
+    ) -> None:
+        """See :meth:`EventStore.follow`: LISTEN on :attr:`channel` over a dedicated
+        connection (not one of the pool's, so a busy pool never delays the hints).
+
+        Every ``FOLLOW_KEEPALIVE_S`` the connection is checked with a query; a lost one is
+        reopened with exponential backoff (``FOLLOW_BACKOFF_S``), and ``resumed()`` is called
+        once LISTEN is active again (so nothing committed after that can be missed). Runs
+        until cancelled; never raises a database error.
+        """
+        backoff = FOLLOW_BACKOFF_S[0]
+
+        def hint(_conn: object, _pid: int, _channel: str, payload: object) -> None:
+            workspace, sep, seq = str(payload).rpartition(":")
+            if sep and seq.isdigit():
+                notify(workspace, int(seq))
+
+        while True:
+            conn: asyncpg.Connection[asyncpg.Record] | None = None
+            try:
+                conn = await asyncpg.connect(
+                    self.dsn,
+                    timeout=self.command_timeout,
+                    command_timeout=self.command_timeout,
+                    server_settings={"application_name": f"agora-follow:{self.schema}"},
+                )
+                lost = asyncio.Event()
+                conn.add_termination_listener(lambda _c: lost.set())
+                await conn.add_listener(self.channel, hint)
+                backoff = FOLLOW_BACKOFF_S[0]
+                resumed()
+                while not lost.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(FOLLOW_KEEPALIVE_S):
+                            await lost.wait()
+                    if not lost.is_set():
+                        await conn.fetchval("SELECT 1", timeout=FOLLOW_KEEPALIVE_S)
+                log.warning("LISTEN %s: connection closed; reconnecting", self.channel)
+            except _DRIVER_ERRORS as e:
+                log.warning(
+                    "LISTEN %s: %s; reconnecting in %.1fs",
+                    self.channel,
+                    _translate(e, "following the log").message,
+                    backoff,
+                )
+            finally:
+                if conn is not None:
+                    conn.terminate()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, FOLLOW_BACKOFF_S[1])
 
     # -- the writer task --------------------------------------------------------------------
 

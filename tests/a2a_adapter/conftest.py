@@ -78,9 +78,7 @@ async def open_client(
 ) -> AsyncIterator[Client]:
     """An a2a-sdk client for the hub, built from its card, closed on exit."""
     card = await fetch_card(base_url)
-    async with httpx.AsyncClient(
-        headers={"Authorization": f"Bearer {token}"}, timeout=30
-    ) as http:
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
         config = ClientConfig(
             httpx_client=http, streaming=streaming, supported_protocol_bindings=[binding]
         )
@@ -141,7 +139,11 @@ def _first_text(payload: Any) -> str:
     return str(payload)
 
 
-async def wait_for(predicate: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not await predicate():
+async def wait_for(predicate: Callable[[], Awaitable[bool]], seconds: float = 10.0) -> None:
+    """Poll ``predicate`` until it holds (the log is the truth; polling it is the simplest
+    check). Raises ``TimeoutError`` after ``seconds``."""
+    async with asyncio.timeout(seconds):
+        while True:
+            if await predicate():
+                return
             await asyncio.sleep(0.02)

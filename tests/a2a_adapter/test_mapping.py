@@ -54,7 +54,9 @@ json_values = st.recursive(
     | st.integers(-(2**53), 2**53)
     | st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: not f.is_integer())
     | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 
@@ -173,7 +175,9 @@ def test_collaboration_payloads_round_trip(
 
 
 @settings(max_examples=200)
-@given(st.none() | st.text(max_size=10), json_values | a2a_messages, st.none() | st.text(max_size=5))
+@given(
+    st.none() | st.text(max_size=10), json_values | a2a_messages, st.none() | st.text(max_size=5)
+)
 def test_message_posted_round_trips(text: str | None, data: Any, media: str | None) -> None:
     event = MessagePosted(
         id="m1",
@@ -200,7 +204,9 @@ def test_exec_output_round_trips(data: bytes, n: int, stream: str) -> None:
 
 def test_a2a_message_payload_is_the_message_itself() -> None:
     payload = {"messageId": "m1", "parts": [{"text": "hello"}]}
-    event = NeedWork(id="e1", workspace="ws", seq=1, producer="p", correlation_id="t", payload=payload)
+    event = NeedWork(
+        id="e1", workspace="ws", seq=1, producer="p", correlation_id="t", payload=payload
+    )
     (update,) = to_a2a(event)
     assert isinstance(update, TaskStatusUpdateEvent)
     assert update.status.state == S.TASK_STATE_SUBMITTED
@@ -293,3 +299,13 @@ def test_payload_parts_for_peers() -> None:
     assert parts[0].text == "plain"
     parts, _ = payload_parts({"spec": 1})
     assert json_format.MessageToDict(parts[0])["data"] == {"spec": 1.0}
+
+
+def test_docs_show_the_current_tables() -> None:
+    from pathlib import Path
+
+    from a2a_adapter.mapping import foreign_table, mapping_table
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "a2a.md").read_text()
+    assert mapping_table() in doc, "docs/a2a.md: regenerate the mapping table"
+    assert foreign_table() in doc, "docs/a2a.md: regenerate the bridge table"

@@ -90,7 +90,9 @@ async def test_blocking_send_returns_the_completed_task(
     service: A2AService, token: TokenFactory, workspaces: Workspaces
 ) -> None:
     async with Worker(workspaces), open_client(service.url, token(), streaming=False) as client:
-        [response] = [r async for r in client.send_message(SendMessageRequest(message=message("hi")))]
+        [response] = [
+            r async for r in client.send_message(SendMessageRequest(message=message("hi")))
+        ]
     task = response.task
     assert task.status.state == S.TASK_STATE_COMPLETED
     assert task.context_id == WORKSPACE
@@ -129,10 +131,13 @@ async def test_streaming_send_sends_task_then_updates(
 async def test_http_json_binding(
     service: A2AService, token: TokenFactory, workspaces: Workspaces
 ) -> None:
-    async with Worker(workspaces), open_client(
-        service.url, token(), streaming=False, binding="HTTP+JSON"
-    ) as client:
-        [response] = [r async for r in client.send_message(SendMessageRequest(message=message("rest")))]
+    async with (
+        Worker(workspaces),
+        open_client(service.url, token(), streaming=False, binding="HTTP+JSON") as client,
+    ):
+        [response] = [
+            r async for r in client.send_message(SendMessageRequest(message=message("rest")))
+        ]
         task = await client.get_task(GetTaskRequest(id=response.task.id))
         listed = await client.list_tasks(ListTasksRequest(context_id=WORKSPACE))
     assert task.status.state == S.TASK_STATE_COMPLETED
@@ -175,9 +180,10 @@ async def test_get_list_and_cancel(
 async def test_only_requester_or_owner_may_cancel(
     service: A2AService, token: TokenFactory, workspaces: Workspaces
 ) -> None:
-    async with open_client(service.url, token()) as owner_side, open_client(
-        service.url, token("intruder")
-    ) as other:
+    async with (
+        open_client(service.url, token()) as owner_side,
+        open_client(service.url, token("intruder")) as other,
+    ):
         stream = owner_side.send_message(SendMessageRequest(message=message("mine")))
         first = await anext(stream)
         await stream.aclose()
@@ -198,7 +204,10 @@ async def test_continue_with_task_id_only_fills_the_context(
         task_id = first.task.id
         await workspaces.publish(
             WORKSPACE,
-            [WorkClaimed(correlation_id=task_id), FeedbackRequested(correlation_id=task_id, payload="which?")],
+            [
+                WorkClaimed(correlation_id=task_id),
+                FeedbackRequested(correlation_id=task_id, payload="which?"),
+            ],
             producer="bob",
         )
         answer = message("the blue one", task_id=task_id, context_id="")
@@ -217,7 +226,9 @@ async def test_continue_with_task_id_only_fills_the_context(
         assert streamed[0].task.context_id == WORKSPACE
         assert kinds_of(streamed) == ["task:TASK_STATE_WORKING", "status:TASK_STATE_COMPLETED"]
         with pytest.raises(UnsupportedOperationError):  # a terminal task takes no message
-            async for _ in client.send_message(SendMessageRequest(message=message("more", task_id=task_id))):
+            async for _ in client.send_message(
+                SendMessageRequest(message=message("more", task_id=task_id))
+            ):
                 pass
         with pytest.raises(InvalidParamsError):  # taskId and a different contextId
             async for _ in client.send_message(
@@ -284,7 +295,11 @@ async def test_resubscribe_after_disconnect_misses_nothing(
         "status:TASK_STATE_COMPLETED",
     ]
     seqs = [
-        int(plain(json_format.MessageToDict(r.status_update.metadata or r.artifact_update.metadata))["agora.event"]["seq"])
+        int(
+            plain(
+                json_format.MessageToDict(r.status_update.metadata or r.artifact_update.metadata)
+            )["agora.event"]["seq"]
+        )
         if r.WhichOneof("payload") != "task"
         else 0
         for r in resumed
@@ -301,9 +316,13 @@ async def test_subscribe_to_terminal_task_is_an_error_unless_resuming(
         with pytest.raises(UnsupportedOperationError):
             async for _ in client.subscribe(SubscribeToTaskRequest(id=task_id)):
                 pass
-        ctx = ClientCallContext(service_parameters={"Last-Event-ID": str(int(got[0].task.metadata["agora.version"]))})
-        replay = [r async for r in client.subscribe(SubscribeToTaskRequest(id=task_id), context=ctx)]
-    assert kinds_of(replay) == kinds_of(got)[:0] + [
+        ctx = ClientCallContext(
+            service_parameters={"Last-Event-ID": str(int(got[0].task.metadata["agora.version"]))}
+        )
+        replay = [
+            r async for r in client.subscribe(SubscribeToTaskRequest(id=task_id), context=ctx)
+        ]
+    assert kinds_of(replay) == [
         "task:TASK_STATE_COMPLETED",
         "status:TASK_STATE_WORKING",
         "artifact",
@@ -333,7 +352,9 @@ async def test_exec_part_without_runtime_is_unsupported(
 ) -> None:
     exec_part = Part()
     exec_part.data.CopyFrom(
-        json_format.ParseDict({"agora.exec": {"backend": "process", "source": "echo hi"}}, struct_pb2.Value())
+        json_format.ParseDict(
+            {"agora.exec": {"backend": "process", "source": "echo hi"}}, struct_pb2.Value()
+        )
     )
     msg = Message(message_id="m-exec", role=Role.ROLE_USER, parts=[exec_part], context_id=WORKSPACE)
     async with open_client(service.url, token(rights=("read", "write", "exec"))) as client:
@@ -356,7 +377,13 @@ class FakeRuntime:
         capability.require("exec", workspace)
         await self.workspaces.publish(
             workspace,
-            [ExecRequested(payload=ExecRequestedPayload(exec_id=exec_id, backend=request.backend, source=request.source))],
+            [
+                ExecRequested(
+                    payload=ExecRequestedPayload(
+                        exec_id=exec_id, backend=request.backend, source=request.source
+                    )
+                )
+            ],
             producer=capability.agent,
             trusted=True,
         )
@@ -369,18 +396,31 @@ class FakeRuntime:
         await asyncio.sleep(0.1)
         hub = "hub"
         await self.workspaces.publish(
-            workspace, [ExecStarted(payload=ExecStartedPayload(exec_id=exec_id, backend="process"))], producer=hub, trusted=True
+            workspace,
+            [ExecStarted(payload=ExecStartedPayload(exec_id=exec_id, backend="process"))],
+            producer=hub,
+            trusted=True,
         )
         for n, data in enumerate([b"hel", b"lo\n"], start=1):
             await self.workspaces.publish(
                 workspace,
-                [ExecOutput(payload=ExecOutputPayload(exec_id=exec_id, stream="stdout", n=n, data=data))],
+                [
+                    ExecOutput(
+                        payload=ExecOutputPayload(exec_id=exec_id, stream="stdout", n=n, data=data)
+                    )
+                ],
                 producer=hub,
                 trusted=True,
             )
         await self.workspaces.publish(
             workspace,
-            [ExecFinished(payload=ExecFinishedPayload(exec_id=exec_id, status="completed", reason="exit", exit_code=0))],
+            [
+                ExecFinished(
+                    payload=ExecFinishedPayload(
+                        exec_id=exec_id, status="completed", reason="exit", exit_code=0
+                    )
+                )
+            ],
             producer=hub,
             trusted=True,
         )
@@ -393,12 +433,18 @@ async def test_exec_part_runs_through_the_runtime(
     workspaces: Workspaces, signer: TokenSigner, token: TokenFactory
 ) -> None:
     runtime = FakeRuntime(workspaces)
-    async with A2AService(workspaces, signer, HubConfig(), host="127.0.0.1", port=0, runtime=runtime) as svc:
+    async with A2AService(
+        workspaces, signer, HubConfig(), host="127.0.0.1", port=0, runtime=runtime
+    ) as svc:
         exec_part = Part()
         exec_part.data.CopyFrom(
-            json_format.ParseDict({"agora.exec": {"backend": "process", "source": "echo hello"}}, struct_pb2.Value())
+            json_format.ParseDict(
+                {"agora.exec": {"backend": "process", "source": "echo hello"}}, struct_pb2.Value()
+            )
         )
-        msg = Message(message_id="m-exec", role=Role.ROLE_USER, parts=[exec_part], context_id=WORKSPACE)
+        msg = Message(
+            message_id="m-exec", role=Role.ROLE_USER, parts=[exec_part], context_id=WORKSPACE
+        )
         async with open_client(svc.url, token(rights=("read", "write", "exec"))) as client:
             got = [r async for r in client.send_message(SendMessageRequest(message=msg))]
     assert kinds_of(got) == [
@@ -410,7 +456,11 @@ async def test_exec_part_runs_through_the_runtime(
         "status:TASK_STATE_COMPLETED",
     ]
     chunks = [r.artifact_update for r in got if r.WhichOneof("payload") == "artifact_update"]
-    assert [(c.append, c.last_chunk) for c in chunks] == [(False, False), (True, False), (True, True)]
+    assert [(c.append, c.last_chunk) for c in chunks] == [
+        (False, False),
+        (True, False),
+        (True, True),
+    ]
     assert "".join(p.text for c in chunks for p in c.artifact.parts) == "hello\n"
 
 
@@ -426,5 +476,7 @@ async def test_peer_steps_are_in_the_log_for_replay(
         return m is not None and m.via == "a2a"
 
     await wait_for(member)
-    produced = {e.producer for e in await events(workspaces) if e.kind in ("needWork", "memberJoined")}
+    produced = {
+        e.producer for e in await events(workspaces) if e.kind in ("needWork", "memberJoined")
+    }
     assert produced == {"peer-x"}

@@ -10,6 +10,7 @@ container rigs ``require("docker", ...)``: skipped without an engine here, faile
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import uuid
@@ -194,3 +195,26 @@ async def container_rig(request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
         yield made
     finally:
         await backend.aclose()
+
+
+class Listener:
+    """A TCP listener on 127.0.0.1 that counts the connections it accepts."""
+
+    def __init__(self) -> None:
+        self.accepted = 0
+        self.port = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(reader.read(100), 2)
+        writer.close()
+
+
+@pytest.fixture
+async def listener() -> AsyncIterator[Listener]:
+    probe = Listener()
+    server = await asyncio.start_server(probe.handle, "127.0.0.1", 0)
+    probe.port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield probe

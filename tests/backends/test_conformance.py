@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -28,38 +27,17 @@ from backends.base import (
     Rejected,
     UnsupportedLanguage,
     UnsupportedPolicy,
+    closing_stream,
     host_local,
     validate_request,
 )
+from backends.result import ExecEvent
 from hub.errors import Busy
-from tests.backends.conftest import Rig
+from tests.backends.conftest import Listener, Rig
 
 MIB = 1024 * 1024
 GRACE_S = 1.0  # the process backend's default kill grace; containers are killed at once
 SLACK_S = 3.0
-
-
-class Listener:
-    """A TCP listener on 127.0.0.1 that counts the connections it accepts."""
-
-    def __init__(self) -> None:
-        self.accepted = 0
-        self.port = 0
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.accepted += 1
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(reader.read(100), 2)
-        writer.close()
-
-
-@pytest.fixture
-async def listener() -> AsyncIterator[Listener]:
-    probe = Listener()
-    server = await asyncio.start_server(probe.handle, "127.0.0.1", 0)
-    probe.port = server.sockets[0].getsockname()[1]
-    async with server:
-        yield probe
 
 
 def test_protocol(rig: Rig) -> None:
@@ -177,7 +155,7 @@ async def test_cancelled_consumer_kills_the_program(rig: Rig) -> None:
 async def test_closing_the_stream_early_kills_the_program(rig: Rig) -> None:
     marker = f"early-{uuid.uuid4().hex}"
     request = rig.request(f"echo started; exec sh -c 'sleep 30' {marker}")
-    async with contextlib.aclosing(rig.backend.execute(request, None)) as events:
+    async with closing_stream(rig.backend.execute(request, None)) as events:
         async for _event in events:
             break
     assert await rig.leftovers(request.exec_id, marker) == []
@@ -268,7 +246,9 @@ async def test_read_only_workspace(rig: Rig, tmp_path: Path) -> None:
             await rig.run("cat input.txt", workdir=tmp_path, policy=read_only)
         return
     result = await rig.run(
-        "cat input.txt; echo x > new.txt", workdir=tmp_path, policy=rig.workspace_policy(read_only=True)
+        "cat input.txt; echo x > new.txt",
+        workdir=tmp_path,
+        policy=rig.workspace_policy(read_only=True),
     )
     assert result.status == "failed"
     assert result.stdout == b"read me\n"
@@ -280,9 +260,7 @@ async def test_unsupported_language_is_refused_before_running(rig: Rig) -> None:
     request = rig.request("fn run() {}", language=ExecutionLanguage.RUST)
     with pytest.raises(UnsupportedLanguage):
         await rig.run_request(request)
-    wasm = ExecutionRequest(
-        exec_id="w1", payload=GuestModule(b"\0asm\1\0\0\0"), policy=rig.base
-    )
+    wasm = ExecutionRequest(exec_id="w1", payload=GuestModule(b"\0asm\1\0\0\0"), policy=rig.base)
     with pytest.raises(InvalidRequest):
         await rig.run_request(wasm)
 
@@ -300,15 +278,18 @@ async def test_limits_the_backend_cannot_enforce_are_refused(rig: Rig) -> None:
 
 async def test_a_running_id_is_busy(rig: Rig) -> None:
     request = rig.request("sleep 5")
-    events = rig.backend.execute(request, None)
-    task = asyncio.create_task(anext(events))
-    await asyncio.sleep(0.5 if rig.is_container else 0.1)
-    with pytest.raises(Busy):
-        await rig.run_request(request)
-    await rig.backend.cancel(request.exec_id)
-    with contextlib.suppress(StopAsyncIteration):
-        await task
-    await events.aclose()
+    async with closing_stream(rig.backend.execute(request, None)) as events:
+
+        async def first() -> ExecEvent:
+            return await anext(events)
+
+        task = asyncio.create_task(first())
+        await asyncio.sleep(0.5 if rig.is_container else 0.1)
+        with pytest.raises(Busy):
+            await rig.run_request(request)
+        await rig.backend.cancel(request.exec_id)
+        with contextlib.suppress(StopAsyncIteration):
+            await task
 
 
 async def test_concurrent_executions(rig: Rig) -> None:

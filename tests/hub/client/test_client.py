@@ -68,6 +68,11 @@ async def collect(ws: Workspace, after_seq: int, count: int) -> list[Event]:
     return out
 
 
+def text(ev: MessagePosted) -> str:
+    assert ev.payload.text is not None
+    return ev.payload.text
+
+
 def assert_contiguous(events: list[Event], first: int, last: int) -> None:
     seqs = [e.seq for e in events]
     assert seqs == list(range(first, last + 1)), f"gap or duplicate: {seqs}"
@@ -148,6 +153,21 @@ def test_error_codes_map_to_classes() -> None:
     )
     unknown = error_from_frame(Error(code="brandNew", message="m", details={}))
     assert isinstance(unknown, Internal) and unknown.details["code"] == "brandNew"
+
+
+async def test_refresh_token(hub: HubProcess) -> None:
+    async with connect(hub.url, hub.token("erin", ttl=60)) as session:
+        ws = session.workspace(name())
+        await session.refresh(hub.token("erin", ttl=3600))
+        await ws.post_message("still erin")
+        with pytest.raises(Forbidden):
+            await session.refresh(hub.token("mallory"))
+        assert (await ws.post_message("and again")).producer == "erin"
+        with pytest.raises(Unauthorized):
+            await session.refresh("garbage")
+        with pytest.raises(Unauthorized):
+            async with asyncio.timeout(WAIT):
+                await ws.post_message("the connection was closed with 4401")
 
 
 async def test_rate_limited_publishes_wait_and_retry(limited_hub: HubProcess) -> None:
@@ -471,6 +491,67 @@ async def test_reconnect_after_sigkill_resumes_without_gap_or_duplicate(
         await sub.aclose()
 
 
+class CuttingProxy:
+    """A TCP proxy to the hub that can drop a connection as soon as the hub answers: the
+    request reached the hub, the reply never reaches the client."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.cut_next_reply = False
+        self.cuts = 0
+        self.server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> CuttingProxy:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+        await self.server.wait_closed()
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"ws://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.port)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, reply: bool) -> None:
+            try:
+                while data := await src.read(65536):
+                    if reply and self.cut_next_reply:
+                        self.cut_next_reply = False
+                        self.cuts += 1
+                        break
+                    dst.write(data)
+                    await dst.drain()
+            except ConnectionError:
+                pass
+            finally:
+                for w in (writer, up_writer):
+                    w.close()
+
+        await asyncio.gather(pipe(reader, up_writer, False), pipe(up_reader, writer, True))
+
+
+async def test_request_in_flight_is_resent_and_answered_as_duplicate(hub: HubProcess) -> None:
+    async with CuttingProxy(hub.port) as proxy:
+        backoff = Backoff(initial=0.01, maximum=0.1)
+        async with connect(proxy.url, hub.token("alice"), backoff=backoff) as session:
+            ws = session.workspace(name())
+            before = await ws.post_message("before")
+            proxy.cut_next_reply = True  # the hub appends the next event; its ack is lost
+            event = MessagePosted(id=str(uuid.uuid4()), payload=MessagePayload(text="once"))
+            async with asyncio.timeout(WAIT):
+                ack = await ws.publish(event)
+            assert proxy.cuts == 1 and session.reconnects == 1
+            assert ack.duplicate and ack.seq == before.seq + 1 and ack.id == event.id
+            texts = [e.payload.text for e in await ws.events() if isinstance(e, MessagePosted)]
+            assert texts == ["before", "once"]
+
+
 async def test_reconnect_gives_up_with_unavailable(own_hub: HubProcess) -> None:
     backoff = Backoff(initial=0.05, maximum=0.1, give_up_after=0.5)
     async with connect(own_hub.url, own_hub.token("alice"), backoff=backoff) as session:
@@ -523,10 +604,10 @@ async def test_slow_consumer_cut_with_4408_resumes_transparently(
         async with asyncio.timeout(WAIT * 3):
             async for ev in sub:
                 got.append(ev)
-                if isinstance(ev, MessagePosted) and ev.payload.text.startswith(f"{count - 1}:"):
+                if isinstance(ev, MessagePosted) and text(ev).startswith(f"{count - 1}:"):
                     break
         assert_contiguous(got, 1, got[-1].seq)
-        numbers = [int(e.payload.text.split(":")[0]) for e in got if isinstance(e, MessagePosted)]
+        numbers = [int(text(e).split(":")[0]) for e in got if isinstance(e, MessagePosted)]
         assert numbers == list(range(count))
         assert slow.reconnects >= 1
         assert slow.last_close is not None and slow.last_close[0] == 4408

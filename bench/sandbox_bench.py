@@ -1,0 +1,212 @@
+"""Sandbox latency: the in-process backends and the Rust pipeline beside the process floor.
+
+    python bench/sandbox_bench.py [--runs N] [--quick] [--no-rust]
+
+Every row is the wall time of one ``execute`` drained to its result (``collect``), measured
+from the caller (event loop hops and validation included), median and p90 over N runs after
+one warm-up run:
+
+* ``process  /bin/true`` — the floor of a host process (``process`` backend, network
+  namespace when available): fork/exec, pipes, reaping.
+* ``process  python -c`` — the same backend running the hub's interpreter (what untrusted
+  Python would cost there, unsandboxed).
+* ``wasm  warm`` — a cached WASI module (hello world): instantiate + ``_start`` on a worker
+  thread; ``wasm  cold`` — the same with a module the cache has not seen (compilation
+  included).
+* ``python  exec`` — a pydantic-monty snippet with ``input``/``value`` (pooled worker).
+* ``rust  cold`` — check + build + run of a source not in the build cache;
+  ``rust  cached`` — the same source again (build cache hit: only the run).
+
+The ratio column compares each row with the process floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from backends.base import (
+    CodeExecutor,
+    ExecutionLanguage,
+    ExecutionRequest,
+    GuestModule,
+    PolicyPatch,
+    Source,
+    collect,
+    host_local,
+    narrow,
+)
+from backends.monty import PythonBackend
+from backends.process import ProcessBackend
+from backends.wasm import WasmBackend
+from tests.backends import wat
+
+RUST_SOURCE = """
+fn run(input: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"double": input["n"].as_i64().unwrap_or(0) * 2})
+}
+"""
+
+
+async def timed(make: Callable[[], Awaitable[object]], runs: int, warmup: int = 1) -> list[float]:
+    for _ in range(warmup):
+        await make()
+    samples = []
+    for _ in range(runs):
+        began = time.perf_counter()
+        await make()
+        samples.append((time.perf_counter() - began) * 1000)
+    return samples
+
+
+def ids() -> str:
+    return f"bench-{uuid.uuid4().hex[:12]}"
+
+
+async def one(backend: CodeExecutor, **kw: object) -> None:
+    kw.setdefault("exec_id", ids())
+    kw.setdefault("policy", backend.default_policy)
+    result = await collect(backend.execute(ExecutionRequest(**kw), None))  # type: ignore[arg-type]
+    if result.status != "completed":
+        raise RuntimeError(f"benchmark run failed: {result}")
+
+
+async def bench(runs: int, rust: bool) -> list[tuple[str, list[float]]]:
+    rows: list[tuple[str, list[float]]] = []
+    async with ProcessBackend(policy=host_local()) as process:
+        policy = process.default_policy
+        if process.capabilities.enforces_network:
+            policy = narrow(policy, PolicyPatch(network="disabled"))
+        rows.append(
+            (
+                "process  /bin/true",
+                await timed(lambda: one(process, payload=Source("/bin/true"), policy=policy), runs),
+            )
+        )
+        rows.append(
+            (
+                "process  python -c",
+                await timed(
+                    lambda: one(
+                        process,
+                        language=ExecutionLanguage.PYTHON,
+                        payload=Source("import json,sys; print(json.dumps(1+1))"),
+                        policy=policy,
+                    ),
+                    max(3, runs // 4),
+                ),
+            )
+        )
+    async with WasmBackend() as wasm:
+        hello = wat.wasm(wat.HELLO)
+        rows.append(
+            (
+                "wasm     warm",
+                await timed(
+                    lambda: one(wasm, language=ExecutionLanguage.WASM, payload=GuestModule(hello)),
+                    runs,
+                ),
+            )
+        )
+
+        def fresh() -> bytes:
+            return wat.wasm(wat.HELLO.replace("hello from wasi", uuid.uuid4().hex[:15]))
+
+        rows.append(
+            (
+                "wasm     cold (compile)",
+                await timed(
+                    lambda: one(
+                        wasm, language=ExecutionLanguage.WASM, payload=GuestModule(fresh())
+                    ),
+                    max(3, runs // 4),
+                    warmup=0,
+                ),
+            )
+        )
+    async with PythonBackend() as python:
+        rows.append(
+            (
+                "python   exec (monty)",
+                await timed(
+                    lambda: one(
+                        python,
+                        language=ExecutionLanguage.PYTHON,
+                        payload=Source("input['n'] * 2"),
+                        input={"n": 21},
+                    ),
+                    runs,
+                ),
+            )
+        )
+    if rust:
+        from backends.rust import RustBackend
+
+        async with RustBackend() as backend:
+            await backend.prepare()
+
+            def source() -> str:
+                return f"// {uuid.uuid4()}\n{RUST_SOURCE}"
+
+            rows.append(
+                (
+                    "rust     cold (check+build+run)",
+                    await timed(
+                        lambda: one(
+                            backend,
+                            language=ExecutionLanguage.RUST,
+                            payload=Source(source()),
+                            input={"n": 2},
+                        ),
+                        max(3, runs // 10),
+                        warmup=0,
+                    ),
+                )
+            )
+            cached = source()
+            rows.append(
+                (
+                    "rust     cached (run only)",
+                    await timed(
+                        lambda: one(
+                            backend,
+                            language=ExecutionLanguage.RUST,
+                            payload=Source(cached),
+                            input={"n": 2},
+                        ),
+                        runs,
+                    ),
+                )
+            )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=50, help="runs per row (default 50)")
+    parser.add_argument("--quick", action="store_true", help="10 runs per row")
+    parser.add_argument("--no-rust", action="store_true", help="skip the Rust rows")
+    args = parser.parse_args(argv)
+    runs = 10 if args.quick else args.runs
+    rows = asyncio.run(bench(runs, not args.no_rust))
+    floor = statistics.median(rows[0][1])
+    header = f"{'backend / case':34} {'median ms':>10} {'p90 ms':>9} {'runs':>5} {'vs process':>11}"
+    print(header)
+    print("-" * len(header))
+    for name, samples in rows:
+        median = statistics.median(samples)
+        p90 = sorted(samples)[max(0, int(len(samples) * 0.9) - 1)]
+        print(f"{name:34} {median:10.2f} {p90:9.2f} {len(samples):5d} {median / floor:10.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,14 @@
+"""Several ``agora serve`` nodes over one shared log (PostgreSQL).
+
+One concept per module:
+
+- :mod:`hub.cluster.settings`: a node's id and cluster timing (pure; read from the environment).
+- :mod:`hub.cluster.follower`: events other nodes commit, delivered to this node's subscribers
+  (LISTEN/NOTIFY hints, coalesced per workspace, read back from the log).
+- :mod:`hub.cluster.heartbeat`: the ``nodes`` table: beats, dead nodes, reaping each dead node
+  exactly once.
+- :mod:`hub.cluster.interrupted`: closing the executions a dead node left running.
+- :mod:`hub.cluster.node`: the three together, as :class:`hub.server.Hub` runs them.
+
+Nothing here is imported by a hub on SQLite (the modules past ``settings`` load asyncpg).
+"""

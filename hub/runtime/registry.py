@@ -1,0 +1,436 @@
+"""The named backend instances a hub runs code on (``[[backends]]`` in agora.toml).
+
+Each :class:`BackendInstance` is one configured backend: its ``id`` (what ``exec {backend}``
+routes by and what a token's ``backends`` claim names), its ``kind`` (``process``,
+``container``, ``wasm``, ``python``, ``rust``), its ``access`` (``read``: nothing the run changes
+is written back to the workspace; ``read-write``) and its ``limits`` (the instance's default
+policy — the widest a request may ask for — and the backend's own settings).
+
+With no ``[[backends]]`` the hub has one instance of each kind, named after it, in that order
+(``process`` first, so it is the default), with ``read-write`` access; ``wasm``, ``python`` and
+``rust`` only when their modules import here. An instance is created even when it cannot run
+here (no Docker engine, no rustc): :meth:`BackendInstance.available` says why, and ``exec`` on
+it is ``unavailable``.
+
+``limits`` keys (docs/execution.md, "Runtime"): the policy fields ``network``, ``timeout_ms``,
+``max_stdout_bytes``, ``max_stderr_bytes``, ``memory_bytes``, ``pids``, ``cpus``,
+``working_directory``, ``env_allow`` (comma-separated names a request may set), and any keyword
+argument of the backend's constructor (``max_concurrent``, ``warm_pool``, ``image``, …). Any other
+key is a :class:`hub.config.ConfigError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import inspect
+import logging
+from collections.abc import AsyncIterator, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+
+from backends.base import (
+    BackendCapabilities,
+    BackendUnavailable,
+    CodeExecutor,
+    EnvironmentPolicy,
+    ExecEvent,
+    ExecutionIsolation,
+    ExecutionLanguage,
+    ExecutionRequest,
+    FilesystemPolicy,
+    SandboxPolicy,
+)
+from backends.validate import CALLABLE_LANGUAGES
+from hub.config import Access, BackendConfig, BackendKind, ConfigError
+from hub.errors import AgoraError, NotFound
+from hub.log.base import BlobStore
+
+__all__ = [
+    "KINDS",
+    "BackendInfo",
+    "BackendInstance",
+    "BackendRegistry",
+    "UnavailableBackend",
+    "default_configs",
+]
+
+log = logging.getLogger("agora.runtime")
+
+KINDS: Final[tuple[BackendKind, ...]] = ("process", "container", "wasm", "python", "rust")
+_MODULES: Final[dict[BackendKind, tuple[str, str]]] = {
+    "process": ("backends.process", "ProcessBackend"),
+    "container": ("backends.container", "ContainerBackend"),
+    "wasm": ("backends.wasm", "WasmBackend"),
+    "python": ("backends.monty", "PythonBackend"),
+    "rust": ("backends.rust", "RustBackend"),
+}
+_OPTIONAL: Final[frozenset[str]] = frozenset({"wasm", "python", "rust"})
+_POLICY_KEYS: Final[frozenset[str]] = frozenset(
+    {
+        "network",
+        "timeout_ms",
+        "max_stdout_bytes",
+        "max_stderr_bytes",
+        "memory_bytes",
+        "pids",
+        "cpus",
+        "working_directory",
+        "env_allow",
+    }
+)
+# Constructor arguments the registry sets itself (never from ``limits``).
+_RESERVED: Final[frozenset[str]] = frozenset({"name", "policy", "access", "blobs", "runner"})
+# Kinds whose harness takes the ``value`` from the last line of stdout (adk-code's rule).
+_VALUE_FROM_STDOUT: Final[frozenset[str]] = frozenset({"process", "wasm", "rust"})
+
+
+def _import(kind: BackendKind) -> tuple[type[Any] | None, str]:
+    module_name, class_name = _MODULES[kind]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        return None, f"{module_name} does not import here: {e}"
+    return getattr(module, class_name), ""
+
+
+def default_configs() -> tuple[BackendConfig, ...]:
+    """The instances of a hub without ``[[backends]]``: every kind whose module imports,
+    named after the kind, ``read-write``."""
+    kinds = [k for k in KINDS if k not in _OPTIONAL or _import(k)[0] is not None]
+    return tuple(BackendConfig(id=k, kind=k, access="read-write") for k in kinds)
+
+
+class UnavailableBackend:
+    """Stands in for an instance whose backend cannot even be created here (its module does
+    not import): never available, refuses every execution."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self._name = name
+        self._reason = reason
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def capabilities(self) -> BackendCapabilities:
+        return BackendCapabilities(isolation=ExecutionIsolation.IN_PROCESS)
+
+    @property
+    def default_policy(self) -> SandboxPolicy:
+        return SandboxPolicy()
+
+    def available(self) -> tuple[bool, str]:
+        return False, self._reason
+
+    async def start(self) -> None:
+        return None
+
+    async def execute(
+        self, request: ExecutionRequest, workdir: Path | None
+    ) -> AsyncIterator[ExecEvent]:
+        raise BackendUnavailable(
+            f"backend {self._name!r} is unavailable: {self._reason}", backend=self._name
+        )
+        yield  # pragma: no cover  (an async generator that raises at once)
+
+    async def cancel(self, exec_id: str) -> bool:
+        return False
+
+    async def aclose(self) -> None:
+        return None
+
+
+class BackendInstance:
+    """One configured backend instance (see the module docstring)."""
+
+    __slots__ = ("access", "backend", "id", "kind", "limits")
+
+    def __init__(
+        self,
+        id: str,
+        kind: BackendKind,
+        access: Access,
+        backend: CodeExecutor,
+        limits: dict[str, Any] | None = None,
+    ) -> None:
+        self.id = id
+        self.kind = kind
+        self.access = access
+        self.backend = backend
+        self.limits = dict(limits or {})
+
+    def __repr__(self) -> str:
+        return f"BackendInstance({self.id!r}, kind={self.kind!r}, access={self.access!r})"
+
+    def available(self) -> tuple[bool, str]:
+        return self.backend.available()
+
+    @property
+    def capabilities(self) -> BackendCapabilities:
+        return self.backend.capabilities
+
+    @property
+    def callable(self) -> bool:
+        """Whether it runs a language called with ``input`` (seed 003's callable backends)."""
+        return bool(self.capabilities.languages & CALLABLE_LANGUAGES)
+
+    @property
+    def default_language(self) -> ExecutionLanguage:
+        """The language of a request that names none: ``command`` where the backend runs it,
+        else its only (or first) language."""
+        languages = self.capabilities.languages
+        if not languages or ExecutionLanguage.COMMAND in languages:
+            return ExecutionLanguage.COMMAND
+        return sorted(languages)[0]
+
+    @property
+    def syncs_files(self) -> bool:
+        """Command-style backends get the workspace pushed into a directory and pulled back;
+        the ``python`` backend reaches it through host functions instead."""
+        return self.kind != "python"
+
+    @property
+    def value_from_stdout(self) -> bool:
+        return self.kind in _VALUE_FROM_STDOUT
+
+
+def _policy_overrides(limits: dict[str, Any], where: str) -> dict[str, Any]:
+    changes: dict[str, Any] = {}
+    for key in _POLICY_KEYS & limits.keys():
+        value = limits[key]
+        if key == "env_allow":
+            if not isinstance(value, str):
+                raise ConfigError(f"{where}: limits.env_allow must be a string of names")
+            names = [n.strip() for n in value.split(",") if n.strip()]
+            changes["environment"] = EnvironmentPolicy.allow_list(names)
+        else:
+            changes[key] = value
+    return changes
+
+
+def build_instance(
+    config: BackendConfig,
+    *,
+    blobs: BlobStore | None = None,
+    owner: str = "agora",
+    where: str = "backends",
+) -> BackendInstance:
+    """The instance ``config`` describes. Raises :class:`ConfigError` for an unknown or
+    invalid ``limits`` key or value."""
+    cls, problem = _import(config.kind)
+    if cls is None:
+        return BackendInstance(
+            config.id, config.kind, config.access, UnavailableBackend(config.id, problem)
+        )
+    limits = dict(config.limits)
+    policy_changes = _policy_overrides(limits, where)
+    params = inspect.signature(cls).parameters
+    kwargs: dict[str, Any] = {}
+    for key, value in limits.items():
+        if key in _POLICY_KEYS:
+            continue
+        if key in _RESERVED or key not in params or key.startswith("_"):
+            known = sorted((set(params) - _RESERVED - {"self"}) | _POLICY_KEYS)
+            raise ConfigError(
+                f"{where}: unknown limit {key!r} for a {config.kind} backend "
+                f"(known: {', '.join(known)})"
+            )
+        kwargs[key] = value
+    if "access" in params:
+        kwargs["access"] = config.access
+    if "blobs" in params and blobs is not None:
+        kwargs["blobs"] = blobs
+    if "owner" in params and "owner" not in kwargs:
+        kwargs["owner"] = owner
+    try:
+        if config.kind == "container":
+            from backends.container import DEFAULT_CONTAINER_POLICY
+
+            fs = (
+                FilesystemPolicy.workspace_read_write()
+                if config.access == "read-write"
+                else FilesystemPolicy.workspace_read_only()
+            )
+            base = DEFAULT_CONTAINER_POLICY.replace(filesystem=fs)
+            backend = cls(config.id, policy=base.replace(**policy_changes), **kwargs)
+        else:
+            backend = cls(config.id, **kwargs)
+            if policy_changes:
+                base = backend.default_policy
+                backend = cls(config.id, policy=base.replace(**policy_changes), **kwargs)
+    except (TypeError, ValueError, AgoraError) as e:
+        message = e.message if isinstance(e, AgoraError) else str(e)
+        raise ConfigError(f"{where}: invalid limits for {config.id!r}: {message}") from e
+    return BackendInstance(config.id, config.kind, config.access, backend, limits)
+
+
+class BackendInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """One row of ``agora backends`` (``--json``)."""
+
+    id: str
+    kind: str
+    access: str
+    default: bool
+    available: bool
+    reason: str
+    capabilities: dict[str, Any]
+    default_policy: dict[str, Any]
+
+
+class BackendRegistry:
+    """The hub's backend instances, in configuration order (the first is the default).
+
+    Use as ``async with registry:`` or call :meth:`aclose`; backends start on first use or
+    with :meth:`start_all`.
+    """
+
+    def __init__(self, instances: Iterable[BackendInstance]) -> None:
+        self._instances: dict[str, BackendInstance] = {}
+        for instance in instances:
+            if instance.id in self._instances:
+                raise ConfigError(f"duplicate backend id {instance.id!r}")
+            self._instances[instance.id] = instance
+        self._closed = False
+
+    @classmethod
+    def from_config(
+        cls,
+        configs: Sequence[BackendConfig],
+        *,
+        blobs: BlobStore | None = None,
+        owner: str = "agora",
+    ) -> BackendRegistry:
+        """Instances for ``configs`` (``[[backends]]``; empty → :func:`default_configs`).
+        Raises :class:`ConfigError`."""
+        configs = tuple(configs) or default_configs()
+        return cls(
+            build_instance(c, blobs=blobs, owner=owner, where=f"backends[{i}] ({c.id})")
+            for i, c in enumerate(configs)
+        )
+
+    def __iter__(self) -> Any:
+        return iter(list(self._instances.values()))
+
+    def __len__(self) -> int:
+        return len(self._instances)
+
+    @property
+    def ids(self) -> list[str]:
+        return list(self._instances)
+
+    @property
+    def default_id(self) -> str | None:
+        """The first instance's id (what an ``exec`` without ``backend`` runs on)."""
+        return next(iter(self._instances), None)
+
+    def get(self, backend: str | None) -> BackendInstance:
+        """The instance ``backend`` (``None``: the first). Raises :class:`NotFound`."""
+        if backend is None:
+            backend = self.default_id
+            if backend is None:
+                raise NotFound("this hub has no backend instances", field="backend")
+        instance = self._instances.get(backend)
+        if instance is None:
+            raise NotFound(
+                f"no backend instance {backend!r} (this hub has: {', '.join(self.ids) or 'none'})",
+                backend=backend,
+                field="backend",
+            )
+        return instance
+
+    async def start_all(self) -> None:
+        """Start every instance (concurrently); a failure is logged, never raised (the
+        instance then reports itself unavailable)."""
+
+        async def start(instance: BackendInstance) -> None:
+            try:
+                await instance.backend.start()
+            except Exception:
+                log.exception("backend %s failed to start", instance.id)
+            ok, why = instance.available()
+            if not ok:
+                log.warning("backend %s (%s) is unavailable: %s", instance.id, instance.kind, why)
+
+        await asyncio.gather(*(start(i) for i in self._instances.values()))
+
+    async def aclose(self) -> None:
+        """Close every instance (stopping what runs). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for instance in reversed(list(self._instances.values())):
+            try:
+                await instance.backend.aclose()
+            except Exception:
+                log.exception("backend %s failed to close", instance.id)
+
+    async def __aenter__(self) -> BackendRegistry:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def describe(self, *, probe: bool = True) -> list[BackendInfo]:
+        """Each instance with its capabilities and availability. With ``probe``, instances
+        are probed first without side effects on running hubs (a container instance only
+        checks the engine and the image; it does not sweep or start containers)."""
+        rows: list[BackendInfo] = []
+        default = self.default_id
+        for instance in self._instances.values():
+            ok, why = await _probe(instance) if probe else instance.available()
+            rows.append(
+                BackendInfo(
+                    id=instance.id,
+                    kind=instance.kind,
+                    access=instance.access,
+                    default=instance.id == default,
+                    available=ok,
+                    reason=why,
+                    capabilities=msgspec.to_builtins(instance.capabilities),
+                    default_policy=msgspec.to_builtins(instance.backend.default_policy),
+                )
+            )
+        return rows
+
+
+async def _probe(instance: BackendInstance) -> tuple[bool, str]:
+    if isinstance(instance.backend, UnavailableBackend):
+        return instance.available()
+    if instance.kind == "container":
+        backend: Any = instance.backend
+        return await asyncio.to_thread(_probe_engine, backend.image, instance.limits)
+    with contextlib.suppress(Exception):
+        await instance.backend.start()
+    return instance.available()
+
+
+def _probe_engine(image: str, limits: dict[str, Any]) -> tuple[bool, str]:
+    """Whether the Docker engine answers and has ``image`` (blocking)."""
+    from backends.container import engine_reachable
+
+    base_url = limits.get("base_url")
+    ok, why = engine_reachable(base_url if isinstance(base_url, str) else None)
+    if not ok:
+        return False, why
+    import docker
+
+    try:
+        client = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
+    except Exception as e:
+        return False, f"the Docker engine is not reachable: {e}"
+    try:
+        client.images.get(image)
+    except docker.errors.ImageNotFound:
+        if limits.get("auto_build", True):
+            return True, ""  # built at the hub's first start
+        return False, f"image {image} is missing: run `agora images build`"
+    except Exception as e:
+        return False, f"the Docker engine refused: {e}"
+    finally:
+        client.close()
+    return True, ""

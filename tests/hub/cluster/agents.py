@@ -1,0 +1,202 @@
+"""Raw WebSocket agents that survive a node's death by moving to another node.
+
+:class:`Publisher` publishes messages with its own event ids, a few in flight at once; when its
+node goes away it reconnects to the next node and publishes every unacknowledged id again (the
+hub answers ``duplicate`` with the original seq for one that was written). :class:`Subscriber`
+follows a workspace from seq 1 and, after losing its node, subscribes on the next one with
+``afterSeq`` = the last seq it got; it records every event and any gap or duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections import deque
+from typing import Any, Final
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
+
+RETRYABLE: Final = frozenset({"unavailable", "conflict", "busy", "rateLimited", "internal"})
+LOST: Final = (ConnectionClosed, InvalidHandshake, OSError, TimeoutError)
+RECV_S: Final = 0.2
+
+
+async def _open(url: str, token: str) -> ClientConnection:
+    ws = await connect(url, compression=None, open_timeout=5, max_size=None)
+    try:
+        await ws.send(json.dumps({"op": "hello", "token": token}))
+        async with asyncio.timeout(5):
+            welcome = json.loads(await ws.recv())
+        assert welcome["op"] == "welcome", welcome
+    except BaseException:
+        await ws.close()
+        raise
+    return ws
+
+
+class Publisher:
+    """Publishes ``count`` messages (ids ``<name>-<i>``) to ``workspace``, at most ``window``
+    unacknowledged at once, starting on ``urls[start]``."""
+
+    def __init__(
+        self,
+        name: str,
+        urls: list[str],
+        workspace: str,
+        token: str,
+        count: int,
+        *,
+        start: int = 0,
+        window: int = 4,
+    ) -> None:
+        self.name = name
+        self.urls = urls
+        self.workspace = workspace
+        self.token = token
+        self.ids = [f"{name}-{i}" for i in range(count)]
+        self.start = start
+        self.window = window
+        self.acked: dict[str, int] = {}  # id -> seq
+        self.duplicates = 0
+        self.retried = 0
+        self.reconnects = 0
+        self.errors: list[str] = []
+        self.latencies: list[float] = []  # publish -> ack, seconds
+        self.dead: set[str] = set()  # urls given up on
+
+    async def run(self) -> None:
+        todo: deque[str] = deque(self.ids)
+        inflight: dict[int, tuple[str, float]] = {}
+        rids = itertools.count(1)
+        at = self.start
+        while len(self.acked) < len(self.ids):
+            url = self.urls[at % len(self.urls)]
+            at += 1
+            if url in self.dead:
+                continue
+            try:
+                ws = await _open(url, self.token)
+            except LOST:
+                self.reconnects += 1
+                await asyncio.sleep(0.05)
+                continue
+            try:
+                while len(self.acked) < len(self.ids):
+                    while todo and len(inflight) < self.window:
+                        event_id = todo.popleft()
+                        rid = next(rids)
+                        inflight[rid] = (event_id, time.perf_counter())
+                        event = {
+                            "kind": "messagePosted",
+                            "id": event_id,
+                            "payload": {"text": f"{event_id} via {url}"},
+                        }
+                        frame = {"op": "publish", "rid": rid, "workspace": self.workspace}
+                        await ws.send(json.dumps({**frame, "event": event}))
+                    async with asyncio.timeout(10):
+                        reply = json.loads(await ws.recv())
+                    self._answer(reply, inflight, todo)
+            except LOST:
+                self.reconnects += 1
+                for event_id, _ in inflight.values():
+                    todo.appendleft(event_id)  # unacknowledged: publish again, same id
+                inflight.clear()
+            finally:
+                await ws.close()
+
+    def _answer(
+        self, reply: dict[str, Any], inflight: dict[int, tuple[str, float]], todo: deque[str]
+    ) -> None:
+        pending = inflight.pop(reply.get("rid", -1), None)
+        if pending is None:
+            return
+        event_id, sent = pending
+        if reply["op"] == "ack":
+            assert reply["id"] == event_id, reply
+            seq = reply["seq"]
+            if event_id in self.acked and self.acked[event_id] != seq:
+                self.errors.append(f"{event_id} acked at {self.acked[event_id]} and {seq}")
+            self.acked[event_id] = seq
+            self.duplicates += bool(reply.get("duplicate"))
+            self.latencies.append(time.perf_counter() - sent)
+        elif reply["op"] == "error" and reply.get("code") in RETRYABLE:
+            self.retried += 1
+            todo.append(event_id)
+        else:
+            self.errors.append(f"{event_id}: {reply}")
+
+
+class Subscriber:
+    """Follows ``workspace`` from seq 1 across nodes; see the module docstring."""
+
+    def __init__(
+        self, name: str, urls: list[str], workspace: str, token: str, *, start: int = 0
+    ) -> None:
+        self.name = name
+        self.urls = urls
+        self.workspace = workspace
+        self.token = token
+        self.start = start
+        self.events: list[tuple[int, str]] = []  # (seq, id)
+        self.received_at: dict[str, float] = {}  # id -> perf_counter when it arrived
+        self.errors: list[str] = []
+        self.reconnects = 0
+        self.subscribed = asyncio.Event()  # set while subscribed
+        self.target: int | None = None  # stop once this seq has arrived
+        self.dead: set[str] = set()
+
+    @property
+    def last(self) -> int:
+        return self.events[-1][0] if self.events else 0
+
+    def done(self) -> bool:
+        return self.target is not None and self.last >= self.target
+
+    async def run(self) -> None:
+        at = self.start
+        while not self.done():
+            url = self.urls[at % len(self.urls)]
+            at += 1
+            if url in self.dead:
+                continue
+            try:
+                ws = await _open(url, self.token)
+            except LOST:
+                self.reconnects += 1
+                await asyncio.sleep(0.05)
+                continue
+            try:
+                await self._follow(ws)
+            except LOST:
+                self.reconnects += 1
+            finally:
+                self.subscribed.clear()
+                await ws.close()
+
+    async def _follow(self, ws: ClientConnection) -> None:
+        frame = {"op": "subscribe", "rid": "s", "workspace": self.workspace}
+        await ws.send(json.dumps({**frame, "afterSeq": self.last}))
+        while not self.done():
+            try:
+                async with asyncio.timeout(RECV_S):
+                    message = json.loads(await ws.recv())
+            except TimeoutError:
+                continue
+            op = message.get("op")
+            if op == "subscribed":
+                self.subscribed.set()
+            elif op == "event" and message["workspace"] == self.workspace:
+                event = message["event"]
+                seq = event["seq"]
+                if seq != self.last + 1:
+                    self.errors.append(f"got seq {seq} after {self.last}")
+                    if seq <= self.last:
+                        continue
+                self.events.append((seq, event["id"]))
+                self.received_at[event["id"]] = time.perf_counter()
+            elif op == "error":
+                self.errors.append(f"error: {message}")
+                raise ConnectionClosed(None, None)

@@ -1,0 +1,116 @@
+"""Closing a dead node's running executions, in-process over PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from hub.cluster.interrupted import HUB_PRODUCER, InterruptedExecutions, closing_event_id
+from hub.events import (
+    Event,
+    ExecFinished,
+    ExecFinishedPayload,
+    ExecRequested,
+    ExecRequestedPayload,
+    ExecStarted,
+    ExecStartedPayload,
+)
+from hub.log.postgres import PostgresEventStore
+from hub.workspaces import Workspaces
+from tests.hub.log.conftest import POSTGRES_DSN
+
+
+def requested(exec_id: str) -> ExecRequested:
+    return ExecRequested(payload=ExecRequestedPayload(exec_id=exec_id, backend="sh"))
+
+
+def started(exec_id: str, node: str | None) -> ExecStarted:
+    return ExecStarted(payload=ExecStartedPayload(exec_id=exec_id, backend="sh", node=node))
+
+
+def finished(exec_id: str, value: object = None) -> ExecFinished:
+    return ExecFinished(
+        payload=ExecFinishedPayload(exec_id=exec_id, status="completed", reason="exit", value=value)
+    )
+
+
+@pytest.fixture
+async def workspaces(pg_schema: str) -> AsyncIterator[Workspaces]:
+    async with PostgresEventStore(POSTGRES_DSN, schema=pg_schema, pool_size=3) as store:
+        yield Workspaces(store, snapshot_every=0)
+
+
+async def write(workspaces: Workspaces, workspace: str, *events: Event) -> None:
+    for event in events:
+        await workspaces.publish(workspace, [event], producer="agent", trusted=True)
+
+
+async def test_closes_what_the_dead_node_left_running_once(
+    workspaces: Workspaces, pg_schema: str
+) -> None:
+    await write(
+        workspaces,
+        "w1",
+        requested("e1"),
+        started("e1", "dead"),  # running on the dead node: closed
+        requested("e2"),
+        started("e2", "alive"),  # another node's: left alone
+        requested("e3"),
+        started("e3", "dead"),
+        finished("e3", value={"text": "nul \x00 inside"}),  # finished already: left alone
+        requested("e4"),  # requested, never started: no node to blame
+    )
+    await write(workspaces, "w2", requested("e1"), started("e1", "dead"))
+    closer = InterruptedExecutions(POSTGRES_DSN, pg_schema, workspaces, "survivor")
+    running = await closer.running_on("dead")
+    assert [(e.workspace, e.payload.exec_id) for e in running] == [("w1", "e1"), ("w2", "e1")]
+    assert await closer.close("dead") == 2
+    assert await closer.running_on("dead") == []
+    assert await closer.close("dead") == 0  # nothing left, nothing twice
+
+    state = await workspaces.state("w1")
+    assert state.executions["e1"].status == "failed"
+    assert state.executions["e1"].reason == "interrupted"
+    assert state.executions["e2"].status == "running"
+    assert state.executions["e3"].status == "completed"
+    assert (await workspaces.state("w2")).executions["e1"].status == "failed"
+
+    store = workspaces.store
+    last = (await store.read_batch("w1", after_seq=0, limit=100))[-1]
+    start = (await store.read_batch("w1", after_seq=1, until_seq=2))[0]
+    assert isinstance(last, ExecFinished) and last.producer == "agent"  # who asked for it
+    assert last.id == closing_event_id("w1", "e1", start.seq)
+    assert last.causation_id == start.id
+    (note,) = last.payload.diagnostics
+    assert note["code"] == "interrupted" and note["level"] == "error"
+    assert (note["node"], note["closedBy"]) == ("dead", "survivor")
+
+
+async def test_a_second_closer_racing_the_first_writes_nothing(
+    workspaces: Workspaces, pg_schema: str
+) -> None:
+    """Two survivors whose claims overlapped (an expired lease) write one event, not two:
+    the closing event's id is the same, and the store answers the second ``duplicate``."""
+    await write(workspaces, "w", requested("e"), started("e", "dead"))
+    other = Workspaces(workspaces.store, snapshot_every=0)
+    first = InterruptedExecutions(POSTGRES_DSN, pg_schema, workspaces, "s1")
+    second = InterruptedExecutions(POSTGRES_DSN, pg_schema, other, "s2")
+    pending = await second.running_on("dead")
+    assert await first.close("dead") == 1
+    for start in pending:  # as if `second` had read before `first` wrote
+        exec_id = start.payload.exec_id
+        result = await other.publish(
+            start.workspace,
+            [
+                ExecFinished(
+                    id=closing_event_id(start.workspace, exec_id, start.seq),
+                    payload=ExecFinishedPayload(exec_id=exec_id, status="failed", reason="x"),
+                )
+            ],
+            producer=HUB_PRODUCER,
+            trusted=True,
+        )
+        assert result.duplicate
+    kinds = [e.kind async for e in workspaces.store.read("w")]
+    assert kinds == ["execRequested", "execStarted", "execFinished"]
