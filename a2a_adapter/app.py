@@ -149,6 +149,8 @@ def create_app(handler: AgoraRequestHandler, signer: TokenSigner) -> BearerAuth:
     routes = [
         *create_agent_card_routes(handler.card, cache_control=CARD_CACHE_CONTROL),
         *create_jsonrpc_routes(handler, JSONRPC_PATH, context_builder=builder),
+        # Clients that join the interface URL with "/" post here: answer, do not redirect.
+        *create_jsonrpc_routes(handler, JSONRPC_PATH + "/", context_builder=builder),
         *create_rest_routes(handler, context_builder=builder, path_prefix=REST_PREFIX),
     ]
     return BearerAuth(Starlette(routes=routes), signer, public_paths={AGENT_CARD_WELL_KNOWN_PATH})

@@ -139,6 +139,14 @@ def _event_id(*parts: str) -> str:
     return f"a2a-{digest[:40]}"
 
 
+def _message_event_id(agent: str, message: Message) -> str:
+    """The event id for a message: the same for a retry of the same message (same sender,
+    messageId, task, context and parts), different when a sender reuses a messageId for
+    another message (some clients do)."""
+    body = message.SerializeToString(deterministic=True)
+    return _event_id(agent, message.message_id, hashlib.sha256(body).hexdigest())
+
+
 def _metadata(params: SendMessageRequest) -> dict[str, Any]:
     """The request's and the message's metadata, the message's winning."""
     out: dict[str, Any] = {}
@@ -411,13 +419,13 @@ class AgoraRequestHandler(RequestHandler):
             draft: Event
             if view.interrupted:
                 draft = FeedbackProvided(
-                    id=_event_id(cap.agent, message.message_id),
+                    id=_message_event_id(cap.agent, message),
                     correlation_id=message.task_id,
                     payload=message_payload(message),
                 )
             else:
                 draft = MessagePosted(
-                    id=_event_id(cap.agent, message.message_id),
+                    id=_message_event_id(cap.agent, message),
                     correlation_id=message.task_id,
                     payload=message_posted_payload(message),
                 )
@@ -430,7 +438,7 @@ class AgoraRequestHandler(RequestHandler):
             return await self._start_exec(workspace, exec_request, message, cap, meta)
         self._require(cap, "write", workspace)
         await self._join(workspace, cap, meta)
-        event_id = _event_id(cap.agent, message.message_id)
+        event_id = _message_event_id(cap.agent, message)
         need = NeedWork(
             id=event_id,
             correlation_id=str(uuid.uuid4()),
@@ -469,7 +477,7 @@ class AgoraRequestHandler(RequestHandler):
             )
         self._require(cap, "exec", workspace)
         await self._join(workspace, cap, meta)
-        exec_id = str(uuid.uuid5(uuid.NAMESPACE_URL, _event_id(cap.agent, message.message_id)))
+        exec_id = str(uuid.uuid5(uuid.NAMESPACE_URL, _message_event_id(cap.agent, message)))
         try:
             exec_id = await self.runtime.exec(workspace, request, exec_id=exec_id, capability=cap)
         except AgoraError as e:
@@ -479,10 +487,14 @@ class AgoraRequestHandler(RequestHandler):
 
     @staticmethod
     def _workspace_for(message: Message, cap: Capability) -> str:
+        """The workspace of a new task: the contextId; else the token's only workspace; else,
+        for a token valid in every workspace, a new one (A2A: the server mints contextIds)."""
         if message.context_id:
             return message.context_id
         if len(cap.workspaces) == 1 and cap.workspaces[0] != ANY:
             return cap.workspaces[0]
+        if ANY in cap.workspaces:
+            return f"a2a-{uuid.uuid4()}"
         raise InvalidParamsError(
             message="contextId (the workspace) is required: the token names several workspaces"
         )

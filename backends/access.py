@@ -14,6 +14,10 @@ object, so an implementation only has to do the I/O.
 :class:`DirectoryAccess` implements the protocol over a local directory (the runtime's prepared
 ``workdir``, or a test's temporary directory). It is what the ``python`` backend uses when it is
 given a ``workdir`` but no access object.
+
+An in-process sandbox *instance* has an access level (:data:`Access`): ``read`` instances never
+write the workspace, whatever a request's policy says; :func:`workspace_filesystem` is the
+widest filesystem policy such an instance runs (its default policy's).
 """
 
 from __future__ import annotations
@@ -21,11 +25,24 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
-from backends.policy import normalise_workspace_path
+from backends.policy import FilesystemPolicy, normalise_workspace_path
 
-__all__ = ["DirectoryAccess", "WorkspaceAccess"]
+__all__ = ["Access", "DirectoryAccess", "WorkspaceAccess", "workspace_filesystem"]
+
+Access = Literal["read", "read-write"]
+"""An in-process sandbox instance's authority over the workspace."""
+
+
+def workspace_filesystem(access: Access) -> FilesystemPolicy:
+    """The workspace, read-write or read-only per ``access``. Raises :class:`ValueError` for
+    an unknown access level."""
+    if access not in ("read", "read-write"):
+        raise ValueError(f"access must be 'read' or 'read-write', not {access!r}")
+    if access == "read-write":
+        return FilesystemPolicy.workspace_read_write()
+    return FilesystemPolicy.workspace_read_only()
 
 
 @runtime_checkable

@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from backends.capabilities import BackendCapabilities, ExecutionIsolation, ExecutionLanguage
+from backends.captured import captured_result
 from backends.errors import (
     BackendUnavailable,
     ExecutionError,
@@ -65,19 +66,12 @@ from backends.errors import (
     SandboxError,
 )
 from backends.images import DEFAULT_IMAGE, ImageBuildError, build_busybox_image, image_is_current
+from backends.lifecycle import BackendLifecycle, elapsed_ms
 from backends.output import OutputChannel
 from backends.policy import FilesystemPolicy, SandboxPolicy
 from backends.request import ExecutionRequest
-from backends.result import (
-    Diagnostic,
-    ExecEvent,
-    ExecutionMetadata,
-    ExecutionResult,
-    Stream,
-    classify,
-)
+from backends.result import Diagnostic, ExecEvent, ExecutionResult, Stream, classify
 from backends.runs import Run, RunRegistry, TaskSet
-from backends.validate import validate_request
 
 __all__ = [
     "DEFAULT_CONTAINER_POLICY",
@@ -156,6 +150,8 @@ def _map_engine_error(error: Exception, what: str) -> ExecutionError:
 
     if isinstance(error, ExecutionError):
         return error
+    if isinstance(error, ImageBuildError):
+        return BackendUnavailable(f"{what}: {error}")
     if isinstance(error, docker.errors.ImageNotFound):
         return BackendUnavailable(
             f"{what}: image not found — build it with `agora images build` ({error})"
@@ -245,7 +241,7 @@ class _Box:
         self.warm = False
 
 
-class ContainerBackend:
+class ContainerBackend(BackendLifecycle):
     """Runs each execution in a fresh Docker container (see the module docstring).
 
     ``policy``: the instance's default (widest) policy, :data:`DEFAULT_CONTAINER_POLICY` if
@@ -318,27 +314,13 @@ class ContainerBackend:
             ),
         )
 
-    # -- CodeExecutor ----------------------------------------------------------------------
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def capabilities(self) -> BackendCapabilities:
-        return self._caps
-
-    @property
-    def default_policy(self) -> SandboxPolicy:
-        return self._policy
+    # -- CodeExecutor (the rest: BackendLifecycle) ----------------------------------------
 
     @property
     def image(self) -> str:
         return self._image
 
-    def available(self) -> tuple[bool, str]:
-        if self._registry.closed:
-            return False, "the backend is closed"
+    def _readiness(self) -> tuple[bool, str]:
         return self._state
 
     async def start(self) -> None:
@@ -364,13 +346,6 @@ class ContainerBackend:
             self._state = (True, "")
         self._schedule_fill()
 
-    async def __aenter__(self) -> ContainerBackend:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
     async def aclose(self) -> None:
         """Stop running executions, remove them and the idle warm containers, close the
         engine connection. Idempotent."""
@@ -391,13 +366,6 @@ class ContainerBackend:
                 await self._call(client.close)
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    async def cancel(self, exec_id: str) -> bool:
-        run = self._registry.get(exec_id)
-        if run is None or not run.request_stop("cancelled"):
-            return False
-        await run.exited.wait()
-        return True
-
     async def sweep(self) -> int:
         """Remove every container labelled ``agora.owner=<owner>`` (leftovers of a crashed
         hub, stale warm containers). Returns how many were removed. Not to be called while
@@ -414,13 +382,7 @@ class ContainerBackend:
         self, request: ExecutionRequest, workdir: Path | None
     ) -> AsyncGenerator[ExecEvent, None]:
         """Run ``request`` in a fresh container (contract: :mod:`backends.base`)."""
-        await self.start()
-        ok, why = self.available()
-        if not ok:
-            raise BackendUnavailable(
-                f"backend {self._name!r} is unavailable: {why}", backend=self._name
-            )
-        validate_request(request, self._caps)
+        await self._check_request(request)
         command = _command(request)
         stdin = request.stdin
         run = self._registry.admit(request.exec_id)
@@ -455,7 +417,7 @@ class ContainerBackend:
                 await tasks.aclose()
             result = self._result(request, run, box, exit_code, oom, channel, started)
         finally:
-            await self._registry.shielded(self._cleanup(run, box))
+            await self._registry.close_run(run, self._release(box))
         yield result
 
     # -- engine calls (each in the backend's thread pool) ---------------------------------------
@@ -484,40 +446,34 @@ class ContainerBackend:
                 f"image {self._image} is missing or stale: run `agora images build`"
             )
         log.info("%s: building image %s", self._name, self._image)
-        try:
-            await self._call(build_busybox_image, client, self._image)
-        except ImageBuildError as e:
-            raise BackendUnavailable(f"image {self._image} is missing and {e}") from e
+        await self._call(build_busybox_image, client, self._image)
 
     async def _remove(self, cid: str) -> None:
         """Force-remove a container (killing it if it runs); gone already is fine."""
-
-        def remove() -> None:
-            import docker.errors
-
-            try:
-                self._client.api.remove_container(cid, force=True, v=True)
-            except docker.errors.NotFound:
-                pass
-            except docker.errors.APIError as e:
-                if e.status_code != 409:  # 409: removal already in progress
-                    raise
-
-        await self._call(remove)
+        await self._settle("remove", lambda api: api.remove_container(cid, force=True, v=True))
 
     async def _kill(self, cid: str) -> None:
-        def kill() -> None:
+        """SIGKILL a container; gone or stopped already is fine."""
+        await self._settle("kill", lambda api: api.kill(cid))
+
+    async def _settle(self, what: str, call: Callable[[Any], object]) -> None:
+        """``call(api)`` for an engine call that takes a container where it may be already:
+        not found (404) and conflict (409: removal in progress, not running any more) are
+        fine. ``what`` names the call in errors."""
+
+        def settle() -> None:
             import docker.errors
 
             try:
-                self._client.api.kill(cid)
+                call(self._client.api)
             except docker.errors.NotFound:
                 pass
             except docker.errors.APIError as e:
-                if e.status_code != 409:  # 409: not running any more
+                if e.status_code != 409:
                     raise
 
-        await self._call(kill)
+        settle.__name__ = what
+        await self._call(settle)
 
     async def _attach(
         self, cid: str, *, stdin: bool
@@ -653,14 +609,6 @@ class ContainerBackend:
             return
         await self._kill(cid)
 
-    async def _cleanup(self, run: Run, box: _Box) -> None:
-        """End of a run (shielded): release what it holds, then let its id go."""
-        try:
-            await self._release(box)
-        finally:
-            run.exited.set()
-            self._registry.release(run)
-
     def _release(self, box: _Box) -> asyncio.Task[None]:
         """The one task that releases ``box`` (shared by the run's cleanup and aclose)."""
         if box.release is None:
@@ -707,9 +655,6 @@ class ContainerBackend:
         channel: OutputChannel,
         started: float,
     ) -> ExecutionResult:
-        status, reason, code = classify(
-            exit_code, cancelled=run.cancelled, timed_out=run.timed_out, memory_exceeded=oom
-        )
         notes = run.stop_notes(request.effective_timeout_ms, "the container was killed")
         if oom:
             notes.append(
@@ -722,27 +667,14 @@ class ContainerBackend:
             )
         elif run.stop_reason is None and exit_code == 137:
             notes.append(Diagnostic(message="the program was killed by SIGKILL (exit 137)"))
-        notes += channel.truncation_notes()
-        return ExecutionResult(
-            status=status,
-            reason=reason,
-            exit_code=code,
-            stdout=channel.kept("stdout"),
-            stderr=channel.kept("stderr"),
-            stdout_truncated=channel.truncated("stdout"),
-            stderr_truncated=channel.truncated("stderr"),
-            stdout_total=channel.total("stdout"),
-            stderr_total=channel.total("stderr"),
-            duration_ms=int((time.monotonic() - started) * 1000),
-            metadata=ExecutionMetadata(
-                backend=self._name,
-                language=request.language,
-                isolation=ExecutionIsolation.CONTAINER_EPHEMERAL,
-                identity=request.identity,
-                image=self._image,
-                warm=box.warm,
+        return captured_result(
+            channel,
+            classify(
+                exit_code, cancelled=run.cancelled, timed_out=run.timed_out, memory_exceeded=oom
             ),
-            diagnostics=notes,
+            duration_ms=elapsed_ms(started),
+            metadata=self._metadata(request, image=self._image, warm=box.warm),
+            notes=notes,
         )
 
     # -- the warm pool ------------------------------------------------------------------------

@@ -35,14 +35,8 @@ def utf8_cut(data: bytes, limit: int) -> int:
         start -= 1
     if start == limit:
         return limit  # the cut is at a character boundary already
-    lead = data[start]
-    if lead & 0xE0 == 0xC0:
-        width = 2
-    elif lead & 0xF0 == 0xE0:
-        width = 3
-    elif lead & 0xF8 == 0xF0:
-        width = 4
-    else:
+    width = _sequence_width(data[start])
+    if not width:
         return limit  # not a lead byte: not UTF-8 here, cut as is
     return start if start + width > limit else limit
 
@@ -62,15 +56,19 @@ def incomplete_tail(data: bytes) -> int:
         byte = data[n - back]
         if byte & 0xC0 == 0x80:
             continue  # a continuation byte: keep looking for the lead byte
-        if byte & 0xE0 == 0xC0:
-            width = 2
-        elif byte & 0xF0 == 0xE0:
-            width = 3
-        elif byte & 0xF8 == 0xF0:
-            width = 4
-        else:
-            return 0
-        return back if width > back else 0
+        return back if _sequence_width(byte) > back else 0
+    return 0
+
+
+def _sequence_width(lead: int) -> int:
+    """The length of the UTF-8 sequence that ``lead`` starts (2-4), or 0 when it does not start
+    a multi-byte sequence (ASCII, a continuation byte, an invalid byte)."""
+    if lead & 0xE0 == 0xC0:
+        return 2
+    if lead & 0xF0 == 0xE0:
+        return 3
+    if lead & 0xF8 == 0xF0:
+        return 4
     return 0
 
 

@@ -65,31 +65,31 @@ import gc
 import os
 import signal
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import msgspec
 import pydantic_monty as monty
 
-from backends.access import DirectoryAccess, WorkspaceAccess
+from backends.access import Access, DirectoryAccess, WorkspaceAccess, workspace_filesystem
 from backends.capabilities import BackendCapabilities, ExecutionIsolation, ExecutionLanguage
-from backends.errors import BackendUnavailable, ExecutionFailed, InvalidRequest
+from backends.captured import captured_result
+from backends.errors import ExecutionFailed, InvalidRequest
+from backends.lifecycle import BackendLifecycle, elapsed_ms
 from backends.policy import FilesystemPolicy, SandboxPolicy, normalise_workspace_path, strict_python
 from backends.request import ExecutionRequest
 from backends.result import (
     Diagnostic,
     ExecEvent,
-    ExecutionMetadata,
     ExecutionReason,
     ExecutionResult,
     ExecutionStatus,
     classify,
 )
-from backends.runs import Run, RunRegistry, TaskSet
+from backends.runs import Run, RunRegistry, TaskSet, timeout_note, wait_quietly
 from backends.sink import ThreadedOutput
-from backends.validate import validate_request
 from hub.errors import Busy
 
 __all__ = [
@@ -103,8 +103,6 @@ DEFAULT_MAX_MEMORY_BYTES: Final = 256 * MIB
 MAX_WRITE_BYTES: Final = 16 * MIB
 HOST_FUNCTIONS: Final = ("read_file", "write_file", "list_files", "delete_file")
 _WRITING: Final = frozenset({"write_file", "delete_file"})
-
-Access = Literal["read", "read-write"]
 
 
 class _HostError(Exception):
@@ -154,7 +152,7 @@ class _Outcome:
     notes: list[Diagnostic] = field(default_factory=list)
 
 
-class PythonBackend:
+class PythonBackend(BackendLifecycle):
     """Runs Python snippets in pydantic-monty (see the module docstring).
 
     ``access``: the instance's authority over the workspace (``read`` refuses
@@ -177,15 +175,9 @@ class PythonBackend:
         host_call_timeout_s: float = 30.0,
         warm_workers: int = 1,
     ) -> None:
-        if access not in ("read", "read-write"):
-            raise ValueError(f"access must be 'read' or 'read-write', not {access!r}")
+        fs = workspace_filesystem(access)
         self._name = name
         self._access = access
-        fs = (
-            FilesystemPolicy.workspace_read_write()
-            if access == "read-write"
-            else FilesystemPolicy.workspace_read_only()
-        )
         self._policy = (
             policy
             if policy is not None
@@ -218,27 +210,13 @@ class PythonBackend:
             ),
         )
 
-    # -- CodeExecutor ----------------------------------------------------------------------
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def capabilities(self) -> BackendCapabilities:
-        return self._caps
-
-    @property
-    def default_policy(self) -> SandboxPolicy:
-        return self._policy
+    # -- CodeExecutor (the rest: BackendLifecycle) ----------------------------------------
 
     @property
     def access(self) -> Access:
         return self._access
 
-    def available(self) -> tuple[bool, str]:
-        if self._registry.closed:
-            return False, "the backend is closed"
+    def _readiness(self) -> tuple[bool, str]:
         if self._pool_error:
             return False, self._pool_error
         return True, ""
@@ -259,13 +237,6 @@ class PythonBackend:
             return
         self._pool = pool
 
-    async def __aenter__(self) -> PythonBackend:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
     async def aclose(self) -> None:
         """Stop every run, close every session and the pool. Idempotent."""
         await self._registry.aclose()
@@ -280,13 +251,6 @@ class PythonBackend:
             # collected; left to interpreter shutdown, that teardown can abort the process.
             del pool
             gc.collect()
-
-    async def cancel(self, exec_id: str) -> bool:
-        run = self._registry.get(exec_id)
-        if run is None or not run.request_stop("cancelled"):
-            return False
-        await run.exited.wait()
-        return True
 
     async def close_session(self, session: str) -> bool:
         """Close a REPL session (its worker goes back to the pool). False if none is open or it
@@ -320,11 +284,7 @@ class PythonBackend:
         bad session id; ``Busy`` (id running, backend full, session running or too many
         sessions); :class:`BackendUnavailable`.
         """
-        await self.start()
-        ok, why = self.available()
-        if not ok:
-            raise BackendUnavailable(f"backend {self._name!r} is unavailable: {why}")
-        validate_request(request, self._caps)
+        await self._check_request(request)
         _check_snippet_request(request)
         if session is not None:
             _check_session_id(session)
@@ -355,13 +315,15 @@ class PythonBackend:
                 yield chunk
             outcome = await asyncio.shield(driver)
         finally:
+            stopping: Awaitable[None] | None = None
             if not driver.done():
                 run.request_stop("cancelled")
                 ctl.kill()
-                await self._registry.shielded(_wait(driver))
-            run.exited.set()
-            await tasks.aclose()
-            self._registry.release(run)
+                stopping = wait_quietly(driver)
+            try:
+                await self._registry.close_run(run, stopping)
+            finally:
+                await tasks.aclose()
         if outcome.error is not None and not isinstance(outcome.error, monty.MontyError):
             raise ExecutionFailed(
                 f"the python sandbox failed: {outcome.error!r}"
@@ -605,46 +567,17 @@ class PythonBackend:
             notes.append(
                 Diagnostic(level="error", code="sandbox", message=f"the sandbox failed: {error}")
             )
-        if reason == "timeout":
-            notes.append(
-                Diagnostic(
-                    level="error",
-                    code="timeout",
-                    message=f"timed out after {request.effective_timeout_ms} ms; the snippet was "
-                    "stopped",
-                )
-            )
-        if run.cancelled:
-            notes.append(Diagnostic(level="note", code="killed", message="Execution cancelled."))
-        for stream in ("stdout", "stderr"):
-            if sink.truncated(stream):
-                notes.append(
-                    Diagnostic(
-                        level="warning",
-                        code="outputTruncated",
-                        message=f"{stream} truncated at {sink.caps[stream].limit} bytes "
-                        f"({sink.total(stream)} bytes written)",
-                    )
-                )
-        return ExecutionResult(
-            status=status,
-            reason=reason,
-            exit_code=exit_code,
-            stdout=sink.kept("stdout"),
-            stderr=sink.kept("stderr"),
+        how = "the snippet was stopped"
+        if reason == "timeout" and not run.timed_out:  # Monty's own time limit
+            notes.append(timeout_note(request.effective_timeout_ms, how))
+        notes += run.stop_notes(request.effective_timeout_ms, how)
+        return captured_result(
+            sink,
+            (status, reason, exit_code),
+            duration_ms=elapsed_ms(started),
+            metadata=self._metadata(request),
+            notes=notes,
             value=value,
-            stdout_truncated=sink.truncated("stdout"),
-            stderr_truncated=sink.truncated("stderr"),
-            stdout_total=sink.total("stdout"),
-            stderr_total=sink.total("stderr"),
-            duration_ms=int((time.monotonic() - started) * 1000),
-            metadata=ExecutionMetadata(
-                backend=self._name,
-                language=request.language,
-                isolation=ExecutionIsolation.IN_PROCESS,
-                identity=request.identity,
-            ),
-            diagnostics=notes,
         )
 
     async def _sweep_sessions(self) -> None:
@@ -826,8 +759,3 @@ def _check_session_id(session: str) -> None:
 async def _exit_session(entry: _Session) -> None:
     with contextlib.suppress(Exception):
         await entry.handle.__aexit__(None, None, None)
-
-
-async def _wait(task: asyncio.Future[Any]) -> None:
-    with contextlib.suppress(BaseException):
-        await task

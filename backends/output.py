@@ -1,8 +1,9 @@
 """The output channel of one execution: two capped streams feeding one bounded queue.
 
-Producers (a backend's pipe readers, or a thread reading a container's attach socket through
-:meth:`OutputChannel.feed_threadsafe`) call :meth:`OutputChannel.feed`; the ``execute``
-generator drains the channel with :meth:`OutputChannel.get` and yields each :class:`OutputChunk`.
+Producers (a backend's pipe readers, the reader of a container's attach socket) call
+:meth:`OutputChannel.feed`; the ``execute`` generator drains the channel with
+:meth:`OutputChannel.get` and yields each :class:`OutputChunk`. What was kept and written is
+read as for every captured output (:class:`backends.captured.CapturedOutput`).
 
 Bounds: each stream keeps at most its cap (:class:`backends.harness.OutputCap`); bytes past it
 are read and dropped (counted), so a program never blocks on a full pipe because it wrote too
@@ -15,25 +16,19 @@ from __future__ import annotations
 import asyncio
 from typing import Final
 
-from backends.harness import OutputCap
-from backends.result import Diagnostic, OutputChunk, Stream
+from backends.captured import STREAMS, CapturedOutput
+from backends.result import OutputChunk, Stream
 
 __all__ = ["STREAMS", "OutputChannel"]
-
-STREAMS: Final[tuple[Stream, Stream]] = ("stdout", "stderr")
 
 _DONE: Final = None
 
 
-class OutputChannel:
+class OutputChannel(CapturedOutput):
     """Collects one execution's stdout and stderr (see the module docstring). Loop-bound."""
 
     def __init__(self, max_stdout: int, max_stderr: int, *, queue_size: int = 64) -> None:
-        self.caps: dict[Stream, OutputCap] = {
-            "stdout": OutputCap(max_stdout),
-            "stderr": OutputCap(max_stderr),
-        }
-        self._kept: dict[Stream, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
+        super().__init__(max_stdout, max_stderr)
         # Unbounded queue, bounded by feed(): end-of-stream markers must never wait for room
         # (a producer closing its stream while being cancelled cannot block).
         self._queue: asyncio.Queue[OutputChunk | None] = asyncio.Queue()
@@ -78,25 +73,3 @@ class OutputChannel:
                     self._room.set()
                 return item
         return None
-
-    def kept(self, stream: Stream) -> bytes:
-        return bytes(self._kept[stream])
-
-    def truncated(self, stream: Stream) -> bool:
-        return self.caps[stream].truncated
-
-    def total(self, stream: Stream) -> int:
-        return self.caps[stream].total
-
-    def truncation_notes(self) -> list[Diagnostic]:
-        """One warning per truncated stream: the cap and how much the program wrote."""
-        return [
-            Diagnostic(
-                level="warning",
-                code="outputTruncated",
-                message=f"{stream} truncated at {self.caps[stream].limit} bytes "
-                f"({self.caps[stream].total} bytes written)",
-            )
-            for stream in STREAMS
-            if self.caps[stream].truncated
-        ]

@@ -345,12 +345,7 @@ def _narrow_int(field: str, base: int, requested: int | None) -> int:
     if requested is None:
         return base
     if requested > base:
-        raise Rejected(
-            f"{field} {requested} is above the backend instance's limit {base}",
-            field=field,
-            limit=base,
-            requested=requested,
-        )
+        raise _above_limit(field, base, requested)
     return requested
 
 
@@ -359,13 +354,17 @@ def _narrow_optional(field: str, base: float | None, requested: float | None) ->
     if requested is None:
         return base
     if base is not None and requested > base:
-        raise Rejected(
-            f"{field} {requested} is above the backend instance's limit {base}",
-            field=field,
-            limit=base,
-            requested=requested,
-        )
+        raise _above_limit(field, base, requested)
     return requested
+
+
+def _above_limit(field: str, base: float, requested: float) -> Rejected:
+    return Rejected(
+        f"{field} {requested} is above the backend instance's limit {base}",
+        field=field,
+        limit=base,
+        requested=requested,
+    )
 
 
 def narrow(base: SandboxPolicy, requested: SandboxPolicy | PolicyPatch | None) -> SandboxPolicy:

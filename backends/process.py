@@ -49,22 +49,14 @@ from typing import Final
 import msgspec
 
 from backends.capabilities import BackendCapabilities, ExecutionIsolation, ExecutionLanguage
-from backends.errors import BackendUnavailable, ExecutionFailed, InvalidRequest
-from backends.harness import extract_value
+from backends.captured import captured_result, not_run_result
+from backends.errors import ExecutionFailed, InvalidRequest
+from backends.lifecycle import BackendLifecycle, elapsed_ms
 from backends.output import OutputChannel
 from backends.policy import SandboxPolicy, host_local
 from backends.request import ExecutionRequest
-from backends.result import (
-    Diagnostic,
-    ExecEvent,
-    ExecutionMetadata,
-    ExecutionResult,
-    Stream,
-    classify,
-    signal_exit_code,
-)
+from backends.result import ExecEvent, ExecutionResult, Stream, classify, signal_exit_code
 from backends.runs import Run, RunRegistry, TaskSet
-from backends.validate import validate_request
 
 __all__ = ["DEFAULT_PATH", "ProcessBackend", "probe_network_isolation"]
 
@@ -134,7 +126,7 @@ def _kill_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-class ProcessBackend:
+class ProcessBackend(BackendLifecycle):
     """Runs each execution as a host process (see the module docstring).
 
     ``policy``: the instance's default policy (default: :func:`host_local` with the network
@@ -166,23 +158,9 @@ class ProcessBackend:
         self._started = False
         self._caps = self._capabilities(network=False)
 
-    # -- CodeExecutor ----------------------------------------------------------------------
+    # -- CodeExecutor (the rest: BackendLifecycle) ----------------------------------------
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def capabilities(self) -> BackendCapabilities:
-        return self._caps
-
-    @property
-    def default_policy(self) -> SandboxPolicy:
-        return self._policy
-
-    def available(self) -> tuple[bool, str]:
-        if self._registry.closed:
-            return False, "the backend is closed"
+    def _readiness(self) -> tuple[bool, str]:
         if not os.access(SHELL, os.X_OK):
             return False, f"{SHELL} is missing"
         return True, ""
@@ -196,32 +174,14 @@ class ProcessBackend:
         self._caps = self._capabilities(network=bool(self._netns))
         self._started = True
 
-    async def __aenter__(self) -> ProcessBackend:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
     async def aclose(self) -> None:
         await self._registry.aclose()
-
-    async def cancel(self, exec_id: str) -> bool:
-        run = self._registry.get(exec_id)
-        if run is None or not run.request_stop("cancelled"):
-            return False
-        await run.exited.wait()
-        return True
 
     async def execute(
         self, request: ExecutionRequest, workdir: Path | None
     ) -> AsyncGenerator[ExecEvent, None]:
         """Run ``request`` as a host process (contract: :mod:`backends.base`)."""
-        await self.start()
-        ok, why = self.available()
-        if not ok:
-            raise BackendUnavailable(f"backend {self._name!r} is unavailable: {why}")
-        validate_request(request, self._caps)
+        await self._check_request(request)
         argv, stdin = self._command(request)
         run = self._registry.admit(request.exec_id)
         started = time.monotonic()
@@ -280,8 +240,8 @@ class ProcessBackend:
                     await tasks.aclose()
                 result = self._result(request, run, proc.returncode, channel, started)
         finally:
-            if not self._cleanup_now(run, proc, scratch):
-                await self._registry.shielded(self._cleanup(run, proc, scratch))
+            done = _cleanup_now(proc, scratch)
+            await self._registry.close_run(run, None if done else _cleanup(proc, scratch))
         yield result
 
     # -- internals ---------------------------------------------------------------------------
@@ -342,84 +302,52 @@ class ProcessBackend:
         channel: OutputChannel,
         started: float,
     ) -> ExecutionResult:
-        status, reason, exit_code = classify(
-            signal_exit_code(returncode), cancelled=run.cancelled, timed_out=run.timed_out
-        )
-        stdout = channel.kept("stdout")
-        value: object = msgspec.UNSET
-        if request.language == ExecutionLanguage.PYTHON and not channel.truncated("stdout"):
-            stdout, value = extract_value(stdout)
-        return ExecutionResult(
-            status=status,
-            reason=reason,
-            exit_code=exit_code,
-            stdout=stdout,
-            stderr=channel.kept("stderr"),
-            value=value,
-            stdout_truncated=channel.truncated("stdout"),
-            stderr_truncated=channel.truncated("stderr"),
-            stdout_total=channel.total("stdout"),
-            stderr_total=channel.total("stderr"),
-            duration_ms=_elapsed_ms(started),
+        return captured_result(
+            channel,
+            classify(
+                signal_exit_code(returncode), cancelled=run.cancelled, timed_out=run.timed_out
+            ),
+            duration_ms=elapsed_ms(started),
             metadata=self._metadata(request),
-            diagnostics=[
-                *run.stop_notes(request.effective_timeout_ms, "the program was stopped"),
-                *channel.truncation_notes(),
-            ],
+            notes=run.stop_notes(request.effective_timeout_ms, "the program was stopped"),
+            structured=request.language == ExecutionLanguage.PYTHON,
         )
 
     def _spawn_failure(
         self, request: ExecutionRequest, started: float, code: int, message: str
     ) -> ExecutionResult:
-        return ExecutionResult(
-            status="failed",
-            reason="exit",
-            exit_code=code,
-            stderr=message.encode() + b"\n",
-            stderr_total=len(message) + 1,
-            duration_ms=_elapsed_ms(started),
+        """The program could not be started (not found: 127, not executable: 126, as a shell
+        says)."""
+        return not_run_result(
+            "exit",
+            code,
+            message,
+            duration_ms=elapsed_ms(started),
             metadata=self._metadata(request),
-            diagnostics=[Diagnostic(level="error", message=message)],
         )
 
-    def _metadata(self, request: ExecutionRequest) -> ExecutionMetadata:
-        return ExecutionMetadata(
-            backend=self._name,
-            language=request.language,
-            isolation=ExecutionIsolation.HOST_LOCAL,
-            identity=request.identity,
-        )
 
-    def _cleanup_now(
-        self, run: Run, proc: asyncio.subprocess.Process | None, scratch: Path | None
-    ) -> bool:
-        """The cleanup of the usual run, which needs no waiting: the program was reaped and left
-        an empty scratch directory. False if :meth:`_cleanup` must run."""
-        if proc is not None and proc.returncode is None:
-            return False
-        if scratch is not None:
-            try:
-                scratch.rmdir()
-            except OSError:
-                return False
-        run.exited.set()
-        self._registry.release(run)
-        return True
-
-    async def _cleanup(
-        self, run: Run, proc: asyncio.subprocess.Process | None, scratch: Path | None
-    ) -> None:
-        """Kill whatever is left of the run's process group, reap it, drop the scratch dir."""
+def _cleanup_now(proc: asyncio.subprocess.Process | None, scratch: Path | None) -> bool:
+    """The cleanup of the usual run, which needs no waiting: the program was reaped and left
+    an empty scratch directory (removed here). False if :func:`_cleanup` must run."""
+    if proc is not None and proc.returncode is None:
+        return False
+    if scratch is not None:
         try:
-            if proc is not None and proc.returncode is None:
-                # Not reaped yet (the run was cancelled or failed mid-way): kill the group.
-                _kill_group(proc.pid, signal.SIGKILL)
-                await proc.wait()
-            if scratch is not None:
-                await asyncio.to_thread(shutil.rmtree, scratch, True)
-        finally:
-            run.exited.set()
-            self._registry.release(run)
+            scratch.rmdir()
+        except OSError:
+            return False
+    return True
+
+
+async def _cleanup(proc: asyncio.subprocess.Process | None, scratch: Path | None) -> None:
+    """Kill whatever is left of the run's process group, reap it, drop the scratch dir."""
+    if proc is not None and proc.returncode is None:
+        # Not reaped yet (the run was cancelled or failed mid-way): kill the group.
+        _kill_group(proc.pid, signal.SIGKILL)
+        await proc.wait()
+    if scratch is not None:
+        await asyncio.to_thread(shutil.rmtree, scratch, True)
 
 
 def _working_dir(root: Path, cwd: str) -> Path:
@@ -498,7 +426,3 @@ def _reaped(proc: asyncio.subprocess.Process, run: Run) -> None:
     outlives the run), and mark the run as gone."""
     _kill_group(proc.pid, signal.SIGKILL)
     run.exited.set()
-
-
-def _elapsed_ms(started: float) -> int:
-    return int((time.monotonic() - started) * 1000)

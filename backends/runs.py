@@ -3,23 +3,23 @@
 * :class:`Run` is one execution's control block: a stop request (``cancel`` or the timeout)
   is recorded once, whichever comes first, so concurrent kills share one finalisation.
 * :class:`RunRegistry` admits executions (unique running ids → ``busy``; a concurrency cap →
-  ``busy``; a closed backend → ``unavailable``), finds them for ``cancel``, and owns the
-  cleanup tasks, so a cancelled ``execute`` still kills and removes what it started and
-  ``aclose`` waits for every cleanup.
+  ``busy``; a closed backend → ``unavailable``), cancels them, and ends them: :meth:`close_run`
+  runs a run's cleanup as a task the registry owns, so a cancelled ``execute`` still kills and
+  removes what it started and ``aclose`` waits for every cleanup.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, Literal, TypeVar
 
 from backends.errors import BackendUnavailable
 from backends.result import Diagnostic
 from hub.errors import Busy
 
-__all__ = ["Run", "RunRegistry", "StopReason", "TaskSet"]
+__all__ = ["Run", "RunRegistry", "StopReason", "TaskSet", "timeout_note", "wait_quietly"]
 
 StopReason = Literal["cancelled", "timeout"]
 T = TypeVar("T")
@@ -73,14 +73,24 @@ class Run:
         """Diagnostics for a stopped run (``how``: what was done, e.g. "the container was
         killed")."""
         if self.timed_out:
-            return [
-                Diagnostic(
-                    level="error", code="timeout", message=f"timed out after {timeout_ms} ms; {how}"
-                )
-            ]
+            return [timeout_note(timeout_ms, how)]
         if self.cancelled:
             return [Diagnostic(code="killed", message="Execution cancelled.")]
         return []
+
+
+def timeout_note(timeout_ms: int, how: str) -> Diagnostic:
+    """The diagnostic of a run that ran out of its ``timeout_ms`` (``how``: what was done)."""
+    return Diagnostic(
+        level="error", code="timeout", message=f"timed out after {timeout_ms} ms; {how}"
+    )
+
+
+async def wait_quietly(awaitable: Awaitable[Any]) -> None:
+    """Wait for ``awaitable`` to settle, whatever it returns or raises (its outcome is read
+    elsewhere, or does not matter any more)."""
+    with contextlib.suppress(BaseException):
+        await awaitable
 
 
 class TaskSet:
@@ -155,8 +165,43 @@ class RunRegistry:
         return self._runs.get(exec_id)
 
     def release(self, run: Run) -> None:
+        """Let ``run``'s id go (a new run may take it)."""
         if self._runs.get(run.exec_id) is run:
             del self._runs[run.exec_id]
+
+    async def cancel(self, exec_id: str) -> bool:
+        """Stop the running execution ``exec_id`` and wait until it is gone
+        (:meth:`CodeExecutor.cancel <backends.base.CodeExecutor.cancel>`). False if none is
+        running or it is being stopped already."""
+        run = self._runs.get(exec_id)
+        if run is None or not run.request_stop("cancelled"):
+            return False
+        await run.exited.wait()
+        return True
+
+    def end(self, run: Run) -> None:
+        """``run``'s program and everything it started are gone: say so, and let its id go."""
+        run.exited.set()
+        self.release(run)
+
+    async def close_run(self, run: Run, cleanup: Awaitable[None] | None = None) -> None:
+        """The end of every run: await ``cleanup`` (what removes what the run still holds),
+        then :meth:`end` the run — also when the cleanup fails.
+
+        The cleanup is shielded (:meth:`shielded`): it completes even if the caller is cancelled
+        meanwhile. Without one, the run ends at once. Raises what the cleanup raises.
+        """
+        if cleanup is None:
+            self.end(run)
+            return
+
+        async def ending() -> None:
+            try:
+                await cleanup
+            finally:
+                self.end(run)
+
+        await self.shielded(ending())
 
     async def shielded(self, cleanup: Coroutine[Any, Any, None]) -> None:
         """Run ``cleanup`` to the end even if the caller is cancelled meanwhile.

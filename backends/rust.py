@@ -54,9 +54,10 @@ from typing import Any, Final
 import msgspec
 
 from backends.base import CodeExecutor
-from backends.capabilities import BackendCapabilities, ExecutionIsolation, ExecutionLanguage
-from backends.errors import BackendUnavailable, DependencyNotFound, ExecutionInternal
+from backends.capabilities import BackendCapabilities, ExecutionLanguage
+from backends.errors import DependencyNotFound, ExecutionInternal
 from backends.harness import extract_value, truncate_utf8
+from backends.lifecycle import BackendLifecycle, elapsed_ms
 from backends.policy import SandboxPolicy
 from backends.process import ProcessBackend
 from backends.request import ExecutionRequest, Source
@@ -64,14 +65,12 @@ from backends.result import (
     TIMEOUT_EXIT_CODE,
     Diagnostic,
     ExecEvent,
-    ExecutionMetadata,
     ExecutionResult,
     OutputChunk,
 )
-from backends.runs import Run, RunRegistry
+from backends.runs import Run, RunRegistry, wait_quietly
 from backends.rust_diagnostics import errors, parse_diagnostics, to_diagnostic
 from backends.rust_source import validate_rust_source, wrap
-from backends.validate import validate_request
 
 __all__ = [
     "DEBIAN_REGISTRY",
@@ -336,7 +335,7 @@ def _find_rlib(project: Path) -> RustDeps | None:
     return RustDeps(serde_json=rlib, deps_dir=deps_dir, digest=digest)
 
 
-class RustBackend:
+class RustBackend(BackendLifecycle):
     """Compiles and runs Rust sources (see the module docstring).
 
     ``runner``: the backend that runs the binaries (default: a private
@@ -376,11 +375,7 @@ class RustBackend:
         self.builds = 0
         self.cache_hits = 0
 
-    # -- CodeExecutor ----------------------------------------------------------------------
-
-    @property
-    def name(self) -> str:
-        return self._name
+    # -- CodeExecutor (the rest: BackendLifecycle) ----------------------------------------
 
     @property
     def capabilities(self) -> BackendCapabilities:
@@ -395,13 +390,7 @@ class RustBackend:
     def default_policy(self) -> SandboxPolicy:
         return self._runner.default_policy
 
-    @property
-    def _isolation(self) -> ExecutionIsolation:
-        return self._runner.capabilities.isolation
-
-    def available(self) -> tuple[bool, str]:
-        if self._registry.closed:
-            return False, "the backend is closed"
+    def _readiness(self) -> tuple[bool, str]:
         if self.toolchain.problem:
             return False, self.toolchain.problem
         return self._runner.available()
@@ -415,24 +404,10 @@ class RustBackend:
             await self._runner.start()
         self._started = True
 
-    async def __aenter__(self) -> RustBackend:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
     async def aclose(self) -> None:
         await self._registry.aclose()
         if self._own_runner:
             await self._runner.aclose()
-
-    async def cancel(self, exec_id: str) -> bool:
-        run = self._registry.get(exec_id)
-        if run is None or not run.request_stop("cancelled"):
-            return False
-        await run.exited.wait()
-        return True
 
     async def prepare(self) -> RustDeps:
         """Build serde_json now rather than on the first run. Raises
@@ -449,11 +424,7 @@ class RustBackend:
         :class:`InvalidCode` (:func:`validate_rust_source`); :class:`DependencyNotFound`;
         ``Busy``; :class:`BackendUnavailable`. Compile errors and phase timeouts are results.
         """
-        await self.start()
-        ok, why = self.available()
-        if not ok:
-            raise BackendUnavailable(f"backend {self._name!r} is unavailable: {why}")
-        validate_request(request, self.capabilities)
+        await self._check_request(request)
         source = request.source or ""
         validate_rust_source(source)
         deps = await self.toolchain.deps()
@@ -464,7 +435,11 @@ class RustBackend:
         try:
             binary, warm, failure = await self._binary(wrap(source), deps, stop)
             if failure is not None:
-                result = _finish(failure, request, self._name, self._isolation, started)
+                # A pipeline failure: its stderr (the compiler's) within the cap.
+                stderr, cut = truncate_utf8(failure.stderr, request.effective_max_stderr)
+                result = self._stamped(
+                    failure, request, started, stderr=stderr, stderr_truncated=cut
+                )
             else:
                 assert binary is not None
                 async for event in self._run_binary(request, binary, workdir, run, stop):
@@ -474,10 +449,8 @@ class RustBackend:
                         result = self._final(event, request, started, warm)
         finally:
             stop.cancel()
-            with contextlib.suppress(BaseException):
-                await stop
-            run.exited.set()
-            self._registry.release(run)
+            await wait_quietly(stop)
+            self._registry.end(run)
         if result is None:
             raise ExecutionInternal("the runner's stream ended without a result")
         yield result
@@ -625,28 +598,40 @@ class RustBackend:
     def _final(
         self, inner: ExecutionResult, request: ExecutionRequest, started: float, warm: bool
     ) -> ExecutionResult:
+        """The runner's result as this backend's: the value taken off stdout (harness rule)."""
         stdout, value = inner.stdout, msgspec.UNSET
         if inner.status == "completed" and not inner.stdout_truncated:
             stdout, value = extract_value(stdout)
-        runner_meta = inner.metadata
         notes = list(inner.diagnostics)
         if warm:
             notes.append(Diagnostic(level="note", code="buildCached", message="build cache hit"))
+        return self._stamped(
+            inner, request, started, warm=warm, stdout=stdout, value=value, diagnostics=notes
+        )
+
+    def _stamped(
+        self,
+        result: ExecutionResult,
+        request: ExecutionRequest,
+        started: float,
+        *,
+        warm: bool = False,
+        **changes: Any,
+    ) -> ExecutionResult:
+        """``result`` (the runner's, or a pipeline failure) with ``changes``, the whole
+        pipeline's duration and this backend's metadata (the runner's artifacts and image
+        kept)."""
+        runner = result.metadata
         return msgspec.structs.replace(
-            inner,
-            stdout=stdout,
-            value=value,
-            duration_ms=int((time.monotonic() - started) * 1000),
-            metadata=ExecutionMetadata(
-                backend=self._name,
-                language=ExecutionLanguage.RUST,
-                isolation=self._isolation,
-                identity=request.identity,
-                artifacts=list(runner_meta.artifacts) if runner_meta else [],
-                image=runner_meta.image if runner_meta else None,
+            result,
+            duration_ms=elapsed_ms(started),
+            metadata=self._metadata(
+                request,
                 warm=warm,
+                image=runner.image if runner else None,
+                artifacts=runner.artifacts if runner else (),
             ),
-            diagnostics=notes,
+            **changes,
         )
 
 
@@ -715,27 +700,4 @@ def _phase_stopped(phase: str, proc: _Proc, timeout_s: float) -> ExecutionResult
                 message=f"the {phase} phase timed out after {timeout_s:g} s",
             )
         ],
-    )
-
-
-def _finish(
-    partial: ExecutionResult,
-    request: ExecutionRequest,
-    backend: str,
-    isolation: ExecutionIsolation,
-    started: float,
-) -> ExecutionResult:
-    """A pipeline failure as the execution's result: stderr within the cap, metadata set."""
-    stderr, cut = truncate_utf8(partial.stderr, request.effective_max_stderr)
-    return msgspec.structs.replace(
-        partial,
-        stderr=stderr,
-        stderr_truncated=cut,
-        duration_ms=int((time.monotonic() - started) * 1000),
-        metadata=ExecutionMetadata(
-            backend=backend,
-            language=ExecutionLanguage.RUST,
-            isolation=isolation,
-            identity=request.identity,
-        ),
     )

@@ -17,23 +17,19 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from backends.harness import OutputCap
+from backends.captured import CapturedOutput
 from backends.result import OutputChunk, Stream
 
 __all__ = ["ThreadedOutput"]
 
 
-class ThreadedOutput:
+class ThreadedOutput(CapturedOutput):
     """Two capped streams fed from any thread, drained on the loop that created it."""
 
     def __init__(self, max_stdout: int, max_stderr: int) -> None:
+        super().__init__(max_stdout, max_stderr)
         self._loop = asyncio.get_running_loop()
         self._lock = threading.Lock()
-        self.caps: dict[Stream, OutputCap] = {
-            "stdout": OutputCap(max_stdout),
-            "stderr": OutputCap(max_stderr),
-        }
-        self._kept: dict[Stream, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
         self._queue: asyncio.Queue[OutputChunk | None] = asyncio.Queue()
         self._closed = False
 
@@ -86,10 +82,4 @@ class ThreadedOutput:
 
     def kept(self, stream: Stream) -> bytes:
         with self._lock:
-            return bytes(self._kept[stream])
-
-    def truncated(self, stream: Stream) -> bool:
-        return self.caps[stream].truncated
-
-    def total(self, stream: Stream) -> int:
-        return self.caps[stream].total
+            return super().kept(stream)

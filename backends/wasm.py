@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import ctypes
 import hashlib
 import shutil
@@ -60,30 +59,32 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Protocol
 
 import msgspec
 import wasmtime
 from wasmtime import _ffi as wasm_ffi
 
+from backends.access import Access, workspace_filesystem
 from backends.capabilities import BackendCapabilities, ExecutionIsolation, ExecutionLanguage
-from backends.errors import BackendUnavailable, ExecutionFailed, InvalidCode, InvalidRequest
-from backends.harness import extract_value
-from backends.policy import FilesystemPolicy, SandboxPolicy, strict
+from backends.captured import captured_result, not_run_result
+from backends.errors import ExecutionFailed, InvalidCode, InvalidRequest
+from backends.lifecycle import BackendLifecycle, elapsed_ms
+from backends.policy import SandboxPolicy, strict
 from backends.request import ExecutionRequest, GuestModule, ModuleBlob
 from backends.result import (
     Diagnostic,
     ExecEvent,
-    ExecutionMetadata,
+    ExecutionReason,
     ExecutionResult,
+    ExecutionStatus,
     classify,
 )
-from backends.runs import Run, RunRegistry, TaskSet
+from backends.runs import Run, RunRegistry, TaskSet, wait_quietly
 from backends.sink import ThreadedOutput
-from backends.validate import validate_request
 
 __all__ = [
     "DEFAULT_MAX_MEMORY_BYTES",
@@ -103,8 +104,6 @@ WASM_PAGE: Final = 64 * 1024
 GUEST_WORKSPACE: Final = "/workspace"
 ARGV0: Final = "module.wasm"
 _SHA256_HEX: Final = frozenset("0123456789abcdef")
-
-Access = Literal["read", "read-write"]
 
 
 def validate_wasm_bytes(data: bytes, *, max_bytes: int = MAX_WASM_BYTES) -> None:
@@ -477,7 +476,7 @@ def _message(error: BaseException) -> str:
 # The backend
 
 
-class WasmBackend:
+class WasmBackend(BackendLifecycle):
     """Runs WASI preview 1 modules on wasmtime (see the module docstring).
 
     ``access``: the instance's authority over the workspace (``read``: the preopen is never
@@ -499,15 +498,9 @@ class WasmBackend:
         cache_entries: int = 64,
         tick_s: float = 0.01,
     ) -> None:
-        if access not in ("read", "read-write"):
-            raise ValueError(f"access must be 'read' or 'read-write', not {access!r}")
+        fs = workspace_filesystem(access)
         self._name = name
         self._access = access
-        fs = (
-            FilesystemPolicy.workspace_read_write()
-            if access == "read-write"
-            else FilesystemPolicy.workspace_read_only()
-        )
         self._policy = (
             policy
             if policy is not None
@@ -536,24 +529,7 @@ class WasmBackend:
             filesystem_modes=frozenset({"none", "workspaceReadOnly", "workspaceReadWrite"}),
         )
 
-    # -- CodeExecutor ----------------------------------------------------------------------
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def capabilities(self) -> BackendCapabilities:
-        return self._caps
-
-    @property
-    def default_policy(self) -> SandboxPolicy:
-        return self._policy
-
-    def available(self) -> tuple[bool, str]:
-        if self._registry.closed:
-            return False, "the backend is closed"
-        return True, ""
+    # -- CodeExecutor (the rest: BackendLifecycle) ----------------------------------------
 
     async def start(self) -> None:
         """Create the engine, the linker and the worker threads (idempotent)."""
@@ -580,13 +556,6 @@ class WasmBackend:
             max_workers=self._max_concurrent, thread_name_prefix=f"agora-{self._name}"
         )
 
-    async def __aenter__(self) -> WasmBackend:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
     async def aclose(self) -> None:
         """Stop every run, then the ticker and the threads; drop the cache. Idempotent."""
         await self._registry.aclose()
@@ -598,13 +567,6 @@ class WasmBackend:
             await asyncio.to_thread(executor.shutdown, True)
         self.cache.clear()
 
-    async def cancel(self, exec_id: str) -> bool:
-        run = self._registry.get(exec_id)
-        if run is None or not run.request_stop("cancelled"):
-            return False
-        await run.exited.wait()
-        return True
-
     async def execute(
         self, request: ExecutionRequest, workdir: Path | None
     ) -> AsyncGenerator[ExecEvent, None]:
@@ -615,11 +577,7 @@ class WasmBackend:
         that cannot be fetched or does not match its hash, a working directory outside the
         preopened root); ``Busy``; :class:`BackendUnavailable`.
         """
-        await self.start()
-        ok, why = self.available()
-        if not ok:
-            raise BackendUnavailable(f"backend {self._name!r} is unavailable: {why}")
-        validate_request(request, self._caps)
+        await self._check_request(request)
         sha256, data = await self._payload(request)
         spec_cwd = _preopen_dirs(request, self._access)  # validates the paths before admitting
         run = self._registry.admit(request.exec_id)
@@ -653,7 +611,7 @@ class WasmBackend:
                 finally:
                     ctl.interrupt.set()
                     if future is not None and not future.done():
-                        await self._registry.shielded(_wait(future))
+                        await self._registry.shielded(wait_quietly(future))
                     self._ticker.release()
                 if outcome.error is not None:
                     raise ExecutionFailed(
@@ -661,9 +619,11 @@ class WasmBackend:
                     ) from outcome.error
                 result = self._result(request, run, outcome, sink, started, warm, spec)
         finally:
-            run.exited.set()
-            await tasks.aclose()
-            await self._registry.shielded(self._cleanup(run, scratch))
+            run.exited.set()  # the guest is gone; what is left is the scratch directory
+            try:
+                await tasks.aclose()
+            finally:
+                await self._registry.close_run(run, _remove_scratch(scratch))
         yield result
 
     # -- internals ---------------------------------------------------------------------------
@@ -789,6 +749,8 @@ class WasmBackend:
         spec: _Spec,
     ) -> ExecutionResult:
         notes: list[Diagnostic] = []
+        status: ExecutionStatus
+        reason: ExecutionReason
         memory_hit = False
         if outcome.instantiate_error is not None:
             text = outcome.instantiate_error
@@ -824,78 +786,27 @@ class WasmBackend:
         if outcome.trap is not None and outcome.trap != "interrupted" and not memory_hit:
             trap = outcome.trap.removeprefix("wasm trap: ")
             notes.append(Diagnostic(level="error", code="trap", message=f"wasm trap: {trap}"))
-        if run.timed_out:
-            notes.append(
-                Diagnostic(
-                    level="error",
-                    code="timeout",
-                    message=f"timed out after {request.effective_timeout_ms} ms; the module was "
-                    "interrupted",
-                )
-            )
-        if run.cancelled:
-            notes.append(Diagnostic(level="note", code="killed", message="Execution cancelled."))
-        for stream in ("stdout", "stderr"):
-            if sink.truncated(stream):
-                notes.append(
-                    Diagnostic(
-                        level="warning",
-                        code="outputTruncated",
-                        message=f"{stream} truncated at {sink.caps[stream].limit} bytes "
-                        f"({sink.total(stream)} bytes written)",
-                    )
-                )
-        stdout = sink.kept("stdout")
-        value: Any = msgspec.UNSET
-        if not sink.truncated("stdout"):
-            stdout, value = extract_value(stdout)
-        return ExecutionResult(
-            status=status,  # type: ignore[arg-type]
-            reason=reason,  # type: ignore[arg-type]
-            exit_code=exit_code,
-            stdout=stdout,
-            stderr=sink.kept("stderr"),
-            value=value,
-            stdout_truncated=sink.truncated("stdout"),
-            stderr_truncated=sink.truncated("stderr"),
-            stdout_total=sink.total("stdout"),
-            stderr_total=sink.total("stderr"),
-            duration_ms=_elapsed_ms(started),
-            metadata=self._metadata(request, warm),
-            diagnostics=notes,
+        notes += run.stop_notes(request.effective_timeout_ms, "the module was interrupted")
+        return captured_result(
+            sink,
+            (status, reason, exit_code),
+            duration_ms=elapsed_ms(started),
+            metadata=self._metadata(request, warm=warm),
+            notes=notes,
+            structured=True,
         )
 
     def _compile_failed(
         self, request: ExecutionRequest, started: float, message: str
     ) -> ExecutionResult:
-        text = f"the module does not compile: {message}"
-        return ExecutionResult(
-            status="failed",
-            reason="compileFailed",
-            exit_code=-1,
-            stderr=text.encode() + b"\n",
-            stderr_total=len(text.encode()) + 1,
-            duration_ms=_elapsed_ms(started),
-            metadata=self._metadata(request, False),
-            diagnostics=[Diagnostic(level="error", code="compileFailed", message=text)],
+        return not_run_result(
+            "compileFailed",
+            -1,
+            f"the module does not compile: {message}",
+            code="compileFailed",
+            duration_ms=elapsed_ms(started),
+            metadata=self._metadata(request),
         )
-
-    def _metadata(self, request: ExecutionRequest, warm: bool) -> ExecutionMetadata:
-        return ExecutionMetadata(
-            backend=self._name,
-            language=request.language,
-            isolation=ExecutionIsolation.IN_PROCESS,
-            identity=request.identity,
-            warm=warm,
-        )
-
-    async def _cleanup(self, run: Run, scratch: Path | None) -> None:
-        try:
-            if scratch is not None:
-                await asyncio.to_thread(shutil.rmtree, scratch, True)
-        finally:
-            run.exited.set()
-            self._registry.release(run)
 
 
 def _preopen_dirs(request: ExecutionRequest, access: Access) -> list[tuple[str, str, bool]]:
@@ -917,10 +828,8 @@ def _preopen_dirs(request: ExecutionRequest, access: Access) -> list[tuple[str, 
     return [(root, GUEST_WORKSPACE, writable), (cwd, ".", writable)]
 
 
-async def _wait(future: asyncio.Future[_Outcome]) -> None:
-    with contextlib.suppress(BaseException):
-        await future
-
-
-def _elapsed_ms(started: float) -> int:
-    return int((time.monotonic() - started) * 1000)
+def _remove_scratch(scratch: Path | None) -> Awaitable[None] | None:
+    """The cleanup of a run with a scratch directory (none without one)."""
+    if scratch is None:
+        return None
+    return asyncio.to_thread(shutil.rmtree, scratch, True)

@@ -26,7 +26,7 @@ the store (which drains its queue).
 On a store several nodes share (PostgreSQL), the hub is a cluster node (:mod:`hub.cluster`):
 it registers in the ``nodes`` table before accepting connections, and the same TaskGroup runs
 its follower (other nodes' events to this node's subscribers) and heartbeat until the server
-has stopped.
+and the runtime have stopped; the node is then marked stopped in the table.
 """
 
 from __future__ import annotations

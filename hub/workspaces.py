@@ -36,17 +36,9 @@ from typing import Final
 import msgspec
 
 from hub.errors import BadRequest, ClientError, Conflict, Forbidden, NotFound
-from hub.events import (
-    COLLABORATION_KINDS,
-    HUB_KINDS,
-    OP_KINDS,
-    Event,
-    FileDeleted,
-    FileMoved,
-    FileWritten,
-)
+from hub.events import HUB_KINDS, OP_KINDS, Event, FileWritten
 from hub.log.base import AppendResult, EventStore
-from hub.projections.decide import decide
+from hub.projections.decide import decide, reads_state
 from hub.projections.loading import load_state, save_snapshot_if_due
 from hub.projections.workspace import WorkspaceState, evolve
 from hub.validation import DEFAULT_LIMITS, Limits, file_content, validate_draft, validate_workspace
@@ -74,6 +66,7 @@ class _Live:
         "in_flight",
         "name",
         "needs_resync",
+        "resyncing",
         "settled",
         "stash",
         "tentative",
@@ -85,6 +78,7 @@ class _Live:
         self.tentative = state.clone()
         self.in_flight = 0
         self.needs_resync = False
+        self.resyncing = 0  # publishes waiting in _resync
         self.settled = asyncio.Event()
         self.settled.set()
         # Set whenever ``committed`` moves on or ``in_flight`` drops to 0 (catch_up waits on it).
@@ -201,9 +195,13 @@ class Workspaces:
                 e.details.setdefault("index", i)
                 raise
 
+        ordered = expected_seq is not None or reads_state(prepared)
         for _attempt in range(MAX_REDECIDE):
             live = await self._open(workspace)
-            while live.needs_resync:
+            # A batch decided without reading the state need not wait for the tentative state
+            # to be repaired, unless a publish that needs it is repairing it (which waits for
+            # the batches in flight to settle: new ones wait with it, or it could starve).
+            while live.needs_resync and (ordered or live.resyncing):
                 await self._resync(live)
             try:
                 decide(live.tentative, prepared, producer)
@@ -226,7 +224,6 @@ class Workspaces:
                 if await self.catch_up(workspace):
                     continue  # another node had moved the workspace on: decide again
                 raise
-            ordered = expected_seq is not None or _reads_state(prepared)
             result = await self._append(live, prepared, ordered=ordered)
             if result is not None:
                 return result
@@ -244,7 +241,8 @@ class Workspaces:
         """Append against the tentative head; None when the batch must be decided again.
 
         An ``ordered`` batch must land right after the state it was decided on; another one
-        (see :func:`_reads_state`) may land after events another node wrote meanwhile."""
+        (see :func:`hub.projections.decide.reads_state`) may land after events another node
+        wrote meanwhile."""
         base = live.tentative.seq
         for d in drafts:
             evolve(live.tentative, msgspec.structs.replace(d, seq=live.tentative.seq + 1))
@@ -316,14 +314,18 @@ class Workspaces:
         task.add_done_callback(self._snapshot_tasks.discard)
 
     async def _resync(self, live: _Live) -> None:
-        await live.settled.wait()
-        if not live.needs_resync:
-            return
-        async for ev in self.store.read(live.name, after_seq=live.committed.seq):
-            self._committed(live, (ev,))
-        live.tentative = live.committed.clone()
-        live.stash.clear()
-        live.needs_resync = False
+        live.resyncing += 1
+        try:
+            await live.settled.wait()
+            if not live.needs_resync:
+                return
+            async for ev in self.store.read(live.name, after_seq=live.committed.seq):
+                self._committed(live, (ev,))
+            live.tentative = live.committed.clone()
+            live.stash.clear()
+            live.needs_resync = False
+        finally:
+            live.resyncing -= 1
 
     async def catch_up(self, workspace: str, seq: int | None = None) -> int:
         """Fold and announce the events other writers (hub nodes sharing the store) committed.
@@ -443,22 +445,3 @@ class Workspaces:
         if self._snapshot_tasks:
             await asyncio.gather(*self._snapshot_tasks, return_exceptions=True)
 
-
-def _reads_state(drafts: Sequence[Event]) -> bool:
-    """Whether deciding ``drafts`` reads the workspace state (the rules of
-    :func:`hub.projections.decide.decide`): file changes with a ``baseRev``, deletes, moves and
-    work-item moves. Such a batch is appended with ``expected_seq``, so that it lands right
-    after the state it was decided on. Every other draft (messages, files written without
-    ``baseRev``, artifacts, the hub's own kinds) is accepted whatever precedes it: appended
-    without ``expected_seq``, it lands after whatever another node wrote meanwhile instead of
-    failing and being decided again, which would livelock two nodes busy on one workspace."""
-    for draft in drafts:
-        match draft:
-            case FileWritten(payload=p):
-                if p.base_rev is not None:
-                    return True
-            case FileDeleted() | FileMoved():
-                return True
-            case _ if draft.kind in COLLABORATION_KINDS and draft.correlation_id is not None:
-                return True
-    return False

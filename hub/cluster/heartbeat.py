@@ -115,7 +115,7 @@ class _Sql:
                 LIMIT 1
                 FOR UPDATE SKIP LOCKED
             )
-            RETURNING node_id
+            RETURNING node_id, stopped_at IS NOT NULL AS stopped
         """
         self.reaped = (
             f"UPDATE {n} SET reaped_at = now() WHERE node_id = $1 AND reaped_by = $2 "
@@ -309,7 +309,12 @@ class Heartbeat:
         if not rows:
             return None
         dead: str = rows[0]["node_id"]
-        log.warning("node %s: reaping dead node %s", self.node_id, dead)
+        if rows[0]["stopped"]:
+            log.info("node %s: reaping stopped node %s", self.node_id, dead)
+        else:
+            log.warning(
+                "node %s: reaping dead node %s (no beat for %gs)", self.node_id, dead, self.timeout
+            )
         if not await self._run_hooks(dead):
             return dead
         async with self._connection("marking a node reaped") as conn:

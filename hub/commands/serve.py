@@ -127,6 +127,8 @@ async def _serve_a2a(hub: Hub, signer: TokenSigner, config: HubConfig, stop: asy
         await serve_a2a(hub.workspaces, signer, config, stop=stop, on_ready=ready)
     except OSError as e:  # the WebSocket hub keeps serving without A2A
         logging.getLogger("agora.server").error("A2A listener not started: %s", e)
+    except Exception:  # Hub.spawn: must not raise
+        logging.getLogger("agora.server").exception("A2A listener failed")
 
 
 def _configure_logging() -> None:

@@ -614,7 +614,7 @@ class PostgresEventStore(EventStore):
                     server_settings={"application_name": f"agora-follow:{self.schema}"},
                 )
                 lost = asyncio.Event()
-                conn.add_termination_listener(lambda _c: lost.set())
+                conn.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await conn.add_listener(self.channel, hint)
                 backoff = FOLLOW_BACKOFF_S[0]
                 resumed()

@@ -38,7 +38,7 @@ from hub.events import (
 from hub.projections.work import WORK_LIFECYCLE, WorkStatus
 from hub.projections.workspace import WorkspaceState
 
-__all__ = ["decide"]
+__all__ = ["decide", "reads_state"]
 
 _OWNER_ONLY: Final = frozenset({"workPublished", "completed"})
 
@@ -121,6 +121,23 @@ def decide(state: WorkspaceState, drafts: Sequence[Event], producer: str) -> Non
                 _decide_work(overlay, draft.kind, draft.correlation_id, producer, index)
             case _:
                 pass
+
+
+def reads_state(drafts: Sequence[Event]) -> bool:
+    """Whether :func:`decide` reads the state for ``drafts``: file changes with a ``baseRev``,
+    deletes, moves and work-item moves. Every other draft (messages, files written without
+    ``baseRev``, artifacts, the hub's own kinds) is accepted whatever precedes it, so it may
+    land after events another writer appended meanwhile without being decided again."""
+    for draft in drafts:
+        match draft:
+            case FileWritten(payload=p):
+                if p.base_rev is not None:
+                    return True
+            case FileDeleted() | FileMoved():
+                return True
+            case _ if draft.kind in COLLABORATION_KINDS and draft.correlation_id is not None:
+                return True
+    return False
 
 
 def _check_base_rev(path: str, base_rev: int | None, rev: int, index: int) -> None:

@@ -41,6 +41,7 @@ from typing import Any, Final, Literal, Protocol
 import msgspec
 
 from backends.base import (
+    Diagnostic,
     ExecutionLanguage,
     ExecutionRequest,
     ExecutionResult,
@@ -128,6 +129,9 @@ class RuntimeSettings(msgspec.Struct, frozen=True, kw_only=True):
     eager_start: bool = False
     """Start every backend instance when the runtime starts (``agora serve``) rather than on
     first use."""
+    stop_grace_s: float = 3.0
+    """How long ``kill`` (or shutdown) waits for the backend to stop a run before the runtime
+    closes the run's stream itself (which kills the program) and records it as killed."""
     sync: SyncLimits = SyncLimits()
     node: str = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -157,6 +161,7 @@ class _Execution:
     """A live execution (admitted, not yet recorded as finished)."""
 
     __slots__ = (
+        "accepted",
         "agent",
         "done",
         "encoding",
@@ -187,6 +192,8 @@ class _Execution:
         self.agent = agent
         self.encoding = encoding
         self.request_event_id = ""
+        self.accepted: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        """The ``execRequested`` id once it is in the log; ``""`` if it could not be written."""
         self.stop = asyncio.Event()
         """Set by ``kill`` (or shutdown): stop the program."""
         self.killer: str | None = None
@@ -225,6 +232,34 @@ class ExecStream:
             if self._decoders is not None and isinstance(event, ExecOutput):
                 text = self._decoders.decode(event.payload.stream, event.payload.data)
             yield event, text
+
+
+_FORCED: Final = ExecutionInternal("the backend did not stop the run in time")
+"""Queued by the stopper when it gives up waiting for the backend (compared by identity)."""
+
+
+def _forced_result(execution: _Execution, elapsed_s: float) -> ExecutionResult:
+    """The result of a run the runtime closed itself after a stop the backend did not carry
+    out in time (the output is what was journaled; truncation is unknown)."""
+    return ExecutionResult(
+        status="cancelled",
+        reason="killed",
+        exit_code=CANCEL_EXIT_CODE,
+        duration_ms=int(elapsed_s * 1000),
+        diagnostics=[
+            Diagnostic(code="killed", message="Execution cancelled."),
+            Diagnostic(
+                level="warning",
+                code="forcedStop",
+                message=f"backend {execution.instance.id!r} did not stop the run in time; the "
+                "runtime closed it",
+            ),
+        ],
+    )
+
+
+def _outputs(exec_id: str, flushes: list[Flush]) -> list[Event]:
+    return [ExecOutput(payload=ExecOutputPayload(exec_id, f.stream, f.n, f.data)) for f in flushes]
 
 
 def _finished(
@@ -401,8 +436,18 @@ class Runtime:
                 limit=self.settings.max_concurrent,
             )
         encoding = getattr(request, "encoding", None)
+        tg = self._tg
+        if tg is None:
+            raise Unavailable("the hub is stopping")
         execution = _Execution(workspace, exec_id, instance, spec, capability.agent, encoding)
         self._live[key] = execution
+        # The task starts now and pushes the workspace while execRequested commits; it runs
+        # the program only once the request is in the log (``accepted``: its event id, or ""
+        # when the request could not be written).
+        accepted = execution.accepted
+        tg.create_task(
+            self._supervise(execution, accepted), name=f"agora-exec:{workspace}:{exec_id}"
+        )
         try:
             if module_bytes is not None:
                 logged_module = ExecModuleRef(blob=await self.store.blobs.put(module_bytes))
@@ -427,18 +472,11 @@ class Runtime:
             written = await self.workspaces.publish(
                 workspace, [draft], producer=capability.agent, trusted=True
             )
-            execution.request_event_id = written.events[0].id
-            tg = self._tg
-            if tg is None:
-                raise Unavailable("the hub is stopping")
-            tg.create_task(self._supervise(execution), name=f"agora-exec:{workspace}:{exec_id}")
         except BaseException:
-            if not execution.request_event_id:
-                del self._live[key]
-            else:  # requested but never run: close it
-                self._live.pop(key, None)
-                execution.done.set()
+            self._live.pop(key, None)
+            accepted.set_result("")
             raise
+        accepted.set_result(written.events[0].id)
         return exec_id
 
     async def kill(self, workspace: str, exec_id: str, *, capability: Capability) -> str:
@@ -455,6 +493,8 @@ class Runtime:
                 raise NotFound(f"no execution {exec_id!r} in {workspace!r}", execId=exec_id)
             return rec.status
         capability.require_backend(execution.instance.id)
+        if not await asyncio.shield(execution.accepted):  # the request was never written
+            raise NotFound(f"no execution {exec_id!r} in {workspace!r}", execId=exec_id)
         if execution.killer is None and not execution.done.is_set():
             execution.killer = capability.agent
             await self.workspaces.publish(
@@ -603,31 +643,40 @@ class Runtime:
             execution.workspace, drafts, producer=execution.agent, trusted=True
         )
 
-    async def _supervise(self, execution: _Execution) -> None:
-        """The task of one execution: push, run, pull, record. Always ends with the
-        execution recorded as finished (unless the log itself fails)."""
+    async def _supervise(self, execution: _Execution, accepted: asyncio.Future[str]) -> None:
+        """The task of one execution: push, run, pull, record. Once the request is accepted
+        it always ends with the execution recorded as finished (unless the log itself
+        fails)."""
         mirror: Mirror | None = None
         try:
             instance = execution.instance
             mounts: tuple[Mount, ...] = ()
             if instance.syncs_files:
                 mounts = mounts_for(instance.access, execution.request.policy.filesystem)
+            failed: PushFailed | None = None
             if mounts:
                 try:
                     state = await self.workspaces.state(execution.workspace)
                     mirror = await push(state.files, self.store.blobs, self.settings.sync)
                 except PushFailed as e:
-                    await self._record(
-                        execution,
-                        _finished(
-                            execution.exec_id,
-                            "failed",
-                            "error",
-                            message=f"the workspace could not be pushed: {e.message}",
-                            code="pushFailed",
-                        ),
-                    )
-                    return
+                    failed = e
+                except Exception as e:  # e.g. the store failed while reading the state
+                    failed = PushFailed(f"reading the workspace failed: {e!r}")
+            execution.request_event_id = await accepted
+            if not execution.request_event_id:
+                return  # the request was not written: nothing ran, nothing to record
+            if failed is not None:
+                await self._record(
+                    execution,
+                    _finished(
+                        execution.exec_id,
+                        "failed",
+                        "error",
+                        message=f"the workspace could not be pushed: {failed.message}",
+                        code="pushFailed",
+                    ),
+                )
+                return
             pushed = len(mirror.pushed) if mirror is not None else 0
             if execution.stop.is_set():
                 await self._record(execution, self._stopped_early(execution, pushed))
@@ -640,19 +689,16 @@ class Runtime:
                     producer=execution.agent,
                     causation_id=execution.request_event_id,
                 )
-            outcome, next_n = await self._run(execution, mirror, access)
+            outcome, pending, next_n = await self._run(execution, mirror, access)
             if isinstance(outcome, ExecutionResult):
                 finished = outcome.finished_payload(execution.exec_id, pushed=pushed)
                 notes = self._notes(execution, outcome, finished)
                 if notes is not None:
                     note, finished = notes
-                    await self._publish(
-                        execution,
-                        [
-                            ExecOutput(
-                                payload=ExecOutputPayload(execution.exec_id, "stderr", next_n, note)
-                            )
-                        ],
+                    pending.append(
+                        ExecOutput(
+                            payload=ExecOutputPayload(execution.exec_id, "stderr", next_n, note)
+                        )
                     )
             else:
                 blame = "rejected" if isinstance(outcome, ClientError) else "error"
@@ -675,7 +721,7 @@ class Runtime:
                 finished = msgspec.structs.replace(
                     finished, pulled=len(drafts), skipped=[*finished.skipped, *skipped]
                 )
-            await self._record(execution, finished, drafts)
+            await self._record(execution, finished, drafts, pending)
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -688,10 +734,11 @@ class Runtime:
                     ),
                 )
         finally:
+            if self._live.get(execution.key) is execution:
+                del self._live[execution.key]
+            execution.done.set()
             if mirror is not None:
                 await asyncio.shield(remove_mirror(mirror))
-            self._live.pop(execution.key, None)
-            execution.done.set()
         with contextlib.suppress(Exception):
             await self._prune(await self.journals.get(execution.workspace))
 
@@ -730,9 +777,15 @@ class Runtime:
 
     async def _run(
         self, execution: _Execution, mirror: Mirror | None, access: LogAccess | None
-    ) -> tuple[ExecutionResult | BaseException, int]:
-        """Run the backend, journaling its output (coalesced); the result (or what the backend
-        raised) and the next output ``n``."""
+    ) -> tuple[ExecutionResult | BaseException, list[Event], int]:
+        """Run the backend, journaling its output (coalesced). Returns the result (or what the
+        backend raised), the events not written yet (``execStarted`` if it was not, the last
+        output), to be appended with ``execFinished``, and the next output ``n``.
+
+        ``execStarted`` is written with the first output, or once ``coalesce_interval`` has
+        passed, or with ``execFinished`` — whichever comes first: a short run costs one commit
+        after its request, not three.
+        """
         backend = execution.instance.backend
         request = execution.request
         loop = asyncio.get_running_loop()
@@ -743,6 +796,16 @@ class Runtime:
             interval=self.settings.coalesce_interval, max_bytes=self.settings.coalesce_bytes
         )
         workdir = mirror.root if mirror is not None else None
+        start_event: list[Event] = [
+            ExecStarted(
+                payload=ExecStartedPayload(
+                    exec_id=execution.exec_id,
+                    backend=execution.instance.id,
+                    isolation=execution.instance.capabilities.isolation.value,
+                    node=self.settings.node,
+                )
+            )
+        ]
 
         async def read() -> None:
             try:
@@ -761,70 +824,71 @@ class Runtime:
         async def stopper() -> None:
             await execution.stop.wait()
             # The backend may not have registered the run yet: try until it has stopped it.
-            stopped = await backend.cancel(execution.exec_id)
-            while not stopped:
-                await asyncio.sleep(0.01)
-                stopped = await backend.cancel(execution.exec_id)
+            # A backend that has not stopped it after ``stop_grace_s`` is not waited for: the
+            # run is closed from here (closing its stream kills the program, by contract).
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.settings.stop_grace_s):
+                    stopped = await backend.cancel(execution.exec_id)
+                    while not stopped:
+                        await asyncio.sleep(0.01)
+                        stopped = await backend.cancel(execution.exec_id)
+                    return
+            log.warning(
+                "backend %s did not stop %s in %g s; closing its stream",
+                execution.instance.id,
+                execution.exec_id,
+                self.settings.stop_grace_s,
+            )
+            await queue.put(_FORCED)
+
+        async def write(flushes: list[Flush], *, start: bool = False) -> None:
+            events = _outputs(execution.exec_id, flushes)
+            if start_event and (events or start):
+                events = [*start_event, *events]
+                start_event.clear()
+                execution.status = "running"
+            if events:
+                await self._publish(execution, events)
 
         outcome: ExecutionResult | BaseException
+        started = loop.time()
+        start_by = started + self.settings.coalesce_interval
         async with asyncio.TaskGroup() as tg:
             reader = tg.create_task(read(), name=f"agora-exec-read:{execution.exec_id}")
             stop_task = tg.create_task(stopper(), name=f"agora-exec-stop:{execution.exec_id}")
             try:
-                # Written while the program starts (not before): its commit overlaps the spawn.
-                await self._publish(
-                    execution,
-                    [
-                        ExecStarted(
-                            payload=ExecStartedPayload(
-                                exec_id=execution.exec_id,
-                                backend=execution.instance.id,
-                                isolation=execution.instance.capabilities.isolation.value,
-                                node=self.settings.node,
-                            )
-                        )
-                    ],
-                )
-                execution.status = "running"
                 while True:
-                    deadline = coalescer.deadline()
+                    deadlines = [d for d in (coalescer.deadline(),) if d is not None]
+                    if start_event:
+                        deadlines.append(start_by)
                     try:
-                        if deadline is None:
+                        if not deadlines:
                             item = await queue.get()
                         else:
-                            async with asyncio.timeout_at(deadline):
+                            async with asyncio.timeout_at(min(deadlines)):
                                 item = await queue.get()
                     except TimeoutError:
-                        await self._output(execution, coalescer.due(loop.time()))
+                        now = loop.time()
+                        await write(coalescer.due(now), start=now >= start_by)
                         continue
                     if isinstance(item, OutputChunk):
-                        await self._output(
-                            execution, coalescer.feed(item.stream, item.data, loop.time())
-                        )
+                        await write(coalescer.feed(item.stream, item.data, loop.time()))
                         continue
                     if isinstance(item, ExecutionResult):
                         outcome = item
+                    elif item is _FORCED:
+                        outcome = _forced_result(execution, loop.time() - started)
                     elif item is None:
                         outcome = ExecutionInternal("the backend's stream ended without a result")
                     else:
                         outcome = item
                     break
-                await self._output(execution, coalescer.drain())
             finally:
                 stop_task.cancel()
                 if not reader.done():
                     reader.cancel()
-        return outcome, coalescer.n + 1
-
-    async def _output(self, execution: _Execution, flushes: list[Flush]) -> None:
-        if flushes:
-            await self._publish(
-                execution,
-                [
-                    ExecOutput(payload=ExecOutputPayload(execution.exec_id, f.stream, f.n, f.data))
-                    for f in flushes
-                ],
-            )
+        pending = [*start_event, *_outputs(execution.exec_id, coalescer.drain())]
+        return outcome, pending, coalescer.n + 1
 
     async def _pull(
         self, execution: _Execution, mirror: Mirror, mounts: tuple[Mount, ...]
@@ -844,22 +908,33 @@ class Runtime:
         execution: _Execution,
         finished: ExecFinishedPayload,
         files: list[Event] | None = None,
+        pending: list[Event] | None = None,
     ) -> None:
-        """Append the file events (in batches; a batch refused by a conflict is retried file
-        by file, the refused ones reported as skipped ``conflict``) and ``execFinished``."""
+        """Append what the run left unwritten (``pending``: ``execStarted``, the last output),
+        the file events and ``execFinished`` — one batch when they fit. File events go in
+        batches of :data:`FILE_BATCH`; a batch refused by a conflict is retried file by file,
+        the refused ones reported as skipped (``conflict``)."""
         files = list(files or [])
-        pending = files[-FILE_BATCH:] if files else []
-        for start in range(0, max(0, len(files) - len(pending)), FILE_BATCH):
-            finished = await self._write_files(
-                execution, files[start : start + FILE_BATCH], finished
-            )
+        head = list(pending or [])
+        if len(files) > FILE_BATCH:
+            if head:
+                await self._publish(execution, head)
+                head = []
+            last = len(files) - (len(files) - 1) % FILE_BATCH - 1
+            for start in range(0, last, FILE_BATCH):
+                finished = await self._write_files(
+                    execution, files[start : start + FILE_BATCH], finished
+                )
+            files = files[last:]
         final = ExecFinished(causation_id=execution.request_event_id or None, payload=finished)
         try:
-            await self._publish(execution, [*pending, final])
+            await self._publish(execution, [*head, *files, final])
         except ClientError:
-            if not pending:
+            if not files:
                 raise
-            finished = await self._write_files(execution, pending, finished)
+            if head:
+                await self._publish(execution, head)
+            finished = await self._write_files(execution, files, finished)
             final = ExecFinished(causation_id=execution.request_event_id or None, payload=finished)
             await self._publish(execution, [final])
         execution.status = finished.status

@@ -369,6 +369,8 @@ def _hash_file(path: str) -> str:
 async def read_changes(mirror: Mirror, changes: Iterable[Change]) -> dict[str, bytes]:
     """The content of the written files among ``changes`` (on a thread)."""
     paths = [c.path for c in changes if c.op == "write"]
+    if not paths:
+        return {}
     return await asyncio.to_thread(_read_files, mirror.root, paths)
 
 

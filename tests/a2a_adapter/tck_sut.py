@@ -6,8 +6,9 @@
 Not a test: the kit is not vendored (fetch it yourself). The hub alone is no agent — its tasks
 wait for workspace members — so this runs the A2A listener over a temporary SQLite log with a
 member that plays the kit's scenarios (``scenarios/*.feature``: what to do for each messageId
-prefix) through Workspaces, the way any WebSocket agent would. The kit sends no credentials,
-so a wrapper adds a token for one workspace (``tck``) to requests that carry none.
+prefix) through Workspaces, the way any WebSocket agent would. The kit sends no credentials
+(and picks its own contextIds), so a wrapper adds a token for every workspace to requests that
+carry none.
 """
 
 from __future__ import annotations
@@ -16,17 +17,19 @@ import argparse
 import asyncio
 import contextlib
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from a2a_adapter.app import A2AService
-from a2a_adapter.follow import LogFollower
 from hub.auth import TokenSigner
 from hub.config import HubConfig
 from hub.events import (
     Completed,
     Event,
+    FeedbackProvided,
     FeedbackRequested,
+    MessagePosted,
     NeedWork,
     WorkCancelled,
     WorkClaimed,
@@ -35,7 +38,6 @@ from hub.events import (
 from hub.log.sqlite import SqliteEventStore
 from hub.workspaces import Workspaces
 
-WORKSPACE = "tck"
 SECRET = b"tck-sut-secret-0123456789abcdef0123456789"
 
 
@@ -85,27 +87,56 @@ def scenario(message_id: str, cid: str) -> tuple[list[Event], float, list[Event]
             return [claim, published(_artifact([{"text": text}])), done], 0, []
     if message_id.startswith("tck-stream-002"):
         return [claim, done], 0, []
+    if not message_id:  # a follow-up on a task the member already holds
+        answer = {"messageId": f"{cid}-done", "parts": [{"text": "Hello from TCK"}]}
+        return [Completed(correlation_id=cid, payload=answer)], 0, []
     answer = {"messageId": f"{cid}-answer", "parts": [{"text": "Hello from TCK"}]}
     return [claim, Completed(correlation_id=cid, payload=answer)], 0, []
 
 
-async def member(workspaces: Workspaces, follower: LogFollower) -> None:
-    async with asyncio.TaskGroup() as tg, contextlib.aclosing(
-        follower.follow(WORKSPACE, await workspaces.head(WORKSPACE))
-    ) as events:
-        async for ev in events:
+async def member(workspaces: Workspaces) -> None:
+    """Plays the scenario of every needWork, in whatever workspace (context) it appears."""
+    queue: asyncio.Queue[tuple[str, NeedWork]] = asyncio.Queue()
+
+    def on_commit(workspace: str, batch: Sequence[Event]) -> None:
+        for ev in batch:
             if isinstance(ev, NeedWork) and ev.correlation_id and isinstance(ev.payload, dict):
-                now, delay, later = scenario(str(ev.payload.get("messageId", "")), ev.correlation_id)
-                tg.create_task(play(workspaces, now, delay, later))
+                queue.put_nowait((workspace, ev))
+            elif (
+                isinstance(ev, FeedbackProvided | MessagePosted)
+                and ev.correlation_id
+                and ev.producer != "tck-member"
+            ):  # a follow-up message: the kit's default scenario completes the task
+                body = ev.payload.data if isinstance(ev, MessagePosted) else ev.payload
+                mid = body.get("messageId", "") if isinstance(body, dict) else ""
+                follow_up = {"messageId": mid if "input-required" in mid else ""}
+                queue.put_nowait(
+                    (workspace, NeedWork(correlation_id=ev.correlation_id, payload=follow_up))
+                )
+
+    workspaces.add_listener(on_commit)
+    try:
+        async with asyncio.TaskGroup() as tg:
+            while True:
+                workspace, need = await queue.get()
+                assert need.correlation_id is not None
+                now, delay, later = scenario(
+                    str(need.payload.get("messageId", "")), need.correlation_id
+                )
+                tg.create_task(play(workspaces, workspace, now, delay, later))
+    finally:
+        workspaces.remove_listener(on_commit)
 
 
-async def play(workspaces: Workspaces, now: list[Event], delay: float, later: list[Event]) -> None:
+async def play(
+    workspaces: Workspaces, workspace: str, now: list[Event], delay: float, later: list[Event]
+) -> None:
     await asyncio.sleep(0.05)
     with contextlib.suppress(Exception):
-        await workspaces.publish(WORKSPACE, now, producer="tck-member")
+        await workspaces.publish(workspace, now, producer="tck-member")
         if later:
             await asyncio.sleep(delay)
-            await workspaces.publish(WORKSPACE, later, producer="tck-member")
+            await workspaces.publish(workspace, later, producer="tck-member")
 
 
 class _WithToken:
@@ -129,7 +160,7 @@ async def main(port: int) -> None:
         async with store:
             workspaces = Workspaces(store)
             signer = TokenSigner(SECRET)
-            token = signer.issue("tck", [WORKSPACE], ["read", "write"], ttl_seconds=86400)
+            token = signer.issue("tck", ["*"], ["read", "write"], ttl_seconds=86400)
             service = A2AService(workspaces, signer, HubConfig(), host="127.0.0.1", port=port)
             async with service:
                 assert service._server is not None
@@ -137,10 +168,8 @@ async def main(port: int) -> None:
                 service._server.config.loaded_app = _WithToken(
                     service._server.config.loaded_app, token
                 )
-                follower = LogFollower(workspaces)
-                follower.install()
                 print(f"tck sut on {service.url}", flush=True)
-                await member(workspaces, follower)
+                await member(workspaces)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import os
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,8 +36,11 @@ from backends.container import ContainerBackend, engine_reachable
 from backends.process import ProcessBackend
 from tests.conftest import require
 
+pytest.register_assert_rewrite("tests.backends.helpers")
+
+from tests.backends.helpers import drain, new_request  # noqa: E402  (after the rewrite registration)
+
 TEST_OWNER = f"agora-test-{os.getpid()}"
-_ids = itertools.count(1)
 
 
 def docker_state() -> tuple[bool, str]:
@@ -67,17 +68,19 @@ class Rig:
         """A policy that gives the program the workdir (process: the host view)."""
         if not self.is_container:
             return self.base
-        fs = (
+        return self.with_filesystem(
             FilesystemPolicy.workspace_read_only()
             if read_only
             else FilesystemPolicy.workspace_read_write()
         )
+
+    def with_filesystem(self, fs: FilesystemPolicy) -> SandboxPolicy:
+        """The backend's default policy narrowed to the filesystem policy ``fs``."""
         return narrow(self.backend.default_policy, PolicyPatch(filesystem=fs))
 
     def request(self, source: str = "", **kw: Any) -> ExecutionRequest:
-        kw.setdefault("exec_id", f"t{next(_ids)}-{uuid.uuid4().hex[:8]}")
         kw.setdefault("policy", self.base)
-        return ExecutionRequest(payload=Source(source), **kw)
+        return new_request(self.backend, payload=Source(source), **kw)
 
     async def run(
         self, source: str = "", *, workdir: Path | None = None, **kw: Any
@@ -89,15 +92,7 @@ class Rig:
         self, request: ExecutionRequest, workdir: Path | None = None
     ) -> ExecutionResult:
         self.chunks = []
-        result: ExecutionResult | None = None
-        async for event in self.backend.execute(request, workdir):
-            if isinstance(event, OutputChunk):
-                assert result is None, "a chunk after the result"
-                self.chunks.append(event)
-            else:
-                assert result is None, "two results"
-                result = event
-        assert result is not None
+        result, self.chunks = await drain(self.backend.execute(request, workdir))
         return result
 
     def streamed(self, stream: str) -> bytes:
@@ -170,31 +165,32 @@ async def make_rig(kind: str) -> tuple[Rig, CodeExecutor]:
     return Rig(kind, container, base), container
 
 
-@pytest.fixture(params=["process", "container", "container-cold"])
-async def rig(request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
-    made, backend = await make_rig(request.param)
+@contextlib.asynccontextmanager
+async def open_rig(kind: str) -> AsyncIterator[Rig]:
+    """A started rig of ``kind``, its backend closed at the end."""
+    made, backend = await make_rig(kind)
     try:
         yield made
     finally:
         await backend.aclose()
+
+
+@pytest.fixture(params=["process", "container", "container-cold"])
+async def rig(request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
+    async with open_rig(request.param) as made:
+        yield made
 
 
 @pytest.fixture
 async def process_rig() -> AsyncIterator[Rig]:
-    made, backend = await make_rig("process")
-    try:
+    async with open_rig("process") as made:
         yield made
-    finally:
-        await backend.aclose()
 
 
 @pytest.fixture(params=["container", "container-cold"])
 async def container_rig(request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
-    made, backend = await make_rig(request.param)
-    try:
+    async with open_rig(request.param) as made:
         yield made
-    finally:
-        await backend.aclose()
 
 
 class Listener:

@@ -146,8 +146,10 @@ async def test_warm_pool_serves_runs_without_a_workspace(
     container_rig: Rig, tmp_path: Path
 ) -> None:
     warm = container_rig.kind == "container"
+    backend = container_rig.backend
+    assert isinstance(backend, ContainerBackend)
     if warm:
-        await asyncio.sleep(1)  # let the pool fill
+        assert await backend.wait_warm(60)
     first = await container_rig.run("echo one")
     assert first.metadata is not None and first.metadata.warm is warm
     second = await container_rig.run("echo two")
@@ -172,9 +174,8 @@ async def test_path_lists(container_rig: Rig, tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "readme").write_text("doc\n")
     (tmp_path / "secret.txt").write_text("not mounted\n")
-    policy = narrow(
-        container_rig.backend.default_policy,
-        PolicyPatch(filesystem=FilesystemPolicy.paths(read_only=["docs"], read_write=["out"])),
+    policy = container_rig.with_filesystem(
+        FilesystemPolicy.paths(read_only=["docs"], read_write=["out"])
     )
     result = await container_rig.run(
         "cat docs/readme; cat secret.txt 2>/dev/null || echo no-secret; echo made > out/file;"
@@ -191,20 +192,14 @@ async def test_subtree_root(container_rig: Rig, tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "inner.txt").write_text("inner\n")
     (tmp_path / "outer.txt").write_text("outer\n")
-    policy = narrow(
-        container_rig.backend.default_policy,
-        PolicyPatch(filesystem=FilesystemPolicy.workspace_read_write("sub")),
-    )
+    policy = container_rig.with_filesystem(FilesystemPolicy.workspace_read_write("sub"))
     result = await container_rig.run("ls /workspace", workdir=tmp_path, policy=policy)
     assert result.stdout == b"inner.txt\n"
 
 
 async def test_symlink_out_of_the_workspace_is_refused(container_rig: Rig, tmp_path: Path) -> None:
     (tmp_path / "escape").symlink_to("/etc")
-    policy = narrow(
-        container_rig.backend.default_policy,
-        PolicyPatch(filesystem=FilesystemPolicy.workspace_read_only("escape")),
-    )
+    policy = container_rig.with_filesystem(FilesystemPolicy.workspace_read_only("escape"))
     with pytest.raises(InvalidRequest):
         await container_rig.run("ls", workdir=tmp_path, policy=policy)
 
@@ -265,10 +260,7 @@ async def test_no_containers_left_after_aclose() -> None:
     owner = f"{TEST_OWNER}-close-{uuid.uuid4().hex[:6]}"
     backend = ContainerBackend(owner=owner, warm_pool=2)
     await backend.start()
-    for _ in range(50):
-        if len(await asyncio.to_thread(_owned, owner)) == 2:
-            break
-        await asyncio.sleep(0.1)
+    assert await backend.wait_warm(60)
     assert len(await asyncio.to_thread(_owned, owner)) == 2  # the warm pool
     rig = Rig(
         "container",
@@ -293,3 +285,16 @@ def _owned(owner: str) -> list[str]:
         ]
     finally:
         client.close()
+
+
+async def test_missing_image_without_auto_build_is_unavailable() -> None:
+    ok, why = await asyncio.to_thread(docker_state)
+    require("docker", ok, why)
+    async with ContainerBackend(
+        owner=f"{TEST_OWNER}-img", image="agora-test/missing:1", auto_build=False, warm_pool=0
+    ) as backend:
+        ok, why = backend.available()
+        assert not ok and "agora images build" in why
+        rig = Rig("container", backend, backend.default_policy)
+        with pytest.raises(BackendUnavailable):
+            await rig.run("true")

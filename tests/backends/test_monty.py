@@ -8,9 +8,7 @@ runtime.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,6 @@ import pytest
 
 from backends.access import DirectoryAccess, WorkspaceAccess
 from backends.base import (
-    BackendUnavailable,
     CodeExecutor,
     ExecutionLanguage,
     ExecutionRequest,
@@ -35,7 +32,13 @@ from backends.base import (
     narrow,
 )
 from backends.monty import PythonBackend
-from hub.errors import Busy
+from tests.backends.helpers import (
+    assert_closed_is_unavailable,
+    assert_running_id_is_busy,
+    cancel_consumer,
+    drain,
+    new_request,
+)
 
 MIB = 1024 * 1024
 
@@ -81,9 +84,7 @@ async def read_only() -> AsyncIterator[PythonBackend]:
 
 
 def request(backend: PythonBackend, source: str, **kw: Any) -> ExecutionRequest:
-    kw.setdefault("exec_id", f"p-{uuid.uuid4().hex[:12]}")
-    kw.setdefault("policy", backend.default_policy)
-    return ExecutionRequest(language=ExecutionLanguage.PYTHON, payload=Source(source), **kw)
+    return new_request(backend, language=ExecutionLanguage.PYTHON, payload=Source(source), **kw)
 
 
 async def run(
@@ -95,19 +96,9 @@ async def run(
     session: str | None = None,
     **kw: Any,
 ) -> tuple[ExecutionResult, list[OutputChunk]]:
-    chunks: list[OutputChunk] = []
-    result: ExecutionResult | None = None
-    events = backend.execute(
-        request(backend, source, **kw), workdir, access=access, session=session
+    return await drain(
+        backend.execute(request(backend, source, **kw), workdir, access=access, session=session)
     )
-    async for event in events:
-        if isinstance(event, OutputChunk):
-            assert result is None
-            chunks.append(event)
-        else:
-            result = event
-    assert result is not None
-    return result, chunks
 
 
 def test_protocol_and_capabilities(backend: PythonBackend) -> None:
@@ -344,23 +335,14 @@ async def test_cancel_waits_for_an_accepted_host_call(backend: PythonBackend) ->
 
 async def test_cancelled_consumer_stops_the_snippet(backend: PythonBackend) -> None:
     req = request(backend, "while True:\n    pass", timeout_ms=10_000)
-    task = asyncio.create_task(collect(backend.execute(req, None)))
-    await asyncio.sleep(0.3)
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await cancel_consumer(backend, req, settle_s=0.3)
     result, _ = await run(backend, "'again'", exec_id=req.exec_id)
     assert result.value == "again"
 
 
 async def test_a_running_id_is_busy(backend: PythonBackend) -> None:
     req = request(backend, "while True:\n    pass", timeout_ms=10_000)
-    task = asyncio.create_task(collect(backend.execute(req, None)))
-    await asyncio.sleep(0.2)
-    with pytest.raises(Busy):
-        await collect(backend.execute(req, None))
-    await backend.cancel(req.exec_id)
-    await task
+    await assert_running_id_is_busy(backend, req, settle_s=0.2)
 
 
 async def test_session_keeps_state_between_calls(backend: PythonBackend) -> None:
@@ -406,8 +388,4 @@ async def test_other_languages_are_refused(backend: PythonBackend) -> None:
 
 async def test_closed_backend_is_unavailable() -> None:
     made = PythonBackend()
-    await made.start()
-    await made.aclose()
-    await made.aclose()
-    with pytest.raises(BackendUnavailable):
-        await collect(made.execute(request(made, "1"), None))
+    await assert_closed_is_unavailable(made, request(made, "1"))

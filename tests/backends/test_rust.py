@@ -27,6 +27,7 @@ from backends.base import (
 from backends.rust import DEBIAN_REGISTRY, RustBackend, RustToolchain
 from backends.rust_diagnostics import errors, parse_diagnostics, to_diagnostic
 from backends.rust_source import strip_comments_and_literals, validate_rust_source, wrap
+from tests.backends.helpers import new_request
 from tests.conftest import require
 
 RUN_OK = """
@@ -242,9 +243,7 @@ async def backend() -> AsyncIterator[RustBackend]:
 
 
 def request(backend: RustBackend, source: str, **kw: Any) -> ExecutionRequest:
-    kw.setdefault("exec_id", f"r-{uuid.uuid4().hex[:12]}")
-    kw.setdefault("policy", backend.default_policy)
-    return ExecutionRequest(language=ExecutionLanguage.RUST, payload=Source(source), **kw)
+    return new_request(backend, language=ExecutionLanguage.RUST, payload=Source(source), **kw)
 
 
 async def run(backend: RustBackend, source: str, **kw: Any) -> ExecutionResult:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import time
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -32,8 +30,14 @@ from backends.base import (
     narrow,
 )
 from backends.wasm import WasmBackend, validate_wasm_bytes
-from hub.errors import Busy
 from tests.backends import wat
+from tests.backends.helpers import (
+    assert_closed_is_unavailable,
+    assert_running_id_is_busy,
+    cancel_consumer,
+    drain,
+    new_request,
+)
 
 MIB = 1024 * 1024
 
@@ -46,25 +50,14 @@ async def backend() -> AsyncIterator[WasmBackend]:
 
 def request(backend: WasmBackend, module: bytes | str, **kw: Any) -> ExecutionRequest:
     data = wat.wasm(module) if isinstance(module, str) else module
-    kw.setdefault("exec_id", f"w-{uuid.uuid4().hex[:12]}")
-    kw.setdefault("policy", backend.default_policy)
     kw.setdefault("payload", GuestModule(data))
-    return ExecutionRequest(language=ExecutionLanguage.WASM, **kw)
+    return new_request(backend, language=ExecutionLanguage.WASM, **kw)
 
 
 async def run(
     backend: WasmBackend, module: bytes | str, workdir: Path | None = None, **kw: Any
 ) -> tuple[ExecutionResult, list[OutputChunk]]:
-    chunks: list[OutputChunk] = []
-    result: ExecutionResult | None = None
-    async for event in backend.execute(request(backend, module, **kw), workdir):
-        if isinstance(event, OutputChunk):
-            assert result is None
-            chunks.append(event)
-        else:
-            result = event
-    assert result is not None
-    return result, chunks
+    return await drain(backend.execute(request(backend, module, **kw), workdir))
 
 
 def test_protocol_and_capabilities(backend: WasmBackend) -> None:
@@ -326,11 +319,7 @@ async def test_cancel_interrupts_a_running_module(backend: WasmBackend) -> None:
 
 async def test_cancelled_consumer_stops_the_module(backend: WasmBackend) -> None:
     req = request(backend, wat.INFINITE_LOOP, timeout_ms=30_000)
-    task = asyncio.create_task(collect(backend.execute(req, None)))
-    await asyncio.sleep(0.2)
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await cancel_consumer(backend, req, settle_s=0.2)
     # The id is free again once the guest is gone: a new run with it is admitted.
     result, _ = await run(backend, wat.HELLO, exec_id=req.exec_id)
     assert result.status == "completed"
@@ -338,12 +327,7 @@ async def test_cancelled_consumer_stops_the_module(backend: WasmBackend) -> None
 
 async def test_a_running_id_is_busy(backend: WasmBackend) -> None:
     req = request(backend, wat.INFINITE_LOOP, timeout_ms=30_000)
-    task = asyncio.create_task(collect(backend.execute(req, None)))
-    await asyncio.sleep(0.1)
-    with pytest.raises(Busy):
-        await collect(backend.execute(req, None))
-    await backend.cancel(req.exec_id)
-    await task
+    await assert_running_id_is_busy(backend, req, settle_s=0.1)
 
 
 async def test_concurrent_runs(backend: WasmBackend) -> None:
@@ -354,12 +338,5 @@ async def test_concurrent_runs(backend: WasmBackend) -> None:
 
 
 async def test_closed_backend_is_unavailable() -> None:
-    from backends.base import BackendUnavailable
-
     made = WasmBackend()
-    await made.start()
-    await made.aclose()
-    await made.aclose()  # idempotent
-    assert made.available()[0] is False
-    with pytest.raises(BackendUnavailable):
-        await collect(made.execute(request(made, wat.HELLO), None))
+    await assert_closed_is_unavailable(made, request(made, wat.HELLO))

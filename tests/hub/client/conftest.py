@@ -48,7 +48,7 @@ class HubProcess:
         return env
 
     def start(self, timeout: float = 20.0) -> None:
-        argv = [sys.executable, "-m", "hub", "serve", "--host", "127.0.0.1"]
+        argv = [sys.executable, "-m", "hub", "serve", "--host", "127.0.0.1", "--no-a2a"]
         argv += ["--port", str(self.port), "--data", str(self.data)]
         if self.config is not None:
             argv += ["--config", str(self.config)]

@@ -65,7 +65,6 @@ class Publisher:
         self.reconnects = 0
         self.errors: list[str] = []
         self.latencies: list[float] = []  # publish -> ack, seconds
-        self.dead: set[str] = set()  # urls given up on
 
     async def run(self) -> None:
         todo: deque[str] = deque(self.ids)
@@ -75,8 +74,6 @@ class Publisher:
         while len(self.acked) < len(self.ids):
             url = self.urls[at % len(self.urls)]
             at += 1
-            if url in self.dead:
-                continue
             try:
                 ws = await _open(url, self.token)
             except LOST:
@@ -146,7 +143,6 @@ class Subscriber:
         self.reconnects = 0
         self.subscribed = asyncio.Event()  # set while subscribed
         self.target: int | None = None  # stop once this seq has arrived
-        self.dead: set[str] = set()
 
     @property
     def last(self) -> int:
@@ -160,8 +156,6 @@ class Subscriber:
         while not self.done():
             url = self.urls[at % len(self.urls)]
             at += 1
-            if url in self.dead:
-                continue
             try:
                 ws = await _open(url, self.token)
             except LOST:

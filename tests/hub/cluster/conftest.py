@@ -154,21 +154,24 @@ StartNode = Callable[..., NodeProcess]
 
 @pytest.fixture
 def start_node(tmp_path: Path) -> Iterator[StartNode]:
-    """``start_node(store_url, node_id=None, **env)``: a running node (see the module doc)."""
+    """``start_node(store_url, node_id=None, config="", **env)``: a running node (see the
+    module doc); ``config`` is appended to its agora.toml."""
     started: list[NodeProcess] = []
     counter = itertools.count()
 
-    def start(store_url: str, node_id: str | None = None, **env: str) -> NodeProcess:
+    def start(
+        store_url: str, node_id: str | None = None, config: str = "", **env: str
+    ) -> NodeProcess:
         n = next(counter)
-        config = tmp_path / f"node-{n}.toml"
-        config.write_text(f'[server]\na2a_port = 0\n\n[storage]\nstore = "{store_url}"\n')
+        path = tmp_path / f"node-{n}.toml"
+        path.write_text(f'[server]\na2a_port = 0\n\n[storage]\nstore = "{store_url}"\n\n{config}\n')
         node_env = {
             "AGORA_NODE_ID": node_id or f"node-{n}-{uuid.uuid4().hex[:6]}",
             "AGORA_HEARTBEAT_S": HEARTBEAT_S,
             "AGORA_NODE_TIMEOUT_S": NODE_TIMEOUT_S,
             **env,
         }
-        node = NodeProcess(tmp_path / f"node-{n}", config, node_env)
+        node = NodeProcess(tmp_path / f"node-{n}", path, node_env)
         started.append(node)
         return node.start()
 

@@ -10,16 +10,19 @@ acknowledged event is in the log at its acknowledged seq, and ``agora verify --s
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
 
+from hub.auth import TokenSigner
 from hub.log.postgres import PostgresEventStore
 from tests.hub.cluster.agents import Publisher, Subscriber
-from tests.hub.cluster.conftest import REPO, StartNode, wait_for
+from tests.hub.cluster.conftest import REPO, NodeProcess, StartNode, wait_for
 from tests.hub.log.conftest import POSTGRES_DSN
 from tests.hub.server.conftest import SECRET, mint, peer
 
@@ -51,10 +54,11 @@ async def run_load(
     publishers: int,
     subscribers: int,
     count: int,
-    kill: tuple[int, object] | None = None,
+    kill: NodeProcess | None = None,
 ) -> tuple[list[Publisher], list[Subscriber], list[tuple[int, str]]]:
-    """Publishers and subscribers spread round-robin over ``urls``; ``kill`` = (node index,
-    node) kills that node once a third of the events are acknowledged."""
+    """Publishers and subscribers spread round-robin over ``urls``; ``kill``: a node to kill
+    (SIGKILL) once a third of the events are acknowledged. Its clients find out by themselves
+    (the connection drops, reconnecting to it is refused) and move on to the next URL."""
     token = mint("agent")
     subs = [
         Subscriber(f"s{i}", urls, WORKSPACE, token, start=i % len(urls)) for i in range(subscribers)
@@ -70,12 +74,9 @@ async def run_load(
                 await s.subscribed.wait()
         pub_tasks = [tg.create_task(p.run()) for p in pubs]
         if kill is not None:
-            index, node = kill
             total = publishers * count
             await wait_for(lambda: sum(len(p.acked) for p in pubs) >= total // 3, within=60)
-            node.kill()  # type: ignore[attr-defined]
-            for agent in [*pubs, *subs]:
-                agent.dead.add(urls[index])
+            kill.kill()
         async with asyncio.timeout(120):
             await asyncio.gather(*pub_tasks)
         # Every subscriber is (re)subscribed: no presence event is still to come.
@@ -147,13 +148,15 @@ async def test_kill_a_node_under_load_loses_nothing(
         publishers=2 * nodes,
         subscribers=2 * nodes,
         count=200,
-        kill=(victim, started[victim]),
+        kill=started[victim],
     )
     check(pubs, subs, log)
     # The victim's clients moved to a survivor and resumed there.
-    moved = [a for a in [*pubs, *subs] if a.start == victim]
+    agents: list[Publisher | Subscriber] = [*pubs, *subs]
+    moved = [a for a in agents if a.start == victim]
     assert moved and all(a.reconnects >= 1 for a in moved)
-    assert started[victim].proc is not None and started[victim].proc.returncode == -9
+    proc = started[victim].proc
+    assert proc is not None and proc.returncode == -signal.SIGKILL
     result = verify(pg_url, tmp_path / "verify")
     assert result.returncode == 0, result.stderr
 
@@ -189,3 +192,67 @@ async def test_a_node_catches_up_after_losing_its_listen_connection(
             seqs.append(ack["seq"])
         got = await watcher.events(WORKSPACE, seqs[-1], within=15)
         assert [e["seq"] for e in got] == list(range(first["seq"] + 1, seqs[-1] + 1))
+
+
+SH_BACKEND = '[[backends]]\nid = "sh"\nkind = "process"\n'
+
+
+async def test_a_killed_nodes_execution_is_closed_once_by_a_survivor(
+    pg_url: str, pg_schema: str, pg_store: PostgresEventStore, start_node: StartNode
+) -> None:
+    """An execution running on a node killed with SIGKILL gets exactly one ``execFinished``
+    (``failed``/``interrupted``), written by one of the surviving nodes, and a subscriber on a
+    survivor receives it."""
+    victim = start_node(pg_url, "victim", SH_BACKEND)
+    survivors = [start_node(pg_url, f"survivor-{i}", SH_BACKEND) for i in range(2)]
+    signer = TokenSigner(SECRET.encode())
+    token = signer.issue(
+        "runner", ["*"], ["read", "write", "exec"], backends=["sh"], ttl_seconds=600
+    )
+    async with peer(victim.url, token) as runner, peer(survivors[0].url, token) as watcher:
+        assert (await watcher.call("subscribe", workspace=WORKSPACE, afterSeq=0))["op"] == (
+            "subscribed"
+        )
+        accepted = await runner.call(
+            "exec", workspace=WORKSPACE, backend="sh", source="sleep 3", execId="long"
+        )
+        assert accepted["op"] == "execAccepted", accepted
+        await wait_for_kinds(pg_store, ["execStarted"])
+        victim.kill()
+        finished = await wait_for_kinds(pg_store, ["execStarted", "execFinished"], within=15)
+        closing = finished[-1]
+        assert closing.payload.status == "failed" and closing.payload.reason == "interrupted"
+        (note,) = closing.payload.diagnostics
+        assert note["node"] == "victim" and note["closedBy"] in {"survivor-0", "survivor-1"}
+        got = await watcher.events(WORKSPACE, closing.seq, within=10)
+        assert got[-1]["kind"] == "execFinished" and got[-1]["id"] == closing.id
+    await asyncio.sleep(2.0)  # a second (wrong) closing would show by now
+    kinds = [e.kind async for e in pg_store.read(WORKSPACE) if e.kind.startswith("exec")]
+    assert kinds == ["execRequested", "execStarted", "execFinished"]
+    conn = await asyncpg.connect(POSTGRES_DSN)
+    try:
+        row = await conn.fetchrow(
+            f'SELECT reaped_by, reaped_at FROM "{pg_schema}".nodes WHERE node_id = $1', "victim"
+        )
+    finally:
+        await conn.close()
+    assert row is not None and row["reaped_at"] is not None
+    assert row["reaped_by"] == note["closedBy"]
+
+
+async def wait_for_kinds(
+    store: PostgresEventStore, kinds: list[str], within: float = 10.0
+) -> list[Any]:
+    """Poll the log until its ``exec*`` events have exactly ``kinds`` after execRequested."""
+    async with asyncio.timeout(within):
+        while True:
+            events = [e async for e in store.read(WORKSPACE) if e.kind.startswith("exec")]
+            if [e.kind for e in events[1:]] == kinds:
+                return events[1:]
+            await asyncio.sleep(0.05)
+
+
+def test_a_node_id_in_use_by_a_live_node_is_refused(pg_url: str, start_node: StartNode) -> None:
+    start_node(pg_url, "twin")
+    with pytest.raises(AssertionError, match="is in use by a running node"):
+        start_node(pg_url, "twin")

@@ -40,6 +40,7 @@ from hub.projections import (
     evolve,
     rebuild,
 )
+from hub.projections.decide import reads_state
 from tests.strategies import Draft, seal_all, valid_drafts
 
 
@@ -331,3 +332,35 @@ def test_a_stale_base_rev_anywhere_is_refused(drafts: list[Draft], data: st.Data
     )
     err = _refused(state, [MessagePosted(), bad], producer, Conflict)
     assert err.details == {"path": path, "baseRev": stale, "rev": current, "index": 1}
+
+
+# -- reads_state: which batches may land after events they were not decided against --------
+
+
+@given(valid_drafts(), valid_drafts())
+@settings(max_examples=60, deadline=None)
+def test_a_batch_that_reads_no_state_is_accepted_after_any_history(
+    history: list[Draft], batch: list[Draft]
+) -> None:
+    """What ``reads_state`` calls state-free is decided the same whatever came before."""
+    events = [draft for _, draft in batch]
+    if not events or reads_state(events):
+        return
+    decide(_state(*history), events, "someone-else")
+
+
+@pytest.mark.parametrize(
+    ("drafts", "expected"),
+    [
+        ([MessagePosted()], False),
+        ([_write("a")], False),
+        ([_write("a", base_rev=0)], True),
+        ([_delete("a")], True),
+        ([_move("a", "b")], True),
+        ([NeedWork(correlation_id="c")], True),
+        ([NeedWork()], False),  # no correlationId: no work item is touched
+        ([MessagePosted(), WorkClaimed(correlation_id="c")], True),
+    ],
+)
+def test_reads_state(drafts: list[Event], expected: bool) -> None:
+    assert reads_state(drafts) is expected

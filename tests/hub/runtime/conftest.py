@@ -124,12 +124,20 @@ class RuntimeHub(HubProcess):
 class ExecPeer(Peer):
     """A raw connection with helpers for the runtime's ops."""
 
+    async def reply(self, rid: Any, within: float = 60) -> Frame:
+        """The next frame with ``rid``, from the inbox first (streams interleave)."""
+        for i, frame in enumerate(self.inbox):
+            if frame.get("rid") == rid:
+                return self.inbox.pop(i)
+        return await super().reply(rid, within)
+
     async def exec(self, workspace: str = "w", **fields: Any) -> Frame:
+        """``exec`` (``encoding`` defaults to ``utf8``); the reply."""
+        fields.setdefault("encoding", "utf8")
         return await self.call("exec", workspace=workspace, **fields)
 
     async def run(self, workspace: str = "w", within: float = 60, **fields: Any) -> Frame:
         """``exec`` then ``execResult``: the result (asserting both succeeded)."""
-        fields.setdefault("encoding", "utf8")
         accepted = await self.exec(workspace, **fields)
         assert accepted["op"] == "execAccepted", accepted
         reply = await self.call(

@@ -293,8 +293,8 @@ async def test_get_exec_tail_of_a_running_execution(runtime_hub: RuntimeHub) -> 
         await p.exec(source="echo early; sleep 0.6; echo late", execId="t")
         await wait_for_output(p, "t")
         tail, end = await p.stream("w", "t", "tail")
-    assert [f["text"] for f in tail if f["event"]["kind"] == "execOutput"] == [None]
-    assert [base64.b64decode(f["event"]["payload"]["data"]) for f in tail[:1]] == [b"late\n"]
+    assert [f["text"] for f in tail if f["event"]["kind"] == "execOutput"] == ["late\n"]
+    assert [f["event"]["kind"] for f in tail] == ["execOutput", "execFinished"]
     assert end["status"] == "completed"
 
 
@@ -359,9 +359,13 @@ async def test_live_readers_are_capped(runtime_hub: RuntimeHub) -> None:
             await p.send({"op": "getExec", "rid": f"s{i}", "workspace": "w", "execId": "r"})
         refused = await p.stream("w", "r")
         await p.call("kill", workspace="w", execId="r")
-        ends = [await p.reply(rid) for rid in rids]
+        ends = []
+        for rid in rids:
+            while (frame := await p.reply(rid))["op"] == "execEvent":
+                pass
+            ends.append(frame)
     assert (refused[1]["op"], refused[1]["code"]) == ("error", "busy")
-    assert {e["op"] for e in ends} == {"execEnd"}
+    assert {(e["op"], e["status"]) for e in ends} == {("execEnd", "cancelled")}
 
 
 async def test_python_backend_writes_through_the_log(runtime_hub: RuntimeHub) -> None:
@@ -383,3 +387,21 @@ def test_hub_port_really_listens(runtime_hub: RuntimeHub) -> None:
     # Guards the network test above: the port it fails to reach is open from the host.
     with socket.create_connection(("127.0.0.1", runtime_hub.port), timeout=2):
         pass
+
+
+async def test_a_failed_push_aborts_the_run(runtime_hub: RuntimeHub) -> None:
+    big = "x" * (100 * 1024)  # above the blob threshold: the content lives in the blob store
+    async with exec_peer(runtime_hub.url) as p:
+        await p.publish("w", {"kind": "fileWritten", "payload": {"path": "big.txt", "text": big}})
+        sha = (await p.call("state", workspace="w"))["state"]["files"]["big.txt"]["blob"]
+        _remove_blob(runtime_hub, sha)
+        result = await p.run(source="echo ran > ran.txt", execId="nopush")
+        events = of_exec(await p.log(), "nopush")
+    assert (result["status"], result["reason"], result["pushed"]) == ("failed", "error", 0)
+    assert result["diagnostics"][0]["code"] == "pushFailed"
+    assert [e["kind"] for e in events] == ["execRequested", "execFinished"]  # it never ran
+
+
+def _remove_blob(hub: RuntimeHub, sha: str) -> None:
+    (path,) = list(hub.data_dir.rglob(sha[2:]))
+    path.unlink()

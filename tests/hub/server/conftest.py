@@ -66,7 +66,7 @@ class HubProcess:
         self.stderr_path = data_dir.parent / f"{data_dir.name}.stderr.log"
 
     def start(self, port: int = 0) -> HubProcess:
-        argv = [sys.executable, "-m", "hub", "serve", "--port", str(port)]
+        argv = [sys.executable, "-m", "hub", "serve", "--port", str(port), "--no-a2a"]
         argv += ["--data", str(self.data_dir)]
         if self.config is not None:
             argv += ["--config", str(self.config)]

@@ -1,0 +1,123 @@
+"""The parts of :class:`~backends.base.CodeExecutor` every backend implements the same way.
+
+:class:`BackendLifecycle` is the base of the backends: it holds the instance's name,
+capabilities, default policy and :class:`~backends.runs.RunRegistry`, and implements from them
+
+* the protocol's properties, :meth:`~BackendLifecycle.available` (a closed backend is
+  unavailable; otherwise the backend's own :meth:`~BackendLifecycle._readiness`), ``async with``
+  (:meth:`start` … :meth:`aclose`) and :meth:`~BackendLifecycle.cancel`;
+* the admission every ``execute`` begins with (:meth:`~BackendLifecycle._check_request`:
+  start, availability, :func:`~backends.validate.validate_request`), before the backend's own
+  checks and :meth:`RunRegistry.admit <backends.runs.RunRegistry.admit>`;
+* the result's :class:`~backends.result.ExecutionMetadata`.
+
+What is left to each backend: :meth:`start`, :meth:`aclose` and ``execute`` (see
+:mod:`backends.base` for the contract; :func:`backends.captured.captured_result` builds the
+result and :meth:`RunRegistry.close_run <backends.runs.RunRegistry.close_run>` ends the run).
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Iterable
+from typing import Self
+
+from backends.capabilities import BackendCapabilities
+from backends.errors import BackendUnavailable
+from backends.policy import SandboxPolicy
+from backends.request import ExecutionRequest
+from backends.result import ExecutionMetadata
+from backends.runs import RunRegistry
+from backends.validate import validate_request
+from hub.events import ArtifactRef
+
+__all__ = ["BackendLifecycle", "elapsed_ms"]
+
+
+def elapsed_ms(started: float) -> int:
+    """Milliseconds since ``started`` (a :func:`time.monotonic` reading)."""
+    return int((time.monotonic() - started) * 1000)
+
+
+class BackendLifecycle(abc.ABC):
+    """The shared half of a backend (see the module docstring). Subclasses set ``_name``,
+    ``_caps``, ``_policy`` and ``_registry`` in ``__init__`` (or override the properties)."""
+
+    _name: str
+    _caps: BackendCapabilities
+    _policy: SandboxPolicy
+    _registry: RunRegistry
+
+    @property
+    def name(self) -> str:
+        """The instance id the runtime routes by."""
+        return self._name
+
+    @property
+    def capabilities(self) -> BackendCapabilities:
+        return self._caps
+
+    @property
+    def default_policy(self) -> SandboxPolicy:
+        return self._policy
+
+    def available(self) -> tuple[bool, str]:
+        """``(True, "")`` if it can run now, else ``(False, reason)``. Never blocks."""
+        if self._registry.closed:
+            return False, "the backend is closed"
+        return self._readiness()
+
+    def _readiness(self) -> tuple[bool, str]:
+        """What :meth:`available` says of an open backend (state found by :meth:`start`)."""
+        return True, ""
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Get ready to run (idempotent; ``execute`` calls it)."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Stop every running execution, release everything. Idempotent."""
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def cancel(self, exec_id: str) -> bool:
+        """Stop a running execution and wait until it is gone. False if none is running."""
+        return await self._registry.cancel(exec_id)
+
+    async def _check_request(self, request: ExecutionRequest) -> None:
+        """What every ``execute`` does first: start, check availability, validate ``request``
+        against the capabilities. Raises :class:`BackendUnavailable` and what
+        :func:`validate_request` raises."""
+        await self.start()
+        ok, why = self.available()
+        if not ok:
+            raise BackendUnavailable(
+                f"backend {self.name!r} is unavailable: {why}", backend=self.name
+            )
+        validate_request(request, self.capabilities)
+
+    def _metadata(
+        self,
+        request: ExecutionRequest,
+        *,
+        warm: bool = False,
+        image: str | None = None,
+        artifacts: Iterable[ArtifactRef] = (),
+    ) -> ExecutionMetadata:
+        """The metadata of ``request``'s result: this instance, the language, the isolation."""
+        return ExecutionMetadata(
+            backend=self.name,
+            language=request.language,
+            isolation=self.capabilities.isolation,
+            identity=request.identity,
+            artifacts=list(artifacts),
+            image=image,
+            warm=warm,
+        )

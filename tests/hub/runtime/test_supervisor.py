@@ -1,0 +1,234 @@
+"""hub/runtime/supervisor.py in-process, with scripted backends: retention, the cap, a backend
+that ignores kill, a backend that refuses at run time, shutdown, and recovery."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from backends.base import (
+    BackendCapabilities,
+    ExecEvent,
+    ExecutionIsolation,
+    ExecutionLanguage,
+    ExecutionRequest,
+    ExecutionResult,
+    OutputChunk,
+    Rejected,
+    SandboxPolicy,
+)
+from hub.auth import Capability
+from hub.errors import Busy, Forbidden, Unavailable
+from hub.events import ExecDisposed, ExecFinished, ExecOutput, ExecRequested, ExecStarted
+from hub.frames import Exec
+from hub.log.factory import open_store
+from hub.runtime import BackendInstance, BackendRegistry, Runtime, RuntimeSettings
+from hub.workspaces import Workspaces
+
+CAP = Capability(
+    agent="alice",
+    workspaces=("*",),
+    rights=("read", "exec"),
+    backends=("*",),
+    expires_at=2**40,
+    issued_at=0,
+    token_id="t",
+)
+
+
+class Scripted:
+    """A backend whose source says what to do: ``out:TEXT``, ``hang``, ``refuse``, ``ok``."""
+
+    def __init__(self, *, obey_cancel: bool = True) -> None:
+        self.obey_cancel = obey_cancel
+        self.closed: list[str] = []
+        self._stops: dict[str, asyncio.Event] = {}
+
+    name = "fake"
+    capabilities = BackendCapabilities(
+        isolation=ExecutionIsolation.IN_PROCESS,
+        enforces_network=True,
+        enforces_filesystem=True,
+        enforces_environment=True,
+        enforces_timeout=True,
+        languages=frozenset({ExecutionLanguage.COMMAND}),
+    )
+    default_policy = SandboxPolicy()
+
+    def available(self) -> tuple[bool, str]:
+        return True, ""
+
+    async def start(self) -> None:
+        return None
+
+    async def execute(
+        self, request: ExecutionRequest, workdir: Path | None
+    ) -> AsyncIterator[ExecEvent]:
+        source = request.source or ""
+        stop = self._stops[request.exec_id] = asyncio.Event()
+        try:
+            if source == "refuse":
+                raise Rejected("not today", field="source")
+            if source.startswith("out:"):
+                yield OutputChunk("stdout", source[4:].encode())
+            if source == "hang":
+                yield OutputChunk("stdout", b"hanging\n")
+                await stop.wait()
+                yield ExecutionResult(status="cancelled", reason="killed", exit_code=130)
+                return
+            yield ExecutionResult(status="completed", reason="exit", exit_code=0)
+        finally:
+            self.closed.append(request.exec_id)
+            self._stops.pop(request.exec_id, None)
+
+    async def cancel(self, exec_id: str) -> bool:
+        stop = self._stops.get(exec_id)
+        if stop is None or not self.obey_cancel:
+            return False
+        stop.set()
+        return True
+
+    async def aclose(self) -> None:
+        return None
+
+
+class Rig:
+    def __init__(self, workspaces: Workspaces, runtime: Runtime, backend: Scripted) -> None:
+        self.workspaces = workspaces
+        self.runtime = runtime
+        self.backend = backend
+        self.stop = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    async def run(self, source: str, exec_id: str | None = None, **fields: Any) -> Any:
+        exec_id = await self.runtime.exec(
+            "w", Exec(workspace="w", source=source, exec_id=exec_id, **fields), capability=CAP
+        )
+        return await self.runtime.result("w", exec_id, capability=CAP)
+
+    async def events(self) -> list[Any]:
+        return [e async for e in self.workspaces.store.read("w")]
+
+
+async def make_rig(tmp_path: Path, backend: Scripted, **settings: Any) -> AsyncIterator[Rig]:
+    async with open_store(None, tmp_path / "data") as store:
+        workspaces = Workspaces(store)
+        registry = BackendRegistry([BackendInstance("fake", "process", "read-write", backend)])
+        runtime = Runtime(workspaces, registry, RuntimeSettings(**settings))
+        rig = Rig(workspaces, runtime, backend)
+        await runtime.recover()
+        rig.task = asyncio.create_task(runtime.run(rig.stop))
+        await asyncio.sleep(0)
+        try:
+            yield rig
+        finally:
+            rig.stop.set()
+            await rig.task
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    async for r in make_rig(tmp_path, Scripted(), retention_keep=2, retention_window_ms=0):
+        yield r
+
+
+async def test_a_run_is_journaled_in_two_commits(rig: Rig) -> None:
+    result = await rig.run("out:hi", exec_id="a")
+    events = await rig.events()
+    assert (result.status, result.stdout) == ("completed", "aGk=")  # base64 by default
+    assert [type(e) for e in events] == [ExecRequested, ExecStarted, ExecOutput, ExecFinished]
+    assert events[1].seq == events[3].seq - 2  # started, output and finished: one batch
+
+
+async def test_retention_prunes_beyond_the_newest(rig: Rig) -> None:
+    for i in range(4):
+        await rig.run("ok", exec_id=f"r{i}")
+    await asyncio.sleep(0.05)
+    disposed = [e for e in await rig.events() if isinstance(e, ExecDisposed)]
+    assert [(e.payload.exec_id, e.payload.reason, e.producer) for e in disposed] == [
+        ("r0", "retention", "hub"),
+        ("r1", "retention", "hub"),
+    ]
+    again = await rig.run("ok", exec_id="r0")  # the id is free again
+    assert again.status == "completed"
+
+
+async def test_a_refusal_at_run_time_is_recorded(rig: Rig) -> None:
+    result = await rig.run("refuse")
+    assert (result.status, result.reason) == ("failed", "rejected")
+    assert msgspec.to_builtins(result.diagnostics)[0]["message"] == "not today"
+
+
+async def test_the_cap_and_the_rights(tmp_path: Path) -> None:
+    async for rig in make_rig(tmp_path, Scripted(), max_concurrent=1):
+        first = await rig.runtime.exec("w", Exec(workspace="w", source="hang"), capability=CAP)
+        with pytest.raises(Busy):
+            await rig.runtime.exec("w", Exec(workspace="w", source="ok"), capability=CAP)
+        reader = msgspec.structs.replace(CAP, rights=("read",))
+        with pytest.raises(Forbidden):
+            await rig.runtime.exec("w", Exec(workspace="w", source="ok"), capability=reader)
+        other = msgspec.structs.replace(CAP, backends=("nope",))
+        with pytest.raises(Forbidden):
+            await rig.runtime.exec("w", Exec(workspace="w", source="ok"), capability=other)
+        assert await rig.runtime.kill("w", first, capability=CAP) == "cancelled"
+
+
+async def test_a_backend_that_ignores_kill_is_closed_by_the_runtime(tmp_path: Path) -> None:
+    backend = Scripted(obey_cancel=False)
+    async for rig in make_rig(tmp_path, backend, stop_grace_s=0.2):
+        exec_id = await rig.runtime.exec("w", Exec(workspace="w", source="hang"), capability=CAP)
+        await asyncio.sleep(0.1)
+        status = await rig.runtime.kill("w", exec_id, capability=CAP)
+        result = await rig.runtime.result("w", exec_id, capability=CAP)
+        assert status == "cancelled" and exec_id in backend.closed  # its stream was closed
+        codes = [d["code"] for d in msgspec.to_builtins(result.diagnostics)]
+        assert result.exit_code == 130 and "forcedStop" in codes
+
+
+async def test_shutdown_records_interrupted_and_refuses_new_work(tmp_path: Path) -> None:
+    async for rig in make_rig(tmp_path, Scripted()):
+        exec_id = await rig.runtime.exec("w", Exec(workspace="w", source="hang"), capability=CAP)
+        await asyncio.sleep(0.1)
+        rig.stop.set()
+        assert rig.task is not None
+        await rig.task
+        with pytest.raises(Unavailable):
+            await rig.runtime.exec("w", Exec(workspace="w", source="ok"), capability=CAP)
+        finished = [e for e in await rig.events() if isinstance(e, ExecFinished)]
+        assert [(e.payload.exec_id, e.payload.status, e.payload.reason) for e in finished] == [
+            (exec_id, "failed", "interrupted")
+        ]
+
+
+async def test_recovery_closes_open_executions(tmp_path: Path) -> None:
+    async with open_store(None, tmp_path / "data") as store:
+        workspaces = Workspaces(store)
+        from hub.events import ExecRequestedPayload, ExecStartedPayload
+
+        await workspaces.publish(
+            "w",
+            [
+                ExecRequested(payload=ExecRequestedPayload(exec_id="ran", backend="fake")),
+                ExecStarted(payload=ExecStartedPayload(exec_id="ran", backend="fake")),
+                ExecRequested(payload=ExecRequestedPayload(exec_id="queued", backend="fake")),
+            ],
+            producer="alice",
+            trusted=True,
+        )
+        registry = BackendRegistry([BackendInstance("fake", "process", "read-write", Scripted())])
+        runtime = Runtime(workspaces, registry)
+        assert await runtime.recover() == 2
+        assert await runtime.recover() == 0  # nothing left open
+        events = [e async for e in store.read("w")]
+    kinds = [(e.kind, getattr(e.payload, "exec_id", None)) for e in events[3:]]
+    assert kinds == [
+        ("execOutput", "ran"),
+        ("execFinished", "ran"),
+        ("execFinished", "queued"),  # never started: no output note
+    ]
+    assert all(e.producer == "hub" for e in events[3:])
