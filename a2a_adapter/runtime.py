@@ -46,8 +46,9 @@ class Runtime(Protocol):
         subclasses (``Forbidden``, ``NotFound`` for an unknown backend, ``Busy``, …)."""
         ...
 
-    async def kill(self, workspace: str, exec_id: str, *, capability: Capability) -> None:
-        """Ask the runtime to cancel ``exec_id``. Raises :class:`hub.errors.AgoraError`."""
+    async def kill(self, workspace: str, exec_id: str, *, capability: Capability) -> object:
+        """Ask the runtime to cancel ``exec_id`` (the result, if any, is not used).
+        Raises :class:`hub.errors.AgoraError`."""
         ...
 
 

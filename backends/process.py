@@ -219,6 +219,8 @@ class ProcessBackend(BackendLifecycle):
                     request.effective_timeout_ms / 1000, run.request_stop, "timeout"
                 )
                 run.on_stop = lambda _reason: tasks.create_task(self._terminate(proc, run))
+                if run.stop_reason is not None:  # cancelled while the program was spawning
+                    tasks.create_task(self._terminate(proc, run))
                 exited.add_done_callback(lambda _: _reaped(proc, run))
                 try:
                     assert proc.stdout is not None and proc.stderr is not None

@@ -28,6 +28,10 @@ Backend rows:
   runtime's usual case: warm containers cannot take a mount).
 
 ``ratio`` is median / the row's floor median.
+
+``--hub`` adds the same runs THROUGH THE HUB (a real ``agora serve`` over a WebSocket, from
+``exec`` to its ``execFinished`` event): ``hub  process  network on|off``, ``hub  container
+warm|workspace rw``, beside these floors (bench/runtime_bench.py).
 """
 
 from __future__ import annotations
@@ -215,6 +219,11 @@ async def run(args: argparse.Namespace) -> list[Row]:
     rows = await process_rows(args.runs)
     if not args.no_container:
         rows += await container_rows(args.runs)
+    if args.hub:
+        from runtime_bench import hub_rows  # bench/runtime_bench.py
+
+        container = not args.no_container and engine_reachable()[0]
+        rows += await hub_rows(args.runs, container)
     return rows
 
 
@@ -222,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=15, help="timed runs per row (min 5)")
     parser.add_argument("--no-container", action="store_true", help="skip the Docker rows")
+    parser.add_argument("--hub", action="store_true", help="add the rows through the hub")
     args = parser.parse_args(argv)
     args.runs = max(5, args.runs)
     print_table(asyncio.run(run(args)))

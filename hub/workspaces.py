@@ -40,7 +40,7 @@ from hub.events import HUB_KINDS, OP_KINDS, Event, FileWritten
 from hub.log.base import AppendResult, EventStore
 from hub.projections.decide import decide, reads_state
 from hub.projections.loading import load_state, save_snapshot_if_due
-from hub.projections.workspace import WorkspaceState, evolve
+from hub.projections.workspace import FileEntry, WorkspaceState, evolve
 from hub.validation import DEFAULT_LIMITS, Limits, file_content, validate_draft, validate_workspace
 
 log = logging.getLogger(__name__)
@@ -136,6 +136,13 @@ class Workspaces:
         if at_seq < 0:
             raise BadRequest("atSeq must be >= 0", field="atSeq")
         return await load_state(self.store, workspace, at_seq=at_seq)
+
+    async def files(self, workspace: str) -> dict[str, FileEntry]:
+        """The committed files (a copy of the mapping; entries are immutable). Cheaper than
+        :meth:`state`, which copies everything, executions and work items included."""
+        validate_workspace(workspace)
+        live = await self._open(workspace)
+        return dict(live.committed.files)
 
     async def head(self, workspace: str, *, at_least: int | None = None) -> int:
         """The last committed seq (0 for an empty workspace). When it is below ``at_least``

@@ -4,7 +4,8 @@ One line per instance (``[[backends]]`` in the config file, or the default set):
 marks the default, what ``exec`` without ``backend`` runs on), kind, access, whether it can run
 here (and why not), its isolation class, languages and the controls it enforces. Probing has
 no side effects on a running hub: a container instance only asks the engine whether it answers
-and has the image. ``--json`` prints the same as a JSON array (``hub.runtime.registry.BackendInfo``).
+and has the image. ``--json`` prints the same as a JSON array
+(``hub.runtime.registry.BackendInfo``).
 """
 
 from __future__ import annotations
@@ -77,4 +78,4 @@ def render(rows: list[dict[str, Any]]) -> list[str]:
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in table
     ]
-    return lines + ([""] + notes if notes else []) + ["", "* the default backend"]
+    return lines + (["", *notes] if notes else []) + ["", "* the default backend"]

@@ -124,7 +124,9 @@ async def _serve_a2a(hub: Hub, signer: TokenSigner, config: HubConfig, stop: asy
         print(f"agora A2A on {url}", flush=True)
 
     try:
-        await serve_a2a(hub.workspaces, signer, config, stop=stop, on_ready=ready)
+        await serve_a2a(
+            hub.workspaces, signer, config, stop=stop, on_ready=ready, runtime=hub.runtime
+        )
     except OSError as e:  # the WebSocket hub keeps serving without A2A
         logging.getLogger("agora.server").error("A2A listener not started: %s", e)
     except Exception:  # Hub.spawn: must not raise

@@ -122,16 +122,25 @@ class EventStore(abc.ABC):
         draft has none; keeps the draft's ``producer`` (the caller sets it from authentication).
         Raises :class:`hub.errors.Conflict` (``details['head']``) when ``expected_seq`` is not
         the current head, or when a batch mixes ids already written with new ones;
-        :class:`hub.errors.BadRequest` for an empty batch or an id repeated in it. A batch whose
-        ids were all written before returns the original result with ``duplicate=True`` and
-        writes nothing.
+        :class:`hub.errors.BadRequest` for an empty batch or an id repeated in it;
+        :class:`hub.errors.Unavailable` when the store is not open or the batch could not be
+        committed (then nothing of it was written). A batch whose ids were all written before
+        returns the original result with ``duplicate=True`` and writes nothing. A caller
+        cancelled while waiting may still see its batch committed (the retry with the same ids
+        then answers ``duplicate``).
         """
 
     @abc.abstractmethod
     async def import_events(self, workspace: str, events: Sequence[Event]) -> int:
         """Restore exported events verbatim (same seq, id, timestamp, hashes) into an empty
-        workspace. Raises ``Conflict`` if the workspace is not empty and ``IntegrityError``
-        if the chain does not verify. Returns the number imported."""
+        workspace; positions are the store's own. Returns the number imported.
+
+        ``events`` must be the whole log of ``workspace`` from seq 1, with every event's
+        ``workspace`` equal to ``workspace`` (an export is restored under its own name).
+        Raises :class:`hub.errors.BadRequest` otherwise, :class:`hub.errors.IntegrityError`
+        naming the first bad seq if the chain does not verify, :class:`hub.errors.Conflict` if
+        the workspace already has events, :class:`hub.errors.Unavailable` as ``append``.
+        """
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -225,15 +234,21 @@ class EventStore(abc.ABC):
     # -- audit ------------------------------------------------------------------------------
 
     async def verify(self, workspace: str) -> VerifyReport:
-        """Walk the workspace's chain; report the first broken link, gap or duplicate."""
+        """Walk the workspace's chain a page at a time; report the first broken link, gap or
+        duplicate (``head``: the last seq that checks out)."""
+        batch = 5000
         checked = 0
         prev = GENESIS
         last = 0
-        async for ev in self.read(workspace):
-            n, err = verify_chain([ev], after_seq=last, prev=prev)
-            if err is not None:
-                return VerifyReport(workspace=workspace, checked=checked, head=last, error=err)
+        while True:
+            page = await self.read_batch(workspace, after_seq=last, limit=batch)
+            n, problem = verify_chain(page, after_seq=last, prev=prev)
             checked += n
-            prev = ev.hash or GENESIS
-            last = ev.seq
-        return VerifyReport(workspace=workspace, checked=checked, head=last)
+            if problem is not None:
+                head = page[n - 1].seq if n else last
+                return VerifyReport(workspace=workspace, checked=checked, head=head, error=problem)
+            if page:
+                prev = page[-1].hash or GENESIS
+                last = page[-1].seq
+            if len(page) < batch:
+                return VerifyReport(workspace=workspace, checked=checked, head=last)

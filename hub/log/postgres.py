@@ -15,14 +15,21 @@ writers, each a hub node with its own store instance:
   commit first, and a follower at 6 would skip 5 forever. The lock is scoped to the schema's
   table (stores in other schemas never wait for each other) and bounded by ``lock_timeout``.
   docs/operations.md, "PostgreSQL", has the discussion.
-* **One writer, group commit.** As in the SQLite store: ``append`` enqueues on a bounded queue;
-  one writer task owned by the store drains every queued request (up to ``batch_max`` events)
-  into ONE transaction: lock, read the heads of the workspaces involved and the already-stored
-  ids, check and seal every request in memory, then one statement inserts every row, updates
-  ``heads`` and sends the notifications. One request's ``Conflict`` never fails the others;
-  a failed transaction fails every request of the batch with :class:`Unavailable` (then
-  nothing of it was written, except when the connection died during COMMIT itself: the outcome
-  is then unknown, and a retry with the same ids answers ``duplicate`` if it was written).
+* **One writer, group commit** (:mod:`hub.log.writer`, shared with the SQLite store):
+  ``append`` enqueues on a bounded queue; one writer task owned by the store drains every
+  queued request (up to ``batch_max`` events) into ONE transaction: lock, read the heads of the
+  workspaces involved and the already-stored ids, check and seal every request in memory
+  (:func:`hub.log.writer.decide`), then one statement inserts every row, updates ``heads`` and
+  sends the notifications. One request's ``Conflict`` never fails the others; a failed
+  transaction fails every request of the batch with :class:`Unavailable` (then nothing of it
+  was written, except when the connection died during COMMIT itself: the outcome is then
+  unknown, and a retry with the same ids answers ``duplicate`` if it was written). Unlike
+  SQLite's, a request whose caller was cancelled before its transaction began is dropped
+  (a transaction here holds the log's lock for every node), and a transaction under way is
+  finished before a cancelled writer lets go.
+* **Only storable text.** An id with NUL or lone surrogates cannot be held in a TEXT column:
+  ``append`` and ``import_events`` refuse it (:class:`BadRequest`), and a read by such a name
+  finds nothing. Minted ids are uuid4 (SQLite mints time-ordered ones).
 * **Heads are read inside the transaction** (never cached across transactions) because other
   nodes write too; ``heads`` is a table maintained in the same transaction as the events.
 * **NOTIFY.** Each committing transaction calls ``pg_notify(channel, '<workspace>:<seq>')``
@@ -41,32 +48,43 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeAlias
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 import asyncpg.pool
-import msgspec
 
-from hub.chain import GENESIS, seal, verify_chain
+from hub.chain import GENESIS
 from hub.errors import (
     AgoraError,
     BadRequest,
-    Conflict,
     IntegrityError,
     Internal,
     NotFound,
     TooLarge,
     Unavailable,
 )
-from hub.events import EVENT_TYPES, Event, decode_event, decode_events, encode_event
-from hub.log.base import AppendResult, BlobStore, EventStore, Head, Snapshot, VerifyReport
+from hub.events import Event
+from hub.log.base import AppendResult, BlobStore, EventStore, Head, Snapshot
 from hub.log.blobs import DEFAULT_MAX_BLOB_BYTES
+from hub.log.codec import decode_page, head_from_row
 from hub.log.migrations import Conn, check_version, migrate, quote, validate_schema
-from hub.validation import SHA256_RE, validate_workspace
+from hub.log.writer import (
+    EMPTY_TIP,
+    Append,
+    Decision,
+    GroupCommit,
+    Outcome,
+    Request,
+    Tip,
+    batch_timestamp,
+    chain,
+    decide,
+    resolve,
+)
+from hub.validation import SHA256_RE
 
 DEFAULT_SCHEMA: Final = "agora"
 DEFAULT_POOL_SIZE: Final = 10
@@ -82,100 +100,31 @@ URL_SCHEMES: Final = ("postgresql", "postgres")
 _STORE_OPTIONS: Final = ("schema", "pool_size")
 
 _MAX_SEQ: Final = 2**63 - 1
-_KINDS_BY_TYPE: Final[dict[type[Event], str]] = {t: t.kind for t in EVENT_TYPES}
 
 Pool: TypeAlias = "asyncpg.Pool[asyncpg.Record]"
 
-# (seq, hash, position, timestamp) of a workspace's last event.
-_Tip: TypeAlias = tuple[int, str, int, int]
-_EMPTY_TIP: Final[_Tip] = (0, GENESIS, 0, 0)
+
+def _mint_ids(_timestamp_ms: int, count: int) -> list[str]:
+    """``count`` new event ids: random UUIDs (version 4). (The SQLite store mints
+    time-ordered ones, :func:`hub.log.sqlite.mint_ids`, for its index's sake; not measured
+    on PostgreSQL, so this store keeps minting what it always has.)"""
+    return [str(uuid.uuid4()) for _ in range(count)]
 
 
-class _Rows:
-    """Column arrays for one multi-row ``INSERT … SELECT FROM unnest(…)``."""
+def _columns(rows: list[tuple[Event, bytes]]) -> tuple[list[Any], ...]:
+    """The column arrays of one multi-row ``INSERT … SELECT FROM unnest(…)``."""
+    events = [event for event, _ in rows]
+    return (
+        [e.position for e in events],
+        [e.workspace for e in events],
+        [e.seq for e in events],
+        [e.id for e in events],
+        [e.kind for e in events],
+        [e.timestamp for e in events],
+        [e.hash or GENESIS for e in events],
+        [body for _, body in rows],
+    )
 
-    __slots__ = ("body", "hash", "id", "kind", "position", "seq", "timestamp", "workspace")
-
-    def __init__(self) -> None:
-        self.position: list[int] = []
-        self.workspace: list[str] = []
-        self.seq: list[int] = []
-        self.id: list[str] = []
-        self.kind: list[str] = []
-        self.timestamp: list[int] = []
-        self.hash: list[str] = []
-        self.body: list[bytes] = []
-
-    def add(self, event: Event, body: bytes) -> None:
-        self.position.append(event.position)
-        self.workspace.append(event.workspace)
-        self.seq.append(event.seq)
-        self.id.append(event.id)
-        self.kind.append(event.kind)
-        self.timestamp.append(event.timestamp)
-        self.hash.append(event.hash or GENESIS)
-        self.body.append(body)
-
-    def __len__(self) -> int:
-        return len(self.position)
-
-    def columns(self) -> tuple[list[Any], ...]:
-        return (
-            self.position,
-            self.workspace,
-            self.seq,
-            self.id,
-            self.kind,
-            self.timestamp,
-            self.hash,
-            self.body,
-        )
-
-
-class _Append:
-    """One queued ``append`` call."""
-
-    __slots__ = ("client_ids", "drafts", "expected_seq", "future", "size", "workspace")
-
-    def __init__(
-        self,
-        workspace: str,
-        drafts: tuple[Event, ...],
-        expected_seq: int | None,
-        client_ids: list[str],
-        future: asyncio.Future[Any],
-    ) -> None:
-        self.workspace = workspace
-        self.drafts = drafts
-        self.expected_seq = expected_seq
-        self.client_ids = client_ids
-        self.future = future
-        self.size = len(drafts)
-
-
-class _Import:
-    """One queued ``import_events`` call (events already verified)."""
-
-    __slots__ = ("events", "future", "size", "workspace")
-
-    def __init__(
-        self, workspace: str, events: tuple[Event, ...], future: asyncio.Future[Any]
-    ) -> None:
-        self.workspace = workspace
-        self.events = events
-        self.future = future
-        self.size = len(events)
-
-
-_Request: TypeAlias = _Append | _Import
-_Outcome: TypeAlias = AppendResult | int | AgoraError
-
-
-class _Stop:
-    """Wakes the writer task when the store closes."""
-
-
-_STOP: Final = _Stop()
 
 # SQLSTATE classes that mean "the database is unreachable or busy; retry later": connection
 # exceptions, insufficient resources, operator intervention (shutdown, cancel), transaction
@@ -213,30 +162,6 @@ def _storable(text: str) -> bool:
     return True
 
 
-def _chain(error: AgoraError, cause: BaseException) -> AgoraError:
-    """``raise error from cause`` for an error handed to a waiting caller's future."""
-    error.__cause__ = cause
-    return error
-
-
-def _decode_page(bodies: list[bytes], keys: Iterable[int], key_name: str) -> list[Event]:
-    """Decode stored bodies in one call. Raises :class:`IntegrityError` naming a bad row."""
-    if not bodies:
-        return []
-    try:
-        return decode_events(b"[" + b",".join(bodies) + b"]")
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
-        for key, body in zip(keys, bodies, strict=True):
-            try:
-                decode_event(body)
-            except (msgspec.DecodeError, msgspec.ValidationError) as bad:
-                raise IntegrityError(
-                    f"stored event at {key_name} {key} cannot be decoded: {bad}",
-                    **{key_name: key},
-                ) from bad
-        raise IntegrityError(f"stored events cannot be decoded: {e}") from e
-
-
 class _Sql:
     """Every statement, with the schema filled in once."""
 
@@ -252,7 +177,7 @@ class _Sql:
             LEFT JOIN {s}.heads AS h ON h.workspace = ANY($1::text[])
         """
         self.known_ids = (
-            f"SELECT e.workspace, e.id FROM {s}.events AS e "
+            f"SELECT e.workspace, e.id, e.seq, e.body FROM {s}.events AS e "
             "JOIN unnest($1::text[], $2::text[]) AS k(workspace, id) "
             "ON e.workspace = k.workspace AND e.id = k.id"
         )
@@ -452,12 +377,7 @@ class PostgresEventStore(EventStore):
         self._sql = _Sql(schema)
         self._lock = f"SET LOCAL lock_timeout = {int(lock_timeout * 1000)}; {self._sql.lock}"
         self._pool: Pool | None = None
-        self._queue: asyncio.Queue[_Request | _Stop] | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._accepting = False
-        self._stopping = False
-        self._putting = 0  # appends waiting for room in the queue
-        self._closing: asyncio.Future[None] | None = None
+        self._commits = GroupCommit(batch_max=batch_max, queue_max=queue_max, storable=_storable)
         self._last_timestamp = 0
 
     @classmethod
@@ -496,7 +416,7 @@ class PostgresEventStore(EventStore):
         :class:`hub.log.migrations.SchemaVersionError` (an ``Unavailable``) if the schema is
         newer than this code, or older and ``migrate`` is false.
         """
-        if self._task is not None:
+        if self._commits.task is not None:
             return
         pool: Pool | None = None
         try:
@@ -518,9 +438,7 @@ class PostgresEventStore(EventStore):
                 raise _translate(e, "opening the store") from e
             raise
         self._pool = pool
-        self._queue = asyncio.Queue(maxsize=self.queue_max)
-        self._accepting, self._stopping, self._closing = True, False, None
-        self._task = asyncio.create_task(self._run_writer(), name=f"agora-writer:{self.schema}")
+        self._commits.start(self._commit, name=f"agora-writer:{self.schema}")
 
     async def migrate_schema(self) -> tuple[int, int]:
         """Create or migrate the schema without opening the store; return the versions
@@ -544,45 +462,16 @@ class PostgresEventStore(EventStore):
 
         Idempotent; concurrent calls all wait for the same shutdown.
         """
-        if self._task is None:
-            return
-        if self._closing is None:
-            self._closing = asyncio.ensure_future(self._shutdown())
-        # Shielded: a caller cancelled while closing must not leave the store half closed.
-        await asyncio.shield(self._closing)
+        await self._commits.close(self._release)
 
-    async def _shutdown(self) -> None:
-        task, queue = self._task, self._queue
-        assert task is not None and queue is not None
-        self._accepting = False
-        self._stopping = True
-        self._wake_writer()
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass  # the writer was cancelled (loop teardown); pending requests were failed
-        finally:
-            self._fail_queued(queue)
-            pool, self._pool = self._pool, None
-            if pool is not None:
-                try:
-                    async with asyncio.timeout(self.command_timeout):
-                        await pool.close()  # waits for readers to give their connections back
-                except (TimeoutError, *_DRIVER_ERRORS):
-                    pool.terminate()
-            self._task = self._queue = None
-
-    def _wake_writer(self) -> None:
-        if self._queue is not None:
-            with contextlib.suppress(asyncio.QueueFull):
-                self._queue.put_nowait(_STOP)
-
-    @staticmethod
-    def _fail_queued(queue: asyncio.Queue[_Request | _Stop]) -> None:
-        while not queue.empty():
-            item = queue.get_nowait()
-            if not isinstance(item, _Stop) and not item.future.done():
-                item.future.set_exception(Unavailable("the store closed before this append"))
+    async def _release(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                async with asyncio.timeout(self.command_timeout):
+                    await pool.close()  # waits for readers to give their connections back
+            except (TimeoutError, *_DRIVER_ERRORS):
+                pool.terminate()
 
     # -- following other nodes --------------------------------------------------------------
 
@@ -638,44 +527,9 @@ class PostgresEventStore(EventStore):
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, FOLLOW_BACKOFF_S[1])
 
-    # -- the writer task --------------------------------------------------------------------
+    # -- the writer task (hub.log.writer.GroupCommit) calls this with each batch ------------
 
-    async def _run_writer(self) -> None:
-        queue = self._queue
-        assert queue is not None
-        carry: _Request | None = None
-        try:
-            while True:
-                if carry is not None:
-                    first: _Request | _Stop = carry
-                    carry = None
-                else:
-                    if self._stopping and queue.empty() and self._putting == 0:
-                        return
-                    first = await queue.get()
-                if isinstance(first, _Stop):
-                    continue
-                batch = [first]
-                size = first.size
-                # Drain whatever else is queued: that is the group in group commit.
-                while size < self.batch_max and not queue.empty():
-                    item = queue.get_nowait()
-                    if isinstance(item, _Stop):
-                        continue
-                    if size + item.size > self.batch_max:
-                        carry = item
-                        break
-                    batch.append(item)
-                    size += item.size
-                await self._commit(batch)
-        except BaseException:
-            self._accepting = False
-            if carry is not None and not carry.future.done():
-                carry.future.set_exception(Unavailable("the store's writer stopped"))
-            self._fail_queued(queue)
-            raise
-
-    async def _commit(self, batch: list[_Request]) -> None:
+    async def _commit(self, batch: list[Request]) -> None:
         # Requests whose caller gave up before the transaction began are not written.
         live = [r for r in batch if not r.future.done()]
         if not live:
@@ -687,36 +541,38 @@ class PostgresEventStore(EventStore):
             # A transaction under way is finished, not abandoned mid-COMMIT: report its real
             # outcome to the callers before letting the cancellation through.
             outcomes = await transaction
-            _resolve(live, outcomes)
+            resolve(live, outcomes)
             raise
-        _resolve(live, outcomes)
+        resolve(live, outcomes)
 
-    async def _transact(self, batch: list[_Request]) -> list[_Outcome]:
+    async def _transact(self, batch: list[Request]) -> list[Outcome]:
         """Write one batch in one transaction; one outcome per request, in order."""
         try:
             pool = self._get_pool()
             async with pool.acquire() as conn, conn.transaction(isolation="read_committed"):
                 await conn.execute(self._lock)
-                outcomes, rows, staged, now = await self._decide(conn, batch)
-                if rows:
-                    await self._write(conn, rows, staged)
+                decision, now = await self._decide(conn, batch)
+                if decision.rows:
+                    await self._write(conn, decision.rows, decision.staged)
         except _DRIVER_ERRORS as e:
             error = _translate(e, "committing a batch")
             message = f"could not commit the batch: {error.message}"
-            return [_chain(type(error)(message, **error.details), e) for _ in batch]
+            return [chain(type(error)(message, **error.details), e) for _ in batch]
         except AgoraError as e:
             return [e for _ in batch]
         except Exception as e:  # a bug: fail this batch only, keep the writer alive
-            return [_chain(Internal(f"writer failed: {e!r}"), e) for _ in batch]
+            return [chain(Internal(f"writer failed: {e!r}"), e) for _ in batch]
         self._last_timestamp = max(self._last_timestamp, now)
-        return outcomes
+        return decision.outcomes
 
-    async def _write(self, conn: Conn, rows: _Rows, staged: dict[str, _Tip]) -> None:
+    async def _write(
+        self, conn: Conn, rows: list[tuple[Event, bytes]], staged: dict[str, Tip]
+    ) -> None:
         workspaces = list(staged)
         tips = [staged[w] for w in workspaces]
         await conn.fetchval(
             self._sql.write,
-            *rows.columns(),
+            *_columns(rows),
             workspaces,
             [t[0] for t in tips],
             [t[1] for t in tips],
@@ -726,245 +582,54 @@ class PostgresEventStore(EventStore):
             [f"{w}:{t[0]}" for w, t in zip(workspaces, tips, strict=True)],
         )
 
-    async def _decide(
-        self, conn: Conn, batch: list[_Request]
-    ) -> tuple[list[_Outcome], _Rows, dict[str, _Tip], int]:
-        """Check and seal every request of the batch in memory (holding the lock)."""
+    async def _decide(self, conn: Conn, batch: list[Request]) -> tuple[Decision, int]:
+        """Check and seal every request of the batch in memory (:func:`decide`), holding the
+        lock. Returns the decision and the batch's timestamp."""
         found = await conn.fetch(self._sql.tips, sorted({r.workspace for r in batch}))
-        position = int(found[0]["last"]) + 1
-        tips: dict[str, _Tip] = {
+        tips: dict[str, Tip] = {
             r["workspace"]: (r["seq"], r["hash"], r["position"], r["timestamp"])
             for r in found
             if r["workspace"] is not None
         }
-        known = await self._known_ids(conn, batch)
-        # As in the SQLite store: this node's timestamps never step back, whatever its wall
-        # clock does. (Nodes' clocks may differ; ``seq`` and ``position`` carry the order.)
-        now = max(time.time_ns() // 1_000_000, self._last_timestamp)
-        staged: dict[str, _Tip] = {}
-        written: dict[tuple[str, str], Event] = {}
-        rows = _Rows()
-        outcomes: list[_Outcome] = []
-        for req in batch:
-            tip = staged.get(req.workspace) or tips.get(req.workspace) or _EMPTY_TIP
-            try:
-                if isinstance(req, _Append):
-                    result, position = await self._append_one(
-                        conn, req, tip, staged, written, known, rows, position, now
-                    )
-                    outcomes.append(result)
-                else:
-                    outcomes.append(self._import_one(req, tip, staged, rows, position))
-                    position += req.size
-            except AgoraError as e:
-                outcomes.append(e)
-        return outcomes, rows, staged, now
+        # This node's timestamps never step back (as in the SQLite store).
+        now = batch_timestamp(self._last_timestamp)
+        decision = decide(
+            batch,
+            tip=lambda workspace: tips.get(workspace, EMPTY_TIP),
+            known=await self._known_ids(conn, batch),
+            position=int(found[0]["last"]) + 1,
+            now=now,
+            mint=_mint_ids,
+        )
+        return decision, now
 
-    async def _known_ids(self, conn: Conn, batch: list[_Request]) -> set[tuple[str, str]]:
-        """Client-chosen ids of this batch that are already stored, as (workspace, id)."""
+    async def _known_ids(
+        self, conn: Conn, batch: list[Request]
+    ) -> dict[tuple[str, str], tuple[int, bytes]]:
+        """Client-chosen ids of this batch already stored: (workspace, id) → (seq, body)."""
         workspaces: list[str] = []
         ids: list[str] = []
         for req in batch:
-            if isinstance(req, _Append):
+            if isinstance(req, Append):
                 for id_ in req.client_ids:
                     workspaces.append(req.workspace)
                     ids.append(id_)
         if not ids:
-            return set()
+            return {}
         rows = await conn.fetch(self._sql.known_ids, workspaces, ids)
-        return {(r["workspace"], r["id"]) for r in rows}
-
-    async def _append_one(
-        self,
-        conn: Conn,
-        req: _Append,
-        tip: _Tip,
-        staged: dict[str, _Tip],
-        written: dict[tuple[str, str], Event],
-        known: set[tuple[str, str]],
-        rows: _Rows,
-        position: int,
-        now: int,
-    ) -> tuple[AppendResult, int]:
-        workspace = req.workspace
-        if req.client_ids:
-            seen = [
-                i for i in req.client_ids if (workspace, i) in written or (workspace, i) in known
-            ]
-            if seen:
-                if len(seen) == req.size:
-                    return await self._originals(conn, req, written), position
-                raise Conflict(
-                    f"the batch mixes {len(seen)} id(s) already written with new events",
-                    head=tip[0],
-                    ids=seen,
-                )
-        seq, prev, _, _ = tip
-        if req.expected_seq is not None and req.expected_seq != seq:
-            raise Conflict(
-                f"expected seq {req.expected_seq} but the head of {workspace!r} is {seq}",
-                head=seq,
-                expected=req.expected_seq,
-            )
-        sealed: list[Event] = []
-        bodies: list[bytes] = []
-        try:
-            for draft in req.drafts:
-                seq += 1
-                event = seal(
-                    draft,
-                    id=draft.id or str(uuid.uuid4()),
-                    workspace=workspace,
-                    seq=seq,
-                    position=position,
-                    timestamp=now,
-                    producer=draft.producer,
-                    prev=prev,
-                )
-                bodies.append(encode_event(event))  # fails here, before anything is staged
-                prev = event.hash or GENESIS
-                sealed.append(event)
-                position += 1
-        except (TypeError, ValueError, msgspec.EncodeError) as e:
-            index = len(sealed)
-            raise BadRequest(f"event {index} cannot be encoded: {e}", index=index) from e
-        for event, body in zip(sealed, bodies, strict=True):
-            rows.add(event, body)
-            written[(workspace, event.id)] = event
-        staged[workspace] = (seq, prev, position - 1, now)
-        return AppendResult(workspace=workspace, events=tuple(sealed)), position
-
-    async def _originals(
-        self, conn: Conn, req: _Append, written: dict[tuple[str, str], Event]
-    ) -> AppendResult:
-        """The stored events of a retried batch, in the batch's order."""
-        workspace = req.workspace
-        found = {i: written[(workspace, i)] for i in req.client_ids if (workspace, i) in written}
-        missing = [i for i in req.client_ids if i not in found]
-        if missing:
-            stored = await conn.fetch(self._sql.bodies_by_id, workspace, missing)
-            for event in _decode_page([r[1] for r in stored], [r[0] for r in stored], "seq"):
-                found[event.id] = event
-        return AppendResult(
-            workspace=workspace,
-            events=tuple(found[i] for i in req.client_ids),
-            duplicate=True,
-        )
-
-    @staticmethod
-    def _import_one(
-        req: _Import, tip: _Tip, staged: dict[str, _Tip], rows: _Rows, position: int
-    ) -> int:
-        workspace = req.workspace
-        if tip[0] != 0:
-            raise Conflict(
-                f"workspace {workspace!r} is not empty (head {tip[0]}); import needs an empty one",
-                head=tip[0],
-            )
-        for event in req.events:
-            # Positions belong to this store; everything hashed stays verbatim.
-            stored = msgspec.structs.replace(event, position=position)
-            rows.add(stored, encode_event(stored))
-            position += 1
-        last = req.events[-1]
-        staged[workspace] = (last.seq, last.hash or GENESIS, position - 1, last.timestamp)
-        return len(req.events)
+        return {(r["workspace"], r["id"]): (r["seq"], bytes(r["body"])) for r in rows}
 
     # -- writing ----------------------------------------------------------------------------
 
     async def append(
         self, workspace: str, drafts: Sequence[Event], *, expected_seq: int | None = None
     ) -> AppendResult:
-        """See :meth:`EventStore.append`. Also raises :class:`Unavailable` when the store is
-        not open or the batch could not be committed (then nothing of it was written).
-
-        A caller cancelled while waiting may still see its batch committed (the retry with
-        the same ids then answers ``duplicate``).
-        """
-        if not self._accepting:
-            raise Unavailable("the store is not open")
-        validate_workspace(workspace)
-        if not drafts:
-            raise BadRequest("an append needs at least one event", field="events")
-        if expected_seq is not None and (type(expected_seq) is not int or expected_seq < 0):
-            raise BadRequest("expectedSeq must be an integer >= 0", field="expectedSeq")
-        client_ids: list[str] = []
-        for draft in drafts:
-            if type(draft) not in _KINDS_BY_TYPE:
-                raise BadRequest(f"not an event of a known kind: {type(draft).__name__}")
-            if draft.id:
-                if not _storable(draft.id):
-                    raise BadRequest("an event id must be UTF-8 text without NUL", field="id")
-                client_ids.append(draft.id)
-        if len(set(client_ids)) != len(client_ids):
-            raise BadRequest("an id is repeated within the batch", field="id")
-        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        await self._enqueue(_Append(workspace, tuple(drafts), expected_seq, client_ids, future))
-        return await future
+        """See :meth:`EventStore.append`."""
+        return await self._commits.append(workspace, drafts, expected_seq)
 
     async def import_events(self, workspace: str, events: Sequence[Event]) -> int:
-        """See :meth:`EventStore.import_events`.
-
-        ``events`` must be the whole log of ``workspace`` from seq 1, with every event's
-        ``workspace`` equal to ``workspace`` (an export is restored under its own name).
-        Raises :class:`BadRequest` otherwise, :class:`IntegrityError` naming the first bad
-        seq, :class:`Conflict` if the workspace already has events.
-        """
-        if not self._accepting:
-            raise Unavailable("the store is not open")
-        validate_workspace(workspace)
-        if not events:
-            return 0
-        ids: set[str] = set()
-        for event in events:
-            if type(event) not in _KINDS_BY_TYPE:
-                raise BadRequest(f"not an event of a known kind: {type(event).__name__}")
-            if event.workspace != workspace:
-                raise BadRequest(
-                    f"event seq {event.seq} belongs to {event.workspace!r}, not {workspace!r}",
-                    field="workspace",
-                    seq=event.seq,
-                )
-            if not event.id or event.id in ids:
-                raise BadRequest(
-                    f"event seq {event.seq} has a missing or repeated id", seq=event.seq
-                )
-            if not _storable(event.id):
-                raise BadRequest(
-                    f"event seq {event.seq}: an event id must be UTF-8 text without NUL",
-                    field="id",
-                    seq=event.seq,
-                )
-            ids.add(event.id)
-        batch = tuple(events)
-        # Hashing a large export is CPU work; keep it off the event loop.
-        _, problem = await asyncio.to_thread(verify_chain, batch)
-        if problem is not None:
-            raise IntegrityError(
-                f"chain broken at seq {problem.seq}: {problem.problem}",
-                seq=problem.seq,
-                problem=problem.problem,
-            )
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        await self._enqueue(_Import(workspace, batch, future))
-        return await future
-
-    async def _enqueue(self, request: _Request) -> None:
-        queue = self._queue
-        assert queue is not None
-        try:
-            queue.put_nowait(request)
-            return
-        except asyncio.QueueFull:
-            pass
-        # Backpressure: wait for room. The writer does not exit while someone waits here.
-        self._putting += 1
-        try:
-            await queue.put(request)
-        finally:
-            self._putting -= 1
-            if self._stopping and self._putting == 0:
-                self._wake_writer()
+        """See :meth:`EventStore.import_events`."""
+        return await self._commits.import_events(workspace, events)
 
     # -- snapshots --------------------------------------------------------------------------
 
@@ -1031,7 +696,7 @@ class PostgresEventStore(EventStore):
         rows = await self._fetch(
             self._sql.range, (workspace, after_seq, until, limit), "reading events"
         )
-        return _decode_page([r[1] for r in rows], [r[0] for r in rows], "seq")
+        return decode_page([r[1] for r in rows], [r[0] for r in rows], "seq")
 
     async def read_raw(
         self, workspace: str, *, after_seq: int = 0, limit: int = 1000
@@ -1049,7 +714,7 @@ class PostgresEventStore(EventStore):
         if limit <= 0:
             return []
         rows = await self._fetch(self._sql.all, (after_position, limit), "reading events")
-        return _decode_page([r[1] for r in rows], [r[0] for r in rows], "position")
+        return decode_page([r[1] for r in rows], [r[0] for r in rows], "position")
 
     async def lookup_ids(self, workspace: str, ids: Sequence[str]) -> dict[str, Event]:
         """See :meth:`EventStore.lookup_ids`. Raises ``IntegrityError``, ``Unavailable``."""
@@ -1057,7 +722,7 @@ class PostgresEventStore(EventStore):
         if not wanted or not _storable(workspace):
             return {}
         rows = await self._fetch(self._sql.bodies_by_id, (workspace, wanted), "looking up ids")
-        events = _decode_page([r[1] for r in rows], [r[0] for r in rows], "seq")
+        events = decode_page([r[1] for r in rows], [r[0] for r in rows], "seq")
         return {e.id: e for e in events}
 
     async def head(self, workspace: str) -> Head | None:
@@ -1065,55 +730,9 @@ class PostgresEventStore(EventStore):
         if not _storable(workspace):
             return None
         rows = await self._fetch(self._sql.head, (workspace,), "reading a head")
-        return _head(rows[0]) if rows else None
+        return head_from_row(rows[0]) if rows else None
 
     async def heads(self) -> list[Head]:
         """See :meth:`EventStore.heads` (ordered by workspace name, bytewise). Raises
         ``Unavailable``."""
-        return [_head(r) for r in await self._fetch(self._sql.heads, (), "reading heads")]
-
-    async def verify(self, workspace: str) -> VerifyReport:
-        """See :meth:`EventStore.verify`; checks a page at a time."""
-        checked = 0
-        prev = GENESIS
-        last = 0
-        async for page in self._pages(workspace, batch=5000):
-            n, problem = verify_chain(page, after_seq=last, prev=prev)
-            checked += n
-            if problem is not None:
-                head = page[n - 1].seq if n else last
-                return VerifyReport(workspace=workspace, checked=checked, head=head, error=problem)
-            prev = page[-1].hash or GENESIS
-            last = page[-1].seq
-        return VerifyReport(workspace=workspace, checked=checked, head=last)
-
-    async def _pages(self, workspace: str, *, batch: int) -> AsyncIterator[list[Event]]:
-        after = 0
-        while True:
-            page = await self.read_batch(workspace, after_seq=after, limit=batch)
-            if page:
-                yield page
-            if len(page) < batch:
-                return
-            after = page[-1].seq
-
-
-def _head(row: asyncpg.Record) -> Head:
-    return Head(
-        workspace=row["workspace"],
-        seq=row["seq"],
-        hash=row["hash"],
-        timestamp=row["timestamp"],
-        position=row["position"],
-    )
-
-
-def _resolve(batch: list[_Request], outcomes: list[_Outcome]) -> None:
-    for request, outcome in zip(batch, outcomes, strict=True):
-        future = request.future
-        if future.done():  # the caller was cancelled
-            continue
-        if isinstance(outcome, BaseException):
-            future.set_exception(outcome)
-        else:
-            future.set_result(outcome)
+        return [head_from_row(r) for r in await self._fetch(self._sql.heads, (), "reading heads")]

@@ -2,17 +2,22 @@
 
 Why this shape (ARCHITECTURE.md, "Storage and scale"):
 
-* **One writer, group commit.** ``append`` only enqueues a request on a bounded queue and awaits
-  its future. One writer task, owned by the store, drains every queued request (up to
-  ``batch_max`` events) and writes the whole batch in ONE hop to a dedicated single-thread
-  executor that owns the writing ``sqlite3`` connection: ``BEGIN IMMEDIATE``, per request
-  dedup / ``expected_seq`` check / seal, one ``executemany``, ``COMMIT``. One fsync then covers
+* **One writer, group commit** (:mod:`hub.log.writer`, shared with the PostgreSQL store).
+  ``append`` only enqueues a request on a bounded queue and awaits its future. One writer task,
+  owned by the store, drains every queued request (up to ``batch_max`` events) and writes the
+  whole batch in ONE hop to a dedicated single-thread executor that owns the writing
+  ``sqlite3`` connection: ``BEGIN IMMEDIATE``, per request dedup / ``expected_seq`` check / seal
+  (:func:`hub.log.writer.decide`), one ``executemany``, ``COMMIT``. One fsync then covers
   every request in the batch, which is where the throughput under concurrency comes from.
   Nothing is acknowledged before ``COMMIT`` returns (``synchronous=FULL``).
 * **Checks before inserts.** Every request is checked and sealed in memory first; only accepted
   requests contribute rows, so one failing request never fails the others of its batch. If the
   transaction itself fails (an I/O error), it is rolled back, the cached heads are dropped and
   every request of the batch fails with :class:`hub.errors.Unavailable`.
+* **Heads are cached** by the writer across transactions (this store is the file's only
+  writer), unlike PostgreSQL's, which reads them in each transaction. A batch is written even
+  for callers cancelled while it was queued (PostgreSQL skips those): the SQLite hop is cheap
+  and a retry with the same ids answers ``duplicate`` either way.
 * **Readers never wait for the writer.** Reads go through a separate ``aiosqlite`` connection
   (``query_only``); WAL lets it read the last committed state while a batch is being written.
 * **The body is the truth.** ``body`` holds ``encode_event`` of the full sealed event; the other
@@ -33,8 +38,7 @@ import asyncio
 import contextlib
 import os
 import sqlite3
-import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final, TypeAlias
@@ -42,19 +46,25 @@ from typing import Any, Final, TypeAlias
 import aiosqlite
 import msgspec
 
-from hub.chain import GENESIS, seal, verify_chain
-from hub.errors import (
-    AgoraError,
-    BadRequest,
-    Conflict,
-    IntegrityError,
-    Internal,
-    Unavailable,
-)
-from hub.events import EVENT_TYPES, Event, decode_event, decode_events, encode_event
-from hub.log.base import AppendResult, EventStore, Head, Snapshot, VerifyReport
+from hub.chain import GENESIS
+from hub.errors import AgoraError, IntegrityError, Internal, Unavailable
+from hub.events import Event, decode_events
+from hub.log.base import AppendResult, EventStore, Head, Snapshot
 from hub.log.blobs import FileBlobStore
-from hub.validation import validate_workspace
+from hub.log.codec import as_bytes, decode_page, head_from_row
+from hub.log.writer import (
+    EMPTY_TIP,
+    Append,
+    Decision,
+    GroupCommit,
+    Outcome,
+    Request,
+    Tip,
+    batch_timestamp,
+    chain,
+    decide,
+    resolve,
+)
 
 SCHEMA_VERSION: Final = 1
 
@@ -92,14 +102,16 @@ _INSERT: Final = (
 # Ids travel as one JSON array parameter so the statement text (and its prepared form) is
 # the same whatever the number of ids.
 _SELECT_IDS: Final = (
-    "SELECT id, seq FROM events WHERE workspace = ? AND id IN (SELECT value FROM json_each(?))"
+    "SELECT id, seq, body FROM events WHERE workspace = ? "
+    "AND id IN (SELECT value FROM json_each(?))"
 )
 _SELECT_BODIES_BY_ID: Final = (
     "SELECT seq, body FROM events WHERE workspace = ? "
     "AND id IN (SELECT value FROM json_each(?)) ORDER BY seq"
 )
 _SELECT_TIP: Final = (
-    "SELECT seq, hash, position FROM events WHERE workspace = ? ORDER BY seq DESC LIMIT 1"
+    "SELECT seq, hash, position, timestamp FROM events WHERE workspace = ? "
+    "ORDER BY seq DESC LIMIT 1"
 )
 _SELECT_HEAD: Final = (
     "SELECT workspace, seq, hash, timestamp, position FROM events "
@@ -145,7 +157,6 @@ _SELECT_SNAPSHOT: Final = (
 )
 
 _MAX_SEQ: Final = 2**63 - 1
-_KINDS_BY_TYPE: Final[dict[type[Event], str]] = {t: t.kind for t in EVENT_TYPES}
 DEFAULT_QUEUE_MAX: Final = 4096
 _MAX_CACHED_HEADS: Final = 100_000
 DEFAULT_BUSY_TIMEOUT_S: Final = 5.0
@@ -157,56 +168,21 @@ _JOURNAL_SIZE_LIMIT: Final = 64 * 1024 * 1024
 _WAL_AUTOCHECKPOINT_PAGES: Final = 4000
 _json: Final = msgspec.json.Encoder()
 
-# (seq, hash, position) of a workspace's last event; (0, "", 0) for an empty workspace.
-_Tip: TypeAlias = tuple[int, str, int]
-_EMPTY_TIP: Final[_Tip] = (0, GENESIS, 0)
 _Row: TypeAlias = tuple[int, str, int, str, str, int, str, bytes]
 
 
-class _Append:
-    """One queued ``append`` call."""
-
-    __slots__ = ("client_ids", "drafts", "expected_seq", "future", "size", "workspace")
-
-    def __init__(
-        self,
-        workspace: str,
-        drafts: tuple[Event, ...],
-        expected_seq: int | None,
-        client_ids: list[str],
-        future: asyncio.Future[Any],
-    ) -> None:
-        self.workspace = workspace
-        self.drafts = drafts
-        self.expected_seq = expected_seq
-        self.client_ids = client_ids
-        self.future = future
-        self.size = len(drafts)
-
-
-class _Import:
-    """One queued ``import_events`` call (events already verified)."""
-
-    __slots__ = ("events", "future", "size", "workspace")
-
-    def __init__(
-        self, workspace: str, events: tuple[Event, ...], future: asyncio.Future[Any]
-    ) -> None:
-        self.workspace = workspace
-        self.events = events
-        self.future = future
-        self.size = len(events)
-
-
-_Request: TypeAlias = _Append | _Import
-_Outcome: TypeAlias = AppendResult | int | AgoraError
-
-
-class _Stop:
-    """Wakes the writer task when the store closes."""
-
-
-_STOP: Final = _Stop()
+def _row(event: Event, body: bytes) -> _Row:
+    """The ``_INSERT`` parameters of a sealed event."""
+    return (
+        event.position,
+        event.workspace,
+        event.seq,
+        event.id,
+        event.kind,
+        event.timestamp,
+        event.hash or GENESIS,
+        body,
+    )
 
 
 def mint_ids(timestamp_ms: int, count: int) -> list[str]:
@@ -245,31 +221,6 @@ def _translate(e: sqlite3.Error, doing: str) -> AgoraError:
     return Unavailable(f"database error while {doing}: {e}", sqlite=name)
 
 
-def _as_bytes(body: bytes | str) -> bytes:
-    # A body rewritten as TEXT (by the sqlite3 shell, say) must still reach the decoder, so
-    # the hash check — not a TypeError — is what reports the tampering.
-    return body if isinstance(body, bytes) else str(body).encode("utf-8", "surrogatepass")
-
-
-def _decode_page(bodies: list[bytes | str], keys: Iterable[int], key_name: str) -> list[Event]:
-    """Decode stored bodies in one call. Raises :class:`IntegrityError` naming a bad row."""
-    if not bodies:
-        return []
-    raw = [_as_bytes(b) for b in bodies]
-    try:
-        return decode_events(b"[" + b",".join(raw) + b"]")
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
-        for key, body in zip(keys, raw, strict=True):
-            try:
-                decode_event(body)
-            except (msgspec.DecodeError, msgspec.ValidationError) as bad:
-                raise IntegrityError(
-                    f"stored event at {key_name} {key} cannot be decoded: {bad}",
-                    **{key_name: key},
-                ) from bad
-        raise IntegrityError(f"stored events cannot be decoded: {e}") from e
-
-
 class _Writer:
     """The writing side. Every method runs on the store's single writer thread."""
 
@@ -277,7 +228,7 @@ class _Writer:
         self.path = path
         self.busy_timeout = busy_timeout
         self.conn: sqlite3.Connection | None = None
-        self.heads: dict[str, _Tip] = {}
+        self.heads: dict[str, Tip] = {}
         self.next_position: int | None = None  # None: reload from the database
         self.data_version: int | None = None
         self.last_timestamp = 0
@@ -348,41 +299,42 @@ class _Writer:
         self.heads.clear()
         self.next_position = None
 
-    def _tip(self, workspace: str) -> _Tip:
+    def _tip(self, workspace: str) -> Tip:
+        """The workspace's tip: cached, else read (in the batch's transaction)."""
         tip = self.heads.get(workspace)
         if tip is None:
             assert self.conn is not None
             row = self.conn.execute(_SELECT_TIP, (workspace,)).fetchone()
-            tip = _EMPTY_TIP if row is None else (row[0], row[1], row[2])
+            tip = EMPTY_TIP if row is None else (row[0], row[1], row[2], row[3])
             self.heads[workspace] = tip
         return tip
 
     # -- the batch --------------------------------------------------------------------------
 
-    def write(self, batch: list[_Request]) -> list[_Outcome]:
+    def write(self, batch: list[Request]) -> list[Outcome]:
         """Write one batch in one transaction; one outcome per request, in order."""
         conn = self.conn
         if conn is None:
             return [Unavailable("the store is closed") for _ in batch]
         try:
             conn.execute("BEGIN IMMEDIATE")
-            outcomes, staged, rows, position, now = self._decide(conn, batch)
-            if rows:
-                conn.executemany(_INSERT, rows)
+            decision, now = self._decide(conn, batch)
+            if decision.rows:
+                conn.executemany(_INSERT, [_row(e, body) for e, body in decision.rows])
             conn.execute("COMMIT")
         except sqlite3.Error as e:
             self._abort(conn)
-            return [_chain(Unavailable(f"could not commit the batch: {e}"), e) for _ in batch]
+            return [chain(Unavailable(f"could not commit the batch: {e}"), e) for _ in batch]
         except Exception as e:  # a bug: fail this batch only, keep the writer alive
             self._abort(conn)
-            return [_chain(Internal(f"writer failed: {e!r}"), e) for _ in batch]
+            return [chain(Internal(f"writer failed: {e!r}"), e) for _ in batch]
         # Committed: only now do the staged heads become the truth.
         if len(self.heads) > _MAX_CACHED_HEADS:
             self.heads.clear()  # bounded: evicted heads are reloaded on demand
-        self.heads.update(staged)
-        self.next_position = position
+        self.heads.update(decision.staged)
+        self.next_position = decision.position
         self.last_timestamp = now
-        return outcomes
+        return decision.outcomes
 
     def _abort(self, conn: sqlite3.Connection) -> None:
         with contextlib.suppress(sqlite3.Error):
@@ -390,10 +342,9 @@ class _Writer:
                 conn.execute("ROLLBACK")
         self._forget()
 
-    def _decide(
-        self, conn: sqlite3.Connection, batch: list[_Request]
-    ) -> tuple[list[_Outcome], dict[str, _Tip], list[_Row], int, int]:
-        """Check and seal every request of the batch in memory; nothing is written yet."""
+    def _decide(self, conn: sqlite3.Connection, batch: list[Request]) -> tuple[Decision, int]:
+        """Check and seal every request of the batch in memory (:func:`decide`); nothing is
+        written yet. Returns the decision and the batch's timestamp."""
         version = conn.execute("PRAGMA data_version").fetchone()[0]
         if version != self.data_version:
             # Another connection committed: our cached heads may be stale.
@@ -402,160 +353,33 @@ class _Writer:
         if self.next_position is None:
             self._load_position()
         assert self.next_position is not None
-        position = self.next_position
-        now = time.time_ns() // 1_000_000
-        now = max(now, self.last_timestamp)  # never step back, whatever the wall clock does
-        staged: dict[str, _Tip] = {}
-        written: dict[tuple[str, str], Event] = {}
-        known = self._known_ids(conn, batch)
-        minted = iter(
-            mint_ids(now, sum(r.size - len(r.client_ids) for r in batch if isinstance(r, _Append)))
+        now = batch_timestamp(self.last_timestamp)
+        decision = decide(
+            batch,
+            tip=self._tip,
+            known=self._known_ids(conn, batch),
+            position=self.next_position,
+            now=now,
+            mint=mint_ids,
         )
-        rows: list[_Row] = []
-        outcomes: list[_Outcome] = []
-        for req in batch:
-            try:
-                if isinstance(req, _Append):
-                    result, position = self._append_one(
-                        conn, req, staged, written, known, minted, rows, position, now
-                    )
-                    outcomes.append(result)
-                else:
-                    count, position = self._import_one(req, staged, rows, position)
-                    outcomes.append(count)
-            except AgoraError as e:
-                outcomes.append(e)
-        return outcomes, staged, rows, position, now
+        return decision, now
 
     def _known_ids(
-        self, conn: sqlite3.Connection, batch: list[_Request]
-    ) -> dict[tuple[str, str], int]:
-        """Client-chosen ids of this batch that are already stored: (workspace, id) → seq."""
+        self, conn: sqlite3.Connection, batch: list[Request]
+    ) -> dict[tuple[str, str], tuple[int, bytes]]:
+        """Client-chosen ids of this batch already stored: (workspace, id) → (seq, body)."""
         by_workspace: dict[str, list[str]] = {}
         for req in batch:
-            if isinstance(req, _Append) and req.client_ids:
+            if isinstance(req, Append) and req.client_ids:
                 by_workspace.setdefault(req.workspace, []).extend(req.client_ids)
-        known: dict[tuple[str, str], int] = {}
+        known: dict[tuple[str, str], tuple[int, bytes]] = {}
         for workspace, ids in by_workspace.items():
             tip = self.heads.get(workspace)
             if tip is not None and tip[0] == 0:
                 continue  # an empty workspace holds no ids
-            for id_, seq in conn.execute(_SELECT_IDS, (workspace, _json.encode(ids))):
-                known[(workspace, id_)] = seq
+            for id_, seq, body in conn.execute(_SELECT_IDS, (workspace, _json.encode(ids))):
+                known[(workspace, id_)] = (seq, as_bytes(body))
         return known
-
-    def _append_one(
-        self,
-        conn: sqlite3.Connection,
-        req: _Append,
-        staged: dict[str, _Tip],
-        written: dict[tuple[str, str], Event],
-        known: dict[tuple[str, str], int],
-        minted: Iterator[str],
-        rows: list[_Row],
-        position: int,
-        now: int,
-    ) -> tuple[AppendResult, int]:
-        workspace = req.workspace
-        tip = staged.get(workspace) or self._tip(workspace)
-        if req.client_ids:
-            seen = [
-                i for i in req.client_ids if (workspace, i) in written or (workspace, i) in known
-            ]
-            if seen:
-                if len(seen) == req.size:
-                    return self._originals(conn, req, written), position
-                raise Conflict(
-                    f"the batch mixes {len(seen)} id(s) already written with new events",
-                    head=tip[0],
-                    ids=seen,
-                )
-        seq, prev, _ = tip
-        if req.expected_seq is not None and req.expected_seq != seq:
-            raise Conflict(
-                f"expected seq {req.expected_seq} but the head of {workspace!r} is {seq}",
-                head=seq,
-                expected=req.expected_seq,
-            )
-        sealed: list[Event] = []
-        new_rows: list[_Row] = []
-        try:
-            for draft in req.drafts:
-                seq += 1
-                event = seal(
-                    draft,
-                    id=draft.id or next(minted),
-                    workspace=workspace,
-                    seq=seq,
-                    position=position,
-                    timestamp=now,
-                    producer=draft.producer,
-                    prev=prev,
-                )
-                prev = event.hash or GENESIS
-                new_rows.append(
-                    (position, workspace, seq, event.id, event.kind, now, prev, encode_event(event))
-                )
-                sealed.append(event)
-                position += 1
-        except (TypeError, ValueError, msgspec.EncodeError) as e:
-            index = len(sealed)
-            raise BadRequest(f"event {index} cannot be encoded: {e}", index=index) from e
-        rows.extend(new_rows)
-        if req.client_ids:  # minted ids are new by construction: only client ids can repeat
-            for event in sealed:
-                written[(workspace, event.id)] = event
-        staged[workspace] = (seq, prev, position - 1)
-        return AppendResult(workspace=workspace, events=tuple(sealed)), position
-
-    def _originals(
-        self, conn: sqlite3.Connection, req: _Append, written: dict[tuple[str, str], Event]
-    ) -> AppendResult:
-        """The stored events of a retried batch, in the batch's order."""
-        workspace = req.workspace
-        found = {i: written[(workspace, i)] for i in req.client_ids if (workspace, i) in written}
-        missing = [i for i in req.client_ids if i not in found]
-        if missing:
-            rows = conn.execute(_SELECT_BODIES_BY_ID, (workspace, _json.encode(missing))).fetchall()
-            for event in _decode_page([r[1] for r in rows], [r[0] for r in rows], "seq"):
-                found[event.id] = event
-        return AppendResult(
-            workspace=workspace,
-            events=tuple(found[i] for i in req.client_ids),
-            duplicate=True,
-        )
-
-    def _import_one(
-        self, req: _Import, staged: dict[str, _Tip], rows: list[_Row], position: int
-    ) -> tuple[int, int]:
-        workspace = req.workspace
-        tip = staged.get(workspace) or self._tip(workspace)
-        if tip[0] != 0:
-            raise Conflict(
-                f"workspace {workspace!r} is not empty (head {tip[0]}); import needs an empty one",
-                head=tip[0],
-            )
-        new_rows: list[_Row] = []
-        for event in req.events:
-            # Positions belong to this store; everything hashed stays verbatim.
-            stored = msgspec.structs.replace(event, position=position)
-            new_rows.append(
-                (
-                    position,
-                    workspace,
-                    event.seq,
-                    event.id,
-                    event.kind,
-                    event.timestamp,
-                    event.hash or GENESIS,
-                    encode_event(stored),
-                )
-            )
-            position += 1
-        rows.extend(new_rows)
-        last = req.events[-1]
-        staged[workspace] = (last.seq, last.hash or GENESIS, position - 1)
-        return len(req.events), position
 
     # -- snapshots (writes share the writer thread, so they never contend for the lock) -----
 
@@ -590,12 +414,6 @@ class _Writer:
         return int(count)
 
 
-def _chain(error: AgoraError, cause: BaseException) -> AgoraError:
-    """``raise error from cause`` for an error handed to another thread's future."""
-    error.__cause__ = cause
-    return error
-
-
 class SqliteEventStore(EventStore):
     """The SQLite :class:`EventStore` (see the module docstring for the design).
 
@@ -626,12 +444,7 @@ class SqliteEventStore(EventStore):
         self._writer: _Writer | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._reader: aiosqlite.Connection | None = None
-        self._queue: asyncio.Queue[_Request | _Stop] | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._accepting = False
-        self._stopping = False
-        self._putting = 0  # appends waiting for room in the queue
-        self._closing: asyncio.Future[None] | None = None
+        self._commits = GroupCommit(batch_max=batch_max, queue_max=queue_max)
         self._opening = asyncio.Lock()
 
     def __repr__(self) -> str:
@@ -645,7 +458,7 @@ class SqliteEventStore(EventStore):
         Raises :class:`Unavailable` if the file cannot be opened or has a newer schema.
         """
         async with self._opening:
-            if self._task is None:
+            if self._commits.task is None:
                 await self._open()
 
     async def _open(self) -> None:
@@ -670,95 +483,29 @@ class SqliteEventStore(EventStore):
                 raise Unavailable(f"cannot open {self.path}: {e}") from e
             raise
         self._writer, self._executor, self._reader = writer, executor, reader
-        self._queue = asyncio.Queue(maxsize=self.queue_max)
-        self._accepting, self._stopping, self._closing = True, False, None
-        self._task = asyncio.create_task(self._run_writer(), name=f"agora-writer:{self.path}")
+        self._commits.start(self._commit, name=f"agora-writer:{self.path}")
 
     async def close(self) -> None:
         """Stop taking appends, commit every pending one, then release everything.
 
         Idempotent; concurrent calls all wait for the same shutdown.
         """
-        if self._task is None:
-            return
-        if self._closing is None:
-            self._closing = asyncio.ensure_future(self._shutdown())
-        # Shielded: a caller cancelled while closing must not leave the store half closed.
-        await asyncio.shield(self._closing)
+        await self._commits.close(self._release)
 
-    async def _shutdown(self) -> None:
-        task, queue = self._task, self._queue
-        assert task is not None and queue is not None
-        self._accepting = False
-        self._stopping = True
-        self._wake_writer()
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass  # the writer was cancelled (loop teardown); pending requests were failed
-        finally:
-            self._fail_queued(queue)
-            loop = asyncio.get_running_loop()
-            if self._reader is not None:
-                with contextlib.suppress(sqlite3.Error, ValueError):
-                    await self._reader.close()
-            if self._writer is not None and self._executor is not None:
-                # Runs after any hop still in flight (one thread, FIFO).
-                await loop.run_in_executor(self._executor, self._writer.close)
-                self._executor.shutdown(wait=False)
-            self._reader = self._writer = self._executor = None
-            self._task = self._queue = None
+    async def _release(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._reader is not None:
+            with contextlib.suppress(sqlite3.Error, ValueError):
+                await self._reader.close()
+        if self._writer is not None and self._executor is not None:
+            # Runs after any hop still in flight (one thread, FIFO).
+            await loop.run_in_executor(self._executor, self._writer.close)
+            self._executor.shutdown(wait=False)
+        self._reader = self._writer = self._executor = None
 
-    def _wake_writer(self) -> None:
-        if self._queue is not None:
-            with contextlib.suppress(asyncio.QueueFull):
-                self._queue.put_nowait(_STOP)
+    # -- the writer task (hub.log.writer.GroupCommit) calls this with each batch ------------
 
-    @staticmethod
-    def _fail_queued(queue: asyncio.Queue[_Request | _Stop]) -> None:
-        while not queue.empty():
-            item = queue.get_nowait()
-            if not isinstance(item, _Stop) and not item.future.done():
-                item.future.set_exception(Unavailable("the store closed before this append"))
-
-    # -- the writer task --------------------------------------------------------------------
-
-    async def _run_writer(self) -> None:
-        queue = self._queue
-        assert queue is not None
-        carry: _Request | None = None
-        try:
-            while True:
-                if carry is not None:
-                    first: _Request | _Stop = carry
-                    carry = None
-                else:
-                    if self._stopping and queue.empty() and self._putting == 0:
-                        return
-                    first = await queue.get()
-                if isinstance(first, _Stop):
-                    continue
-                batch = [first]
-                size = first.size
-                # Drain whatever else is queued: that is the group in group commit.
-                while size < self.batch_max and not queue.empty():
-                    item = queue.get_nowait()
-                    if isinstance(item, _Stop):
-                        continue
-                    if size + item.size > self.batch_max:
-                        carry = item
-                        break
-                    batch.append(item)
-                    size += item.size
-                await self._commit(batch)
-        except BaseException:
-            self._accepting = False
-            if carry is not None and not carry.future.done():
-                carry.future.set_exception(Unavailable("the store's writer stopped"))
-            self._fail_queued(queue)
-            raise
-
-    async def _commit(self, batch: list[_Request]) -> None:
+    async def _commit(self, batch: list[Request]) -> None:
         """Write ``batch`` in one hop to the writer thread and settle its callers' futures.
 
         The thread hands the outcomes back with one ``call_soon_threadsafe`` that settles
@@ -771,8 +518,8 @@ class SqliteEventStore(EventStore):
         writer = self._writer
         assert writer is not None and self._executor is not None
 
-        def report(outcomes: list[_Outcome]) -> None:  # on the loop
-            _resolve(batch, outcomes)
+        def report(outcomes: list[Outcome]) -> None:  # on the loop
+            resolve(batch, outcomes)
             if not done.done():
                 done.set_result(None)
 
@@ -780,7 +527,7 @@ class SqliteEventStore(EventStore):
             try:
                 outcomes = writer.write(batch)
             except BaseException as e:  # write() catches errors; this is the last resort
-                outcomes = [_chain(Internal(f"writer failed: {e!r}"), e) for _ in batch]
+                outcomes = [chain(Internal(f"writer failed: {e!r}"), e) for _ in batch]
             # A closed loop means nobody is left to tell; the batch's outcome stands.
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(report, outcomes)
@@ -793,99 +540,12 @@ class SqliteEventStore(EventStore):
     async def append(
         self, workspace: str, drafts: Sequence[Event], *, expected_seq: int | None = None
     ) -> AppendResult:
-        """See :meth:`EventStore.append`. Also raises :class:`Unavailable` when the store is
-        not open or the batch could not be committed (then nothing of it was written).
-
-        A caller cancelled while waiting may still see its batch committed (the retry with
-        the same ids then answers ``duplicate``).
-        """
-        if not self._accepting:
-            raise Unavailable("the store is not open")
-        validate_workspace(workspace)
-        if not drafts:
-            raise BadRequest("an append needs at least one event", field="events")
-        if expected_seq is not None and (type(expected_seq) is not int or expected_seq < 0):
-            raise BadRequest("expectedSeq must be an integer >= 0", field="expectedSeq")
-        client_ids: list[str] = []
-        for draft in drafts:
-            if type(draft) not in _KINDS_BY_TYPE:
-                raise BadRequest(f"not an event of a known kind: {type(draft).__name__}")
-            if draft.id:
-                client_ids.append(draft.id)
-        if len(set(client_ids)) != len(client_ids):
-            raise BadRequest("an id is repeated within the batch", field="id")
-        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        request = _Append(workspace, tuple(drafts), expected_seq, client_ids, future)
-        queue = self._queue
-        assert queue is not None
-        try:
-            queue.put_nowait(request)  # the common case, without a coroutine of its own
-        except asyncio.QueueFull:
-            await self._enqueue(request)
-        return await future
+        """See :meth:`EventStore.append`."""
+        return await self._commits.append(workspace, drafts, expected_seq)
 
     async def import_events(self, workspace: str, events: Sequence[Event]) -> int:
-        """See :meth:`EventStore.import_events`.
-
-        ``events`` must be the whole log of ``workspace`` from seq 1, with every event's
-        ``workspace`` equal to ``workspace`` (an export is restored under its own name).
-        Raises :class:`BadRequest` otherwise, :class:`IntegrityError` naming the first bad
-        seq, :class:`Conflict` if the workspace already has events.
-        """
-        if not self._accepting:
-            raise Unavailable("the store is not open")
-        validate_workspace(workspace)
-        if not events:
-            return 0
-        ids: set[str] = set()
-        for event in events:
-            if type(event) not in _KINDS_BY_TYPE:
-                raise BadRequest(f"not an event of a known kind: {type(event).__name__}")
-            if event.workspace != workspace:
-                raise BadRequest(
-                    f"event seq {event.seq} belongs to {event.workspace!r}, not {workspace!r}",
-                    field="workspace",
-                    seq=event.seq,
-                )
-            if not event.id or event.id in ids:
-                raise BadRequest(
-                    f"event seq {event.seq} has a missing or repeated id", seq=event.seq
-                )
-            ids.add(event.id)
-        batch = tuple(events)
-        # Hashing a large export is CPU work; keep it off the event loop.
-        _, problem = await asyncio.to_thread(verify_chain, batch)
-        if problem is not None:
-            raise IntegrityError(
-                f"chain broken at seq {problem.seq}: {problem.problem}",
-                seq=problem.seq,
-                problem=problem.problem,
-            )
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        await self._enqueue(_Import(workspace, batch, future))
-        return await future
-
-    async def _enqueue(self, request: _Request) -> None:
-        queue = self._queue
-        assert queue is not None
-        try:
-            queue.put_nowait(request)
-            return
-        except asyncio.QueueFull:
-            pass
-        # Backpressure: wait for room. The writer does not exit while someone waits here.
-        self._putting += 1
-        try:
-            await queue.put(request)
-        finally:
-            self._putting -= 1
-            if self._stopping and self._putting == 0:
-                self._wake_writer()
-        task = self._task
-        if task is None or task.done():
-            # The writer died while we waited (it never exits while anyone waits here on a
-            # normal close): nobody will drain the queue, so fail what is in it, ours included.
-            self._fail_queued(queue)
+        """See :meth:`EventStore.import_events`."""
+        return await self._commits.import_events(workspace, events)
 
     # -- snapshots --------------------------------------------------------------------------
 
@@ -912,7 +572,7 @@ class SqliteEventStore(EventStore):
         return Snapshot(workspace=workspace, name=name, version=version, seq=seq, body=bytes(body))
 
     def _writer_or_raise(self) -> _Writer:
-        if self._writer is None or not self._accepting:
+        if self._writer is None or not self._commits.accepting:
             raise Unavailable("the store is not open")
         return self._writer
 
@@ -952,7 +612,7 @@ class SqliteEventStore(EventStore):
         if page is not None:
             return page
         rows = await self._fetch(_SELECT_RANGE, params, "reading events")
-        return _decode_page([r[1] for r in rows], [r[0] for r in rows], "seq")
+        return decode_page([r[1] for r in rows], [r[0] for r in rows], "seq")
 
     async def _concat_page(self, sql: str, params: tuple[Any, ...], key: str) -> list[Event] | None:
         """A page through the concatenating query, or None to use the row-wise one."""
@@ -982,7 +642,7 @@ class SqliteEventStore(EventStore):
         rows = await self._fetch(
             _SELECT_RANGE, (workspace, after_seq, _MAX_SEQ, limit), "reading events"
         )
-        return [(seq, _as_bytes(body)) for seq, body in rows]
+        return [(seq, as_bytes(body)) for seq, body in rows]
 
     async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Event]:
         """See :meth:`EventStore.read_all`. Raises ``IntegrityError``, ``Unavailable``."""
@@ -992,7 +652,7 @@ class SqliteEventStore(EventStore):
         if page is not None:
             return page
         rows = await self._fetch(_SELECT_ALL, (after_position, limit), "reading events")
-        return _decode_page([r[1] for r in rows], [r[0] for r in rows], "position")
+        return decode_page([r[1] for r in rows], [r[0] for r in rows], "position")
 
     async def lookup_ids(self, workspace: str, ids: Sequence[str]) -> dict[str, Event]:
         """See :meth:`EventStore.lookup_ids`. Raises ``IntegrityError``, ``Unavailable``."""
@@ -1001,42 +661,17 @@ class SqliteEventStore(EventStore):
         rows = await self._fetch(
             _SELECT_BODIES_BY_ID, (workspace, _json.encode(list(ids))), "looking up ids"
         )
-        events = _decode_page([r[1] for r in rows], [r[0] for r in rows], "seq")
+        events = decode_page([r[1] for r in rows], [r[0] for r in rows], "seq")
         return {e.id: e for e in events}
 
     async def head(self, workspace: str) -> Head | None:
         """See :meth:`EventStore.head`. Raises ``Unavailable``."""
         rows = await self._fetch(_SELECT_HEAD, (workspace,), "reading a head")
-        return _head(rows[0]) if rows else None
+        return head_from_row(rows[0]) if rows else None
 
     async def heads(self) -> list[Head]:
         """See :meth:`EventStore.heads`. Raises ``Unavailable``."""
-        return [_head(r) for r in await self._fetch(_SELECT_HEADS, (), "reading heads")]
-
-    async def verify(self, workspace: str) -> VerifyReport:
-        """See :meth:`EventStore.verify`; checks a page at a time."""
-        checked = 0
-        prev = GENESIS
-        last = 0
-        async for page in self._pages(workspace, batch=5000):
-            n, problem = verify_chain(page, after_seq=last, prev=prev)
-            checked += n
-            if problem is not None:
-                head = page[n - 1].seq if n else last
-                return VerifyReport(workspace=workspace, checked=checked, head=head, error=problem)
-            prev = page[-1].hash or GENESIS
-            last = page[-1].seq
-        return VerifyReport(workspace=workspace, checked=checked, head=last)
-
-    async def _pages(self, workspace: str, *, batch: int) -> AsyncIterator[list[Event]]:
-        after = 0
-        while True:
-            page = await self.read_batch(workspace, after_seq=after, limit=batch)
-            if page:
-                yield page
-            if len(page) < batch:
-                return
-            after = page[-1].seq
+        return [head_from_row(r) for r in await self._fetch(_SELECT_HEADS, (), "reading heads")]
 
 
 def _increasing(events: list[Event], key: str) -> bool:
@@ -1052,18 +687,3 @@ def _increasing(events: list[Event], key: str) -> bool:
                 return False
             last = event.position
     return True
-
-
-def _head(row: Sequence[Any]) -> Head:
-    return Head(workspace=row[0], seq=row[1], hash=row[2], timestamp=row[3], position=row[4])
-
-
-def _resolve(batch: list[_Request], outcomes: list[_Outcome]) -> None:
-    for request, outcome in zip(batch, outcomes, strict=True):
-        future = request.future
-        if future.done():  # the caller was cancelled
-            continue
-        if isinstance(outcome, BaseException):
-            future.set_exception(outcome)
-        else:
-            future.set_result(outcome)

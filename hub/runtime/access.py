@@ -37,8 +37,7 @@ class LogAccess:
         self.writes = 0
 
     async def _files(self) -> dict[str, FileEntry]:
-        state = await self._workspaces.state(self._workspace)
-        return state.files
+        return await self._workspaces.files(self._workspace)
 
     async def read(self, path: str) -> bytes:
         entry = (await self._files()).get(path)

@@ -656,8 +656,8 @@ class Runtime:
             failed: PushFailed | None = None
             if mounts:
                 try:
-                    state = await self.workspaces.state(execution.workspace)
-                    mirror = await push(state.files, self.store.blobs, self.settings.sync)
+                    files = await self.workspaces.files(execution.workspace)
+                    mirror = await push(files, self.store.blobs, self.settings.sync)
                 except PushFailed as e:
                     failed = e
                 except Exception as e:  # e.g. the store failed while reading the state

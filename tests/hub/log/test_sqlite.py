@@ -188,7 +188,7 @@ async def test_cancelling_the_writer_fails_pending_appends(tmp_path: Path) -> No
     store = SqliteEventStore(tmp_path / "a.db")
     await store.open()
     await store.append("ws", [msg()])
-    writer_task = store._task
+    writer_task = store._commits.task
     assert writer_task is not None
     tasks = [asyncio.create_task(store.append("ws", [msg(str(i))])) for i in range(20)]
     await asyncio.sleep(0)
@@ -234,7 +234,7 @@ def test_mint_id_is_a_time_ordered_uuid() -> None:
 async def test_appends_waiting_for_room_fail_when_the_writer_dies(tmp_path: Path) -> None:
     store = SqliteEventStore(tmp_path / "a.db", queue_max=1, batch_max=1)
     await store.open()
-    writer_task = store._task
+    writer_task = store._commits.task
     assert writer_task is not None
     tasks = [asyncio.create_task(store.append("ws", [msg(str(i))])) for i in range(10)]
     await asyncio.sleep(0)  # one queued, nine waiting for room

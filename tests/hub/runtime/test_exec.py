@@ -405,3 +405,21 @@ async def test_a_failed_push_aborts_the_run(runtime_hub: RuntimeHub) -> None:
 def _remove_blob(hub: RuntimeHub, sha: str) -> None:
     (path,) = list(hub.data_dir.rglob(sha[2:]))
     path.unlink()
+
+
+async def test_a_wasm_module_inline_then_by_blob(
+    start_runtime_hub: Callable[..., RuntimeHub],
+) -> None:
+    from tests.backends import wat
+
+    hub = start_runtime_hub('[[backends]]\nid = "wasm"\nkind = "wasm"\naccess = "read-write"\n')
+    module = wat.wasm(wat.HELLO)
+    async with exec_peer(hub.url) as p:
+        inline = await p.run(module=base64.b64encode(module).decode(), execId="m1")
+        logged = of_kind(of_exec(await p.log(), "m1"), "execRequested")[0]["payload"]
+        by_blob = await p.run(module={"blob": logged["module"]["blob"]}, execId="m2")
+        both = await p.exec(module={"blob": logged["module"]["blob"]}, source="x")
+    assert inline["status"] == by_blob["status"] == "completed", (inline, by_blob)
+    assert inline["stdout"] == by_blob["stdout"] != ""
+    assert logged["language"] == "wasm" and set(logged["module"]) == {"blob"}
+    assert (both["op"], both["code"]) == ("error", "badRequest")

@@ -24,7 +24,15 @@ from backends.base import (
 )
 from hub.auth import Capability
 from hub.errors import Busy, Forbidden, Unavailable
-from hub.events import ExecDisposed, ExecFinished, ExecOutput, ExecRequested, ExecStarted
+from hub.events import (
+    ExecDisposed,
+    ExecFinished,
+    ExecOutput,
+    ExecRequested,
+    ExecRequestedPayload,
+    ExecStarted,
+    ExecStartedPayload,
+)
 from hub.frames import Exec
 from hub.log.factory import open_store
 from hub.runtime import BackendInstance, BackendRegistry, Runtime, RuntimeSettings
@@ -137,12 +145,14 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
         yield r
 
 
-async def test_a_run_is_journaled_in_two_commits(rig: Rig) -> None:
+async def test_a_short_run_is_journaled_in_two_commits(rig: Rig) -> None:
+    batches: list[list[str]] = []
+    rig.workspaces.add_listener(lambda _w, batch: batches.append([e.kind for e in batch]))
     result = await rig.run("out:hi", exec_id="a")
     events = await rig.events()
     assert (result.status, result.stdout) == ("completed", "aGk=")  # base64 by default
     assert [type(e) for e in events] == [ExecRequested, ExecStarted, ExecOutput, ExecFinished]
-    assert events[1].seq == events[3].seq - 2  # started, output and finished: one batch
+    assert batches == [["execRequested"], ["execStarted", "execOutput", "execFinished"]]
 
 
 async def test_retention_prunes_beyond_the_newest(rig: Rig) -> None:
@@ -208,8 +218,6 @@ async def test_shutdown_records_interrupted_and_refuses_new_work(tmp_path: Path)
 async def test_recovery_closes_open_executions(tmp_path: Path) -> None:
     async with open_store(None, tmp_path / "data") as store:
         workspaces = Workspaces(store)
-        from hub.events import ExecRequestedPayload, ExecStartedPayload
-
         await workspaces.publish(
             "w",
             [
@@ -225,7 +233,7 @@ async def test_recovery_closes_open_executions(tmp_path: Path) -> None:
         assert await runtime.recover() == 2
         assert await runtime.recover() == 0  # nothing left open
         events = [e async for e in store.read("w")]
-    kinds = [(e.kind, getattr(e.payload, "exec_id", None)) for e in events[3:]]
+    kinds = [(e.kind, getattr(getattr(e, "payload", None), "exec_id", None)) for e in events[3:]]
     assert kinds == [
         ("execOutput", "ran"),
         ("execFinished", "ran"),

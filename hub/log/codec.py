@@ -1,0 +1,54 @@
+"""Stored rows → events and heads: the one decoder every log store's reads and writer use.
+
+A stored ``body`` is ``encode_event`` of the full sealed event (the other columns are
+indexes). A page of bodies is decoded in ONE ``msgspec`` call over ``[body,body,…]``; only
+when that fails are the bodies decoded one by one, to name the damaged row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+import msgspec
+
+from hub.errors import IntegrityError
+from hub.events import Event, decode_event, decode_events
+from hub.log.base import Head
+
+
+def as_bytes(body: bytes | str) -> bytes:
+    """A stored body as bytes. A body rewritten as TEXT (by the sqlite3 shell, say) must still
+    reach the decoder, so that the hash check, not a TypeError, reports the tampering."""
+    return body if isinstance(body, bytes) else str(body).encode("utf-8", "surrogatepass")
+
+
+def decode_page(bodies: Sequence[bytes | str], keys: Iterable[int], key_name: str) -> list[Event]:
+    """Decode stored bodies in one call; ``keys`` name their rows (``key_name`` is ``seq`` or
+    ``position``). Raises :class:`IntegrityError` naming the first undecodable row."""
+    if not bodies:
+        return []
+    raw = [as_bytes(b) for b in bodies]
+    try:
+        return decode_events(b"[" + b",".join(raw) + b"]")
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        for key, body in zip(keys, raw, strict=True):
+            try:
+                decode_event(body)
+            except (msgspec.DecodeError, msgspec.ValidationError) as bad:
+                raise IntegrityError(
+                    f"stored event at {key_name} {key} cannot be decoded: {bad}",
+                    **{key_name: key},
+                ) from bad
+        raise IntegrityError(f"stored events cannot be decoded: {e}") from e
+
+
+class Row(Protocol):
+    """A database row (a tuple, an ``asyncpg.Record``): indexable by column number."""
+
+    def __getitem__(self, index: int, /) -> Any: ...
+
+
+def head_from_row(row: Row) -> Head:
+    """A :class:`Head` from a row of ``(workspace, seq, hash, timestamp, position)``."""
+    return Head(workspace=row[0], seq=row[1], hash=row[2], timestamp=row[3], position=row[4])

@@ -1,0 +1,508 @@
+"""Group commit, shared by every log store: one writer per store, many appends per transaction.
+
+``append`` and ``import_events`` check their arguments, put a request on a bounded queue and
+await its future. One writer task (:class:`GroupCommit`, owned by the store) drains every
+queued request, up to ``batch_max`` events (a larger single request is written alone), and
+hands the batch to the store's ``commit``, which writes it in ONE transaction: one fsync (or
+one round trip) then covers every request of the batch.
+
+Inside that transaction the store calls :func:`decide`, which checks and seals every request
+in memory against the workspaces' tips (dedup by id, ``expected_seq``, import into an empty
+workspace) and returns one outcome per request and the rows to insert: only accepted
+requests contribute rows, so one failing request never fails the others of its batch.
+:func:`decide` does no I/O; what it needs from the database (the tips, the already-stored
+ids) the store looks up, with its own SQL, in its own transaction.
+
+What stays in each store: the SQL, the transaction and its locking, the driver (a thread for
+``sqlite3``, asyncio for ``asyncpg``), how a batch reaches it, the translation of the driver's
+errors, and how ids are minted. The stores differ there on purpose:
+
+* Tips: SQLite caches them across transactions (one store owns the file; ``PRAGMA
+  data_version`` reveals another writer); PostgreSQL reads them in every transaction, under
+  the table lock, because other hub nodes append too.
+* Cancelled callers: PostgreSQL drops the requests whose caller gave up before the
+  transaction began (a transaction holds the log's lock for every node) and finishes one under
+  way before its cancelled writer task lets go; SQLite hands whole batches to its thread,
+  where a transaction cannot be interrupted. Either way the real outcome reaches the callers
+  still waiting, and a retry with the same ids answers ``duplicate``.
+* Ids: PostgreSQL refuses client ids a TEXT column cannot hold (``storable``) and mints uuid4;
+  SQLite mints time-ordered UUIDv7 (:func:`hub.log.sqlite.mint_ids`, measured for its index).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any, Final, NamedTuple, TypeAlias
+
+import msgspec
+
+from hub.chain import GENESIS, seal, verify_chain
+from hub.errors import AgoraError, BadRequest, Conflict, IntegrityError, Unavailable
+from hub.events import EVENT_TYPES, Event, encode_event
+from hub.log.base import AppendResult
+from hub.log.codec import decode_page
+from hub.validation import validate_workspace
+
+_KINDS_BY_TYPE: Final[dict[type[Event], str]] = {t: t.kind for t in EVENT_TYPES}
+
+# (seq, hash, position, timestamp) of a workspace's last event.
+Tip: TypeAlias = tuple[int, str, int, int]
+EMPTY_TIP: Final[Tip] = (0, GENESIS, 0, 0)
+
+
+class Append:
+    """One queued ``append`` call."""
+
+    __slots__ = ("client_ids", "drafts", "expected_seq", "future", "size", "workspace")
+
+    def __init__(
+        self,
+        workspace: str,
+        drafts: tuple[Event, ...],
+        expected_seq: int | None,
+        client_ids: list[str],
+        future: asyncio.Future[Any],
+    ) -> None:
+        self.workspace = workspace
+        self.drafts = drafts
+        self.expected_seq = expected_seq
+        self.client_ids = client_ids
+        self.future = future
+        self.size = len(drafts)
+
+
+class Import:
+    """One queued ``import_events`` call (events already verified)."""
+
+    __slots__ = ("events", "future", "size", "workspace")
+
+    def __init__(
+        self, workspace: str, events: tuple[Event, ...], future: asyncio.Future[Any]
+    ) -> None:
+        self.workspace = workspace
+        self.events = events
+        self.future = future
+        self.size = len(events)
+
+
+Request: TypeAlias = Append | Import
+Outcome: TypeAlias = AppendResult | int | AgoraError
+# A store's commit: write the batch in one transaction and settle every request's future.
+Commit: TypeAlias = Callable[[list[Request]], Awaitable[None]]
+
+
+class _Stop:
+    """Wakes the writer task when the store closes."""
+
+
+_STOP: Final = _Stop()
+
+
+def chain(error: AgoraError, cause: BaseException) -> AgoraError:
+    """``raise error from cause`` for an error handed to a waiting caller's future."""
+    error.__cause__ = cause
+    return error
+
+
+def resolve(batch: Sequence[Request], outcomes: Sequence[Outcome]) -> None:
+    """Hand each request its outcome (one per request, in order); skip cancelled callers."""
+    for request, outcome in zip(batch, outcomes, strict=True):
+        future = request.future
+        if future.done():  # the caller was cancelled
+            continue
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+
+
+def _any_id(_id: str) -> bool:
+    return True
+
+
+class GroupCommit:
+    """The bounded request queue and the one writer task of a store.
+
+    ``storable(id)``: whether the store can hold that client-chosen id (an append or import
+    with one it cannot is a :class:`BadRequest`). Use :meth:`start` once the store's
+    resources are open and :meth:`close` to drain: stop taking requests, commit every accepted
+    one (including those waiting for room in the queue), then release the store's resources.
+    """
+
+    def __init__(
+        self,
+        *,
+        batch_max: int,
+        queue_max: int,
+        storable: Callable[[str], bool] = _any_id,
+    ) -> None:
+        self.batch_max = batch_max
+        self.queue_max = queue_max
+        self._storable = storable
+        self.task: asyncio.Task[None] | None = None
+        self.accepting = False
+        self._queue: asyncio.Queue[Request | _Stop] | None = None
+        self._stopping = False
+        self._putting = 0  # appends waiting for room in the queue
+        self._closing: asyncio.Future[None] | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self, commit: Commit, *, name: str) -> None:
+        """Start taking requests and the writer task (named ``name``), which hands each batch
+        to ``commit``. ``commit(batch)`` writes the batch in one transaction and settles the
+        futures of its requests (:func:`resolve`); for a failed transaction it fails the
+        requests rather than raise. (Held by the task only, so that a closed store is not
+        kept alive by a reference cycle.)"""
+        self._queue = asyncio.Queue(maxsize=self.queue_max)
+        self.accepting, self._stopping, self._closing = True, False, None
+        self.task = asyncio.create_task(self._run(commit), name=name)
+
+    async def close(self, release: Callable[[], Awaitable[None]]) -> None:
+        """Stop taking requests, commit every pending one, then ``await release()``.
+
+        Idempotent (a no-op when not started); concurrent calls all wait for the same
+        shutdown.
+        """
+        if self.task is None:
+            return
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._shutdown(release))
+        # Shielded: a caller cancelled while closing must not leave the store half closed.
+        await asyncio.shield(self._closing)
+
+    async def _shutdown(self, release: Callable[[], Awaitable[None]]) -> None:
+        task, queue = self.task, self._queue
+        assert task is not None and queue is not None
+        self.accepting = False
+        self._stopping = True
+        self._wake()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass  # the writer was cancelled (loop teardown); pending requests were failed
+        finally:
+            self._fail_queued(queue)
+            await release()
+            self.task = self._queue = None
+
+    def _wake(self) -> None:
+        if self._queue is not None:
+            with contextlib.suppress(asyncio.QueueFull):
+                self._queue.put_nowait(_STOP)
+
+    @staticmethod
+    def _fail_queued(queue: asyncio.Queue[Request | _Stop]) -> None:
+        while not queue.empty():
+            item = queue.get_nowait()
+            if not isinstance(item, _Stop) and not item.future.done():
+                item.future.set_exception(Unavailable("the store closed before this append"))
+
+    # -- requests ---------------------------------------------------------------------------
+
+    async def append(
+        self, workspace: str, drafts: Sequence[Event], expected_seq: int | None
+    ) -> AppendResult:
+        """Check an ``append`` call, queue it and wait for its outcome (see
+        :meth:`hub.log.base.EventStore.append`). Raises :class:`BadRequest` for bad
+        arguments, :class:`Unavailable` when not started or closing."""
+        if not self.accepting:
+            raise Unavailable("the store is not open")
+        validate_workspace(workspace)
+        if not drafts:
+            raise BadRequest("an append needs at least one event", field="events")
+        if expected_seq is not None and (type(expected_seq) is not int or expected_seq < 0):
+            raise BadRequest("expectedSeq must be an integer >= 0", field="expectedSeq")
+        storable = self._storable
+        client_ids: list[str] = []
+        for draft in drafts:
+            if type(draft) not in _KINDS_BY_TYPE:
+                raise BadRequest(f"not an event of a known kind: {type(draft).__name__}")
+            if draft.id:
+                if not storable(draft.id):
+                    raise BadRequest("an event id must be UTF-8 text without NUL", field="id")
+                client_ids.append(draft.id)
+        if len(set(client_ids)) != len(client_ids):
+            raise BadRequest("an id is repeated within the batch", field="id")
+        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+        request = Append(workspace, tuple(drafts), expected_seq, client_ids, future)
+        queue = self._queue
+        assert queue is not None
+        try:
+            queue.put_nowait(request)  # the common case, without a coroutine of its own
+        except asyncio.QueueFull:
+            await self._enqueue(request)
+        return await future
+
+    async def import_events(self, workspace: str, events: Sequence[Event]) -> int:
+        """Check an ``import_events`` call (the whole log of ``workspace`` from seq 1, every
+        event of ``workspace``), queue it and wait for its outcome. Raises
+        :class:`BadRequest`, :class:`IntegrityError` naming the first bad seq,
+        :class:`Unavailable` when not started or closing."""
+        if not self.accepting:
+            raise Unavailable("the store is not open")
+        validate_workspace(workspace)
+        if not events:
+            return 0
+        storable = self._storable
+        ids: set[str] = set()
+        for event in events:
+            if type(event) not in _KINDS_BY_TYPE:
+                raise BadRequest(f"not an event of a known kind: {type(event).__name__}")
+            if event.workspace != workspace:
+                raise BadRequest(
+                    f"event seq {event.seq} belongs to {event.workspace!r}, not {workspace!r}",
+                    field="workspace",
+                    seq=event.seq,
+                )
+            if not event.id or event.id in ids:
+                raise BadRequest(
+                    f"event seq {event.seq} has a missing or repeated id", seq=event.seq
+                )
+            if not storable(event.id):
+                raise BadRequest(
+                    f"event seq {event.seq}: an event id must be UTF-8 text without NUL",
+                    field="id",
+                    seq=event.seq,
+                )
+            ids.add(event.id)
+        batch = tuple(events)
+        # Hashing a large export is CPU work; keep it off the event loop.
+        _, problem = await asyncio.to_thread(verify_chain, batch)
+        if problem is not None:
+            raise IntegrityError(
+                f"chain broken at seq {problem.seq}: {problem.problem}",
+                seq=problem.seq,
+                problem=problem.problem,
+            )
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        await self._enqueue(Import(workspace, batch, future))
+        return await future
+
+    async def _enqueue(self, request: Request) -> None:
+        queue = self._queue
+        assert queue is not None
+        try:
+            queue.put_nowait(request)
+            return
+        except asyncio.QueueFull:
+            pass
+        # Backpressure: wait for room. The writer does not exit while someone waits here.
+        self._putting += 1
+        try:
+            await queue.put(request)
+        finally:
+            self._putting -= 1
+            if self._stopping and self._putting == 0:
+                self._wake()
+        task = self.task
+        if task is None or task.done():
+            # The writer died while we waited (it never exits while anyone waits here on a
+            # normal close): nobody will drain the queue, so fail what is in it, ours included.
+            self._fail_queued(queue)
+
+    # -- the writer task --------------------------------------------------------------------
+
+    async def _run(self, commit: Commit) -> None:
+        queue = self._queue
+        assert queue is not None
+        carry: Request | None = None
+        try:
+            while True:
+                if carry is not None:
+                    first: Request | _Stop = carry
+                    carry = None
+                else:
+                    if self._stopping and queue.empty() and self._putting == 0:
+                        return
+                    first = await queue.get()
+                if isinstance(first, _Stop):
+                    continue
+                batch = [first]
+                size = first.size
+                # Drain whatever else is queued: that is the group in group commit.
+                while size < self.batch_max and not queue.empty():
+                    item = queue.get_nowait()
+                    if isinstance(item, _Stop):
+                        continue
+                    if size + item.size > self.batch_max:
+                        carry = item
+                        break
+                    batch.append(item)
+                    size += item.size
+                await commit(batch)
+        except BaseException:
+            self.accepting = False
+            if carry is not None and not carry.future.done():
+                carry.future.set_exception(Unavailable("the store's writer stopped"))
+            self._fail_queued(queue)
+            raise
+
+
+# -- deciding a batch (no I/O) --------------------------------------------------------------
+
+
+class Decision(NamedTuple):
+    """What :func:`decide` made of a batch."""
+
+    outcomes: list[Outcome]
+    """One per request, in order: its result, or the error that rejected it alone."""
+    rows: list[tuple[Event, bytes]]
+    """The sealed events to insert (with ``encode_event`` of each), in position order."""
+    staged: dict[str, Tip]
+    """The new tip of every workspace written: the truth once the transaction commits."""
+    position: int
+    """The next free position once the transaction commits."""
+
+
+def batch_timestamp(last: int) -> int:
+    """The timestamp (ms) of a new batch: the wall clock, but never before ``last``, the
+    store's previous batch, whatever the clock does. (Clocks of hub nodes sharing a log may
+    differ; ``seq`` and ``position`` carry the order.)"""
+    return max(time.time_ns() // 1_000_000, last)
+
+
+def decide(
+    batch: Sequence[Request],
+    *,
+    tip: Callable[[str], Tip],
+    known: Mapping[tuple[str, str], tuple[int, bytes]],
+    position: int,
+    now: int,
+    mint: Callable[[int, int], list[str]],
+) -> Decision:
+    """Check and seal every request of ``batch`` in memory; nothing is written.
+
+    ``tip(workspace)``: the workspace's stored tip (:data:`EMPTY_TIP` when it has no
+    events). ``known``: the batch's client-chosen ids already stored, ``(workspace, id)`` →
+    ``(seq, body)``. ``position``: the first free position. ``now``: the batch's timestamp.
+    ``mint(now, count)``: ``count`` new event ids. A request fails alone, with
+    :class:`Conflict` (stale ``expected_seq``, ids partly written before, import into a
+    non-empty workspace), :class:`BadRequest` (an event that cannot be encoded) or
+    :class:`IntegrityError` (a retried batch whose stored events cannot be decoded); errors
+    of ``tip`` propagate and fail the whole batch.
+    """
+    staged: dict[str, Tip] = {}
+    written: dict[tuple[str, str], Event] = {}
+    rows: list[tuple[Event, bytes]] = []
+    outcomes: list[Outcome] = []
+    minted = iter(
+        mint(now, sum(r.size - len(r.client_ids) for r in batch if isinstance(r, Append)))
+    )
+    for req in batch:
+        try:
+            if isinstance(req, Append):
+                result, position = _append_one(
+                    req, tip, staged, written, known, minted, rows, position, now
+                )
+                outcomes.append(result)
+            else:
+                outcomes.append(_import_one(req, tip, staged, rows, position))
+                position += req.size
+        except AgoraError as e:
+            outcomes.append(e)
+    return Decision(outcomes, rows, staged, position)
+
+
+def _append_one(
+    req: Append,
+    tip: Callable[[str], Tip],
+    staged: dict[str, Tip],
+    written: dict[tuple[str, str], Event],
+    known: Mapping[tuple[str, str], tuple[int, bytes]],
+    minted: Iterator[str],
+    rows: list[tuple[Event, bytes]],
+    position: int,
+    now: int,
+) -> tuple[AppendResult, int]:
+    workspace = req.workspace
+    current = staged.get(workspace) or tip(workspace)
+    if req.client_ids:
+        seen = [i for i in req.client_ids if (workspace, i) in written or (workspace, i) in known]
+        if seen:
+            if len(seen) == req.size:
+                return _originals(req, written, known), position
+            raise Conflict(
+                f"the batch mixes {len(seen)} id(s) already written with new events",
+                head=current[0],
+                ids=seen,
+            )
+    seq, prev = current[0], current[1]
+    if req.expected_seq is not None and req.expected_seq != seq:
+        raise Conflict(
+            f"expected seq {req.expected_seq} but the head of {workspace!r} is {seq}",
+            head=seq,
+            expected=req.expected_seq,
+        )
+    new_rows: list[tuple[Event, bytes]] = []
+    try:
+        for draft in req.drafts:
+            seq += 1
+            event = seal(
+                draft,
+                id=draft.id or next(minted),
+                workspace=workspace,
+                seq=seq,
+                position=position,
+                timestamp=now,
+                producer=draft.producer,
+                prev=prev,
+            )
+            new_rows.append((event, encode_event(event)))  # fails here, before anything is staged
+            prev = event.hash or GENESIS
+            position += 1
+    except (TypeError, ValueError, msgspec.EncodeError) as e:
+        index = len(new_rows)
+        raise BadRequest(f"event {index} cannot be encoded: {e}", index=index) from e
+    rows.extend(new_rows)
+    sealed = tuple(event for event, _ in new_rows)
+    if req.client_ids:  # minted ids are new by construction: only client ids can repeat
+        for event in sealed:
+            written[(workspace, event.id)] = event
+    staged[workspace] = (seq, prev, position - 1, now)
+    return AppendResult(workspace=workspace, events=sealed), position
+
+
+def _originals(
+    req: Append,
+    written: dict[tuple[str, str], Event],
+    known: Mapping[tuple[str, str], tuple[int, bytes]],
+) -> AppendResult:
+    """The stored events of a retried batch, in the batch's order."""
+    workspace = req.workspace
+    found = {i: written[(workspace, i)] for i in req.client_ids if (workspace, i) in written}
+    stored = sorted(known[(workspace, i)] for i in req.client_ids if i not in found)
+    for event in decode_page([body for _, body in stored], [seq for seq, _ in stored], "seq"):
+        found[event.id] = event
+    return AppendResult(
+        workspace=workspace,
+        events=tuple(found[i] for i in req.client_ids),
+        duplicate=True,
+    )
+
+
+def _import_one(
+    req: Import,
+    tip: Callable[[str], Tip],
+    staged: dict[str, Tip],
+    rows: list[tuple[Event, bytes]],
+    position: int,
+) -> int:
+    workspace = req.workspace
+    current = staged.get(workspace) or tip(workspace)
+    if current[0] != 0:
+        raise Conflict(
+            f"workspace {workspace!r} is not empty (head {current[0]}); import needs an empty one",
+            head=current[0],
+        )
+    for event in req.events:
+        # Positions belong to this store; everything hashed stays verbatim.
+        stored = msgspec.structs.replace(event, position=position)
+        rows.append((stored, encode_event(stored)))
+        position += 1
+    last = req.events[-1]
+    staged[workspace] = (last.seq, last.hash or GENESIS, position - 1, last.timestamp)
+    return len(req.events)
