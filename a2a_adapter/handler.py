@@ -84,7 +84,7 @@ from a2a_adapter.store import (
 )
 from a2a_adapter.taskview import TaskView
 from hub.auth import ANY, Capability
-from hub.errors import AgoraError, Forbidden
+from hub.errors import AgoraError, Busy, Exists, Forbidden
 from hub.events import (
     Event,
     FeedbackProvided,
@@ -126,11 +126,17 @@ _ERRORS: Final[dict[str, type[A2AError]]] = {
 def a2a_error(error: AgoraError) -> A2AError:
     """The A2A error for a hub error (``data.agoraCode`` keeps the hub's code)."""
     cls = _ERRORS.get(error.code, InternalError)
+    if error.blame == "client":
+        return cls(message=error.message, data=_error_data(error))
+    return cls(message="the hub failed; retry", data=_error_data(error))
+
+
+def _error_data(error: AgoraError) -> dict[str, Any]:
+    """``{"agoraCode": code, **details}`` (the details only for a client error)."""
     data: dict[str, Any] = {"agoraCode": error.code}
     if error.blame == "client":
         data.update(plain(msgspec.to_builtins(error.details)))
-        return cls(message=error.message, data=data)
-    return cls(message="the hub failed; retry", data=data)
+    return data
 
 
 def _event_id(*parts: str) -> str:
@@ -235,7 +241,7 @@ class AgoraRequestHandler(RequestHandler):
             try:
                 await self.runtime.kill(ref.workspace, params.id, capability=cap)
             except AgoraError as e:
-                raise TaskNotCancelableError(message=e.message) from e
+                raise TaskNotCancelableError(message=e.message, data=_error_data(e)) from e
         else:
             cancelled = view.task()
             cancelled.status.state = TaskState.TASK_STATE_CANCELED
@@ -429,8 +435,9 @@ class AgoraRequestHandler(RequestHandler):
                     correlation_id=message.task_id,
                     payload=message_posted_payload(message),
                 )
-            await self._publish(ref.workspace, draft, cap)
-            return await self._find(message.task_id, cap)
+            stored = await self._publish(ref.workspace, draft, cap)
+            ref, view = await self._find(message.task_id, cap)
+            return ref, await self._as_of(ref, view, stored.seq)
 
         workspace = self._workspace_for(message, cap)
         message.context_id = workspace
@@ -449,7 +456,20 @@ class AgoraRequestHandler(RequestHandler):
         stored = await self._publish(workspace, need, cap)
         task_id = stored.correlation_id or need.correlation_id or ""
         message.task_id = task_id
-        return await self._find(task_id, cap)
+        ref, view = await self._find(task_id, cap)
+        return ref, await self._as_of(ref, view, stored.seq)
+
+    async def _as_of(self, ref: TaskRef, view: TaskView, seq: int) -> TaskView:
+        """The task as of ``seq`` (the event a message appended), so that a stream starts at
+        the message and shows every later step — even ones that were appended before the
+        task was read back (a fast execution can be finished by then)."""
+        if not seq or view.version <= seq:
+            return view
+        try:
+            earlier = await load_view(self.workspaces, ref, view.task_id, until_seq=seq)
+        except AgoraError as e:
+            raise a2a_error(e) from e
+        return earlier or view
 
     def _exec_request(self, message: Message) -> ExecRequest | None:
         for part in message.parts:
@@ -475,15 +495,45 @@ class AgoraRequestHandler(RequestHandler):
             raise UnsupportedOperationError(
                 message="this hub has no execution runtime configured (agora.exec)"
             )
+        # The token's checks come before anything is written (the runtime checks them again,
+        # after the memberJoined below): a refused request leaves no trace in the log.
         self._require(cap, "exec", workspace)
+        try:
+            cap.require_backend(request.backend)
+        except Forbidden as e:
+            raise a2a_error(e) from e
         await self._join(workspace, cap, meta)
+        # Derived from the message, so a retried request names the same execution.
         exec_id = str(uuid.uuid5(uuid.NAMESPACE_URL, _message_event_id(cap.agent, message)))
         try:
             exec_id = await self.runtime.exec(workspace, request, exec_id=exec_id, capability=cap)
+        except (Busy, Exists) as e:
+            # This message already started it (a retry): the same task, nothing run twice.
+            found = await self._retried(exec_id, cap, e)
+            if found is None:
+                raise a2a_error(e) from e
+            ref, view = found
         except AgoraError as e:
             raise a2a_error(e) from e
+        else:
+            ref, view = await self._find(exec_id, cap)
         message.task_id = exec_id
-        return await self._find(exec_id, cap)
+        return ref, await self._as_of(ref, view, view.opened_seq)
+
+    async def _retried(
+        self, exec_id: str, cap: Capability, error: AgoraError
+    ) -> tuple[TaskRef, TaskView] | None:
+        """The execution ``exec_id`` if ``error`` says it exists and ``cap``'s agent asked for
+        it (its id is derived from the agent's message, so it is that message's)."""
+        if error.details.get("execId") != exec_id:
+            return None
+        try:
+            found = await self.store.find(exec_id, cap)
+        except AgoraError:
+            return None
+        if found is None or found[0].kind != "exec" or found[1].requester != cap.agent:
+            return None
+        return found
 
     @staticmethod
     def _workspace_for(message: Message, cap: Capability) -> str:

@@ -1,4 +1,5 @@
-"""The seam between the A2A adapter and the execution runtime (which is not built yet).
+"""The seam between the A2A adapter and the execution runtime (``agora serve`` passes the
+hub's, :class:`hub.runtime.supervisor.Runtime`).
 
 A peer asks for an execution with a data part ``{"agora.exec": {"backend": …, "source": …,
 "input": …}}`` (docs/a2a.md, "The exec data part"). The adapter parses it into an
@@ -41,9 +42,12 @@ class Runtime(Protocol):
         self, workspace: str, request: ExecRequest, *, exec_id: str, capability: Capability
     ) -> str:
         """Start an execution in ``workspace`` for the holder of ``capability``; return its
-        execId (``exec_id``). The runtime checks the ``exec`` right and the backend against
-        the capability and writes the lifecycle events. Raises :class:`hub.errors.AgoraError`
-        subclasses (``Forbidden``, ``NotFound`` for an unknown backend, ``Busy``, …)."""
+        execId (``exec_id``) once ``execRequested`` is in the log. The runtime checks the
+        ``exec`` right and the backend against the capability (the adapter has checked both
+        already, before writing anything) and writes the lifecycle events. Raises
+        :class:`hub.errors.AgoraError` subclasses (``Forbidden``, ``NotFound`` for an unknown
+        backend, ``Busy`` for a running ``exec_id``, ``Exists`` for a finished one kept in the
+        log — both with ``details["execId"]`` —, …)."""
         ...
 
     async def kill(self, workspace: str, exec_id: str, *, capability: Capability) -> object:

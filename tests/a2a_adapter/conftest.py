@@ -40,8 +40,9 @@ def token(signer: TokenSigner) -> TokenFactory:
         agent: str = "peer",
         workspaces: tuple[str, ...] = (WORKSPACE,),
         rights: tuple[str, ...] = ("read", "write"),
+        backends: tuple[str, ...] = (),
     ) -> str:
-        return signer.issue(agent, workspaces, rights, ttl_seconds=3600)
+        return signer.issue(agent, workspaces, rights, backends=backends, ttl_seconds=3600)
 
     return make
 

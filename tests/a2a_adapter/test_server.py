@@ -36,6 +36,7 @@ from a2a_adapter.mapping import plain
 from a2a_adapter.runtime import ExecRequest
 from hub.auth import Capability, TokenSigner
 from hub.config import HubConfig
+from hub.errors import Exists
 from hub.events import (
     Completed,
     ExecFinished,
@@ -445,7 +446,8 @@ async def test_exec_part_runs_through_the_runtime(
         msg = Message(
             message_id="m-exec", role=Role.ROLE_USER, parts=[exec_part], context_id=WORKSPACE
         )
-        async with open_client(svc.url, token(rights=("read", "write", "exec"))) as client:
+        runner = token(rights=("read", "write", "exec"), backends=("process",))
+        async with open_client(svc.url, runner) as client:
             got = [r async for r in client.send_message(SendMessageRequest(message=msg))]
     assert kinds_of(got) == [
         "task:TASK_STATE_SUBMITTED",
@@ -480,3 +482,60 @@ async def test_peer_steps_are_in_the_log_for_replay(
         e.producer for e in await events(workspaces) if e.kind in ("needWork", "memberJoined")
     }
     assert produced == {"peer-x"}
+
+
+class FinishedRuntime(FakeRuntime):
+    """A runtime whose executions are over before ``exec`` returns (a fast program can be:
+    the adapter reads the task back after the runtime answered). An id it has run is
+    ``exists``, as in the real runtime."""
+
+    async def exec(
+        self, workspace: str, request: ExecRequest, *, exec_id: str, capability: Capability
+    ) -> str:
+        if exec_id in (await self.workspaces.state(workspace)).executions:
+            raise Exists(f"execution {exec_id!r} exists (finished)", execId=exec_id)
+        await super().exec(workspace, request, exec_id=exec_id, capability=capability)
+        await asyncio.gather(*self.tasks)
+        return exec_id
+
+
+async def test_exec_stream_starts_at_the_request_even_if_the_run_is_over(
+    workspaces: Workspaces, signer: TokenSigner, token: TokenFactory
+) -> None:
+    async with A2AService(
+        workspaces,
+        signer,
+        HubConfig(),
+        host="127.0.0.1",
+        port=0,
+        runtime=FinishedRuntime(workspaces),
+    ) as svc:
+        exec_part = Part()
+        exec_part.data.CopyFrom(
+            json_format.ParseDict(
+                {"agora.exec": {"backend": "process", "source": "echo hello"}}, struct_pb2.Value()
+            )
+        )
+        msg = Message(
+            message_id="m-fast", role=Role.ROLE_USER, parts=[exec_part], context_id=WORKSPACE
+        )
+        runner = token(rights=("read", "write", "exec"), backends=("process",))
+        async with open_client(svc.url, runner) as client:
+            got = [r async for r in client.send_message(SendMessageRequest(message=msg))]
+        async with open_client(svc.url, runner, streaming=False) as client:
+            again = SendMessageRequest(message=msg)
+            again.configuration.return_immediately = True
+            [retried] = [r async for r in client.send_message(again)]
+    # The Task as of execRequested, then every step, as for a run still going.
+    assert kinds_of(got) == [
+        "task:TASK_STATE_SUBMITTED",
+        "status:TASK_STATE_WORKING",
+        "artifact",
+        "artifact",
+        "artifact",
+        "status:TASK_STATE_COMPLETED",
+    ]
+    # The same message again: the same execution, not a second one (nor an error).
+    assert retried.task.id == got[0].task.id
+    requested = [e for e in await events(workspaces) if isinstance(e, ExecRequested)]
+    assert len(requested) == 1
