@@ -12,16 +12,13 @@ Every test gets its own schema (random name), dropped with CASCADE afterwards. T
 ``AGORA_TEST_POSTGRES`` (default ``postgresql://postgres@127.0.0.1:5432/test``); without it the
 tests skip, or fail when ``AGORA_REQUIRE`` lists ``postgres``.
 
-``AGORA_PG_BENCH=1`` also runs :func:`test_bench_appends`, which prints appends/s with 1 and 64
-concurrent writers (a measurement, not a timed test).
+Appends/s are measured by ``bench/store_bench.py``, not here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -405,51 +402,3 @@ async def test_append_cancelled_while_queued_is_not_written(schema: str) -> None
         found = await store.lookup_ids("w", ["f", "q"])
         assert "q" not in found
         assert result.seqs == [len(found) + 1]
-
-
-# -- measurement ------------------------------------------------------------------------------
-
-
-@pytest.mark.skipif(not os.environ.get("AGORA_PG_BENCH"), reason="set AGORA_PG_BENCH=1")
-async def test_bench_appends(schema: str, tmp_path: Path) -> None:
-    """Print appends/s (one event each) with 1 writer and with 64 concurrent writers, on
-    PostgreSQL and, for comparison, on SQLite. A measurement: it asserts nothing on speed."""
-    from hub.log.sqlite import SqliteEventStore
-
-    seconds = float(os.environ.get("AGORA_PG_BENCH_SECONDS", "3"))
-
-    async def rate(
-        stores: list[PostgresEventStore] | list[SqliteEventStore], writers: int
-    ) -> float:
-        """Appends/s of ``writers`` tasks spread over ``stores`` (nodes), for ``seconds``."""
-        count = 0
-        deadline = time.perf_counter() + seconds
-
-        async def writer(k: int) -> None:
-            nonlocal count
-            store = stores[k % len(stores)]
-            while time.perf_counter() < deadline:
-                await store.append(f"bench{k % 8}", [msg("x" * 100)])
-                count += 1
-
-        start = time.perf_counter()
-        async with asyncio.TaskGroup() as tg:
-            for k in range(writers):
-                tg.create_task(writer(k))
-        return count / (time.perf_counter() - start)
-
-    lines = []
-    async with (
-        PostgresEventStore(DSN, schema=schema) as pg,
-        PostgresEventStore(DSN, schema=schema) as pg2,
-    ):
-        for writers in (1, 64):
-            per_second = await rate([pg], writers)
-            lines.append(f"postgres 1 node,  {writers:>2} writer(s): {per_second:8.0f} appends/s")
-        per_second = await rate([pg, pg2], 64)
-        lines.append(f"postgres 2 nodes, 64 writer(s): {per_second:8.0f} appends/s")
-    async with SqliteEventStore(tmp_path / "bench.db") as lite:
-        for writers in (1, 64):
-            per_second = await rate([lite], writers)
-            lines.append(f"sqlite            {writers:>2} writer(s): {per_second:8.0f} appends/s")
-    print("\n" + "\n".join(lines))
