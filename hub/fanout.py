@@ -40,7 +40,12 @@ class SendQueue(Generic[T]):
     Live events are *offered* (:meth:`offer`: never waits, fails when full). Replies and
     catch-up events are *put* (:meth:`put`: waits while the queue holds ``low_water`` frames or
     more), so they only use the lower part of the queue and always leave room for live events:
-    a connection busy catching up is not mistaken for a slow one.
+    a connection busy catching up is not mistaken for a slow one. :meth:`push` appends without
+    waiting or failing, for replies whose number the caller bounds otherwise (the acks of a
+    connection's publishes in flight, admitted with :meth:`wait_room`).
+
+    The writer takes frames with :meth:`wait` then :meth:`popleft` (everything queued at once,
+    see ``hub.server``; :meth:`peek` looks first) or with :meth:`get`.
     """
 
     def __init__(self, maxsize: int, low_water: int | None = None) -> None:
@@ -56,6 +61,9 @@ class SendQueue(Generic[T]):
     def __len__(self) -> int:
         return len(self._items)
 
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
     def offer(self, item: T) -> bool:
         """Append ``item`` unless the queue is full; return whether it was appended."""
         if len(self._items) >= self.maxsize:
@@ -63,22 +71,42 @@ class SendQueue(Generic[T]):
         self._append(item)
         return True
 
+    def push(self, item: T) -> None:
+        """Append ``item`` whatever the queue holds (the caller bounds how many it pushes)."""
+        self._append(item)
+
     async def put(self, item: T) -> None:
         """Append ``item`` once the queue is below its low-water mark."""
+        await self.wait_room()
+        self._append(item)
+
+    async def wait_room(self) -> None:
+        """Wait until the queue is below its low-water mark (at once if it is)."""
         while len(self._items) >= self.low_water:
             self._room.clear()
             await self._room.wait()
-        self._append(item)
 
-    async def get(self) -> T:
-        """Remove and return the oldest frame, waiting for one."""
+    async def wait(self) -> None:
+        """Wait until the queue holds a frame (at once if it does)."""
         while not self._items:
             self._not_empty.clear()
             await self._not_empty.wait()
+
+    def peek(self) -> T:
+        """The oldest frame, left in the queue. Raises ``IndexError`` when empty."""
+        return self._items[0]
+
+    def popleft(self) -> T:
+        """Remove and return the oldest frame. Raises ``IndexError`` when empty."""
         item = self._items.popleft()
         if len(self._items) < self.low_water:
             self._room.set()
         return item
+
+    async def get(self) -> T:
+        """Remove and return the oldest frame, waiting for one."""
+        await self.wait()
+        return self.popleft()
 
     def _append(self, item: T) -> None:
         self._items.append(item)

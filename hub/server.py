@@ -1,7 +1,7 @@
 """The WebSocket server: the I/O shell around :class:`hub.protocol.Session`.
 
 One :class:`Hub` owns, in one top-level ``asyncio.TaskGroup``: the ``websockets`` server, the
-appends it started (each runs as a task of that group, so a client that disconnects or a
+appends it started (each publish runs as a task of that group, so a client that disconnects or a
 shutdown never interrupts a write half-way) and the presence writes; the store is opened around
 it and closed last, which commits every pending append. The fan-out (:mod:`hub.fanout`) needs
 no task: Workspaces calls it synchronously with every committed batch and it only enqueues.
@@ -11,6 +11,17 @@ session → actions), a writer (the bounded send queue → the socket) and one c
 subscription that is still reading history. Any of them may stop the connection; the others are
 then cancelled, and the connection is torn down: its subscriptions leave the fan-out, presence
 is updated, and the close frame goes out.
+
+Publishes are pipelined: the reader starts each one as a task of the hub's group and reads on,
+up to :data:`PUBLISHES_IN_FLIGHT` per connection (then it waits: back-pressure). Each publish
+waits until the connection's previous publish to the same workspace has been handed to the
+store (the ``submitted`` hook of :meth:`hub.workspaces.Workspaces.publish`), so one
+connection's publishes to a workspace are appended in the order they were sent; the ack is
+queued when the append completes (acks carry the ``rid``, so they may come in completion
+order). Every other request waits for the connection's publishes in flight first.
+
+The writer takes every frame queued at once, frames each with the ``websockets`` protocol
+object and writes them with one ``transport.write`` (RFC 6455 frames, one syscall for many).
 
 The execution runtime (:class:`hub.runtime.Runtime`) runs as a task of the same top-level
 group and owns a group of its own holding every execution; before the socket listens it closes
@@ -87,6 +98,12 @@ T = TypeVar("T")
 CATCH_UP_PAGE: Final = 256
 """Events read from the store per page while a subscriber catches up."""
 
+PUBLISHES_IN_FLIGHT: Final = 64
+"""Publishes one connection may have in flight; the reader then waits for one to finish."""
+
+WRITE_BYTES: Final = 64 * 1024
+"""The writer hands the transport at most this much per write (then drains if it must)."""
+
 
 def server_options(config: HubConfig) -> dict[str, Any]:
     """Keyword arguments for ``websockets.asyncio.server.serve`` from the configuration.
@@ -129,6 +146,27 @@ async def _settle(coro: Coroutine[Any, Any, T]) -> _Outcome[T]:
         return _Outcome(value=await coro)
     except Exception as e:
         return _Outcome(error=e)
+
+
+class _InFlight:
+    """A count of work in flight with a limit, and a way to wait until it drops below n."""
+
+    __slots__ = ("_changed", "count", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.count = 0
+        self._changed = asyncio.Event()
+
+    def release(self) -> None:
+        self.count -= 1
+        self._changed.set()
+
+    async def wait_below(self, n: int) -> None:
+        """Wait until fewer than ``n`` are in flight (at once if they are)."""
+        while self.count >= n:
+            self._changed.clear()
+            await self._changed.wait()
 
 
 class Hub:
@@ -370,6 +408,9 @@ class _Connection:
         self.last_sent: dict[str, int] = {}  # per subscribed workspace: last seq to the socket
         self.close_code: int | None = None
         self.close_reason = ""
+        self.publishes = _InFlight(PUBLISHES_IN_FLIGHT)
+        # Per workspace: the ``submitted`` future of the connection's last publish in flight.
+        self._publish_tails: dict[str, asyncio.Future[None]] = {}
         self._stopping = False
         self._announced = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -476,11 +517,22 @@ class _Connection:
                 actions = self.session.receive_binary(data)
 
     async def _perform(self, actions: list[Action]) -> bool:
-        """Carry out the session's actions; False once a ``Close`` was queued."""
+        """Carry out the session's actions; False once a ``Close`` was queued.
+
+        A publish is started and left running (see :meth:`_publish`); anything else but a
+        plain frame first waits for the publishes in flight, so that it sees their effects
+        and their acks go out before a close."""
         for action in actions:
             match action:
                 case Send(frame=frame):
                     await self.queue.put((encode_frame(frame), None, NOT_AN_EVENT))
+                    continue
+                case PublishRequest():
+                    await self._publish(action)
+                    continue
+            if self.publishes.count:
+                await self.publishes.wait_below(1)
+            match action:
                 case Close():
                     await self.queue.put(action)
                     return False
@@ -491,18 +543,9 @@ class _Connection:
                     await self._unsubscribe(action)
                     if not await self._perform(self.session.completed(action, None)):
                         return False
-                case PublishRequest():
-                    coro = self.hub.workspaces.publish(
-                        action.workspace,
-                        action.events,
-                        producer=action.agent,
-                        expected_seq=action.expected_seq,
-                    )
-                    if not await self._answer(action, self.hub.owned(coro)):
-                        return False
                 case StateRequest():
-                    coro2 = self.hub.workspaces.state(action.workspace, at_seq=action.at_seq)
-                    if not await self._answer(action, coro2):
+                    coro = self.hub.workspaces.state(action.workspace, at_seq=action.at_seq)
+                    if not await self._answer(action, coro):
                         return False
                 case ExecRequest() | DisposeRequest():
                     if not await self._answer(action, self.hub.owned(self._runtime_op(action))):
@@ -513,6 +556,71 @@ class _Connection:
                     if self._spawn(self._follow(action), f"getExec:{action.exec_id}") is None:
                         self.session.failed(action, Unavailable("the connection is closing"))
         return True
+
+    # -- publishing -------------------------------------------------------------------------------
+
+    async def _publish(self, request: PublishRequest) -> None:
+        """Start appending ``request`` as a task of the hub's group (a publish the hub accepted
+        is written even if the connection goes away) and return. Waits first while the
+        connection has :data:`PUBLISHES_IN_FLIGHT` publishes in flight, or while its send
+        queue is at the low-water mark (each publish in flight may push one ack)."""
+        queue, publishes = self.queue, self.publishes
+        if len(queue) >= queue.low_water:
+            await queue.wait_room()
+        if publishes.count >= publishes.limit:
+            await publishes.wait_below(publishes.limit)
+        workspace = request.workspace
+        after = self._publish_tails.get(workspace)
+        submitted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._publish_tails[workspace] = submitted
+        publishes.count += 1
+        if self.hub.spawn(self._append(request, after, submitted), "agora-publish") is None:
+            # The hub is stopping (spawn closed the coroutine, whose finally never ran).
+            stopping = Unavailable("the hub is stopping; retry later")
+            self._published(request, submitted, self._failed(request, stopping))
+
+    async def _append(
+        self,
+        request: PublishRequest,
+        after: asyncio.Future[None] | None,
+        submitted: asyncio.Future[None],
+    ) -> None:
+        """One publish, in the hub's group: wait for the connection's previous publish to the
+        workspace to be handed to the store (``after``), append, queue the ack. Never raises
+        (but CancelledError)."""
+        actions: list[Action] = []
+        try:
+            if after is not None and not after.done():
+                await after  # only ever gets a result (see Workspaces.publish)
+            result = await self.hub.workspaces.publish(
+                request.workspace,
+                request.events,
+                producer=request.agent,
+                expected_seq=request.expected_seq,
+                submitted=submitted,
+            )
+            actions = self.session.completed(request, result)
+        except Exception as e:
+            actions = self._failed(request, e)
+        finally:
+            self._published(request, submitted, actions)
+
+    def _published(
+        self, request: PublishRequest, submitted: asyncio.Future[None], actions: list[Action]
+    ) -> None:
+        """A publish ended: release the next one's turn and its slot, queue its reply. The
+        reply is pushed without waiting: the slot bounds how many there are (see _publish)."""
+        if not submitted.done():
+            submitted.set_result(None)
+        if self._publish_tails.get(request.workspace) is submitted:
+            del self._publish_tails[request.workspace]
+        if not self._stopping:
+            for action in actions:
+                if isinstance(action, Send):
+                    self.queue.push((encode_frame(action.frame), None, NOT_AN_EVENT))
+                elif isinstance(action, Close):
+                    self.queue.push(action)
+        self.publishes.release()
 
     # -- executions -------------------------------------------------------------------------------
 
@@ -681,17 +789,47 @@ class _Connection:
     # -- writing ----------------------------------------------------------------------------------
 
     async def _write(self) -> None:
+        """Send what is queued, in order: every frame queued (up to :data:`WRITE_BYTES`) is
+        framed by the protocol object and the lot written with ONE ``transport.write``; the
+        writer waits only when the transport is above its high-water mark (``drain``).
+
+        It writes inside ``ws.send_context()``, as ``ws.send`` does: that checks the
+        connection is open, and on exit writes anything else pending, drains, and on a
+        failure or a close under way waits for the connection to end and raises
+        ``ConnectionClosed``. Between entering it and the write nothing yields, so a ping,
+        pong or close frame (each written by websockets the same way) only ever comes
+        between whole frames (RFC 6455 §5.4), never inside the batch."""
+        queue, ws, last_sent = self.queue, self.ws, self.last_sent
+        protocol = ws.protocol
         while True:
-            item = await self.queue.get()
-            if isinstance(item, Close):
-                self.stop(item.code, item.reason)
+            await queue.wait()
+            head = queue.peek()
+            if isinstance(head, Close):  # nothing to send before it
+                queue.popleft()
+                self.stop(head.code, head.reason)
                 return
-            data, workspace, seq = item
-            if workspace is not None and workspace in self.last_sent:
-                # Recorded before sending: once send() starts, the frame is in the transport
-                # and reaches the client ahead of any close frame.
-                self.last_sent[workspace] = seq
-            await self.ws.send(data, text=True)
+            while ws.send_in_progress is not None:  # a fragmented send (we make none)
+                await asyncio.shield(ws.send_in_progress)
+            close: Close | None = None
+            async with ws.send_context():
+                size = 0
+                while queue and size < WRITE_BYTES:
+                    item = queue.popleft()
+                    if isinstance(item, Close):
+                        close = item
+                        break
+                    data, workspace, seq = item
+                    if workspace is not None and workspace in last_sent:
+                        # Recorded as the frame goes into the transport, ahead of any close
+                        # frame: the 4408 reason names the last seq the client will get.
+                        last_sent[workspace] = seq
+                    protocol.send_text(data)
+                    size += len(data)
+                # send_text only adds frames (never the EOF marker b"").
+                ws.transport.write(b"".join(protocol.data_to_send()))
+            if close is not None:
+                self.stop(close.code, close.reason)
+                return
 
 
 def _peer(ws: ServerConnection) -> str:

@@ -174,6 +174,7 @@ class Workspaces:
         producer: str,
         expected_seq: int | None = None,
         trusted: bool = False,
+        submitted: asyncio.Future[None] | None = None,
     ) -> AppendResult:
         """Validate, decide and durably append ``drafts`` as one atomic batch.
 
@@ -183,6 +184,12 @@ class Workspaces:
         (stale ``expected_seq``/``baseRev``, ownership), ``NotFound``, ``Unavailable``.
         A batch whose ids were all written before returns the original result with
         ``duplicate=True``.
+
+        ``submitted`` (an ordering hook) gets its result once the batch's place in the log is
+        decided and the batch is handed to the store: a publish started after that is decided,
+        and appended, after this one. When the publish ends before (refused, duplicate,
+        failed) it is left alone: the caller settles it. (The server chains one connection's
+        publishes to a workspace on it.)
         """
         validate_workspace(workspace)
         if not drafts:
@@ -231,7 +238,7 @@ class Workspaces:
                 if await self.catch_up(workspace):
                     continue  # another node had moved the workspace on: decide again
                 raise
-            result = await self._append(live, prepared, ordered=ordered)
+            result = await self._append(live, prepared, ordered=ordered, submitted=submitted)
             if result is not None:
                 return result
             # Another writer got there first: back off a random moment (two nodes busy on
@@ -243,18 +250,27 @@ class Workspaces:
         )
 
     async def _append(
-        self, live: _Live, drafts: list[Event], *, ordered: bool = True
+        self,
+        live: _Live,
+        drafts: list[Event],
+        *,
+        ordered: bool = True,
+        submitted: asyncio.Future[None] | None = None,
     ) -> AppendResult | None:
         """Append against the tentative head; None when the batch must be decided again.
 
         An ``ordered`` batch must land right after the state it was decided on; another one
         (see :func:`hub.projections.decide.reads_state`) may land after events another node
-        wrote meanwhile."""
+        wrote meanwhile. ``submitted`` is set as the batch is handed to the store, whose
+        first step queues the request before any task this wakes can run (as long as the
+        store's queue keeps its callers in order)."""
         base = live.tentative.seq
         for d in drafts:
             evolve(live.tentative, msgspec.structs.replace(d, seq=live.tentative.seq + 1))
         live.in_flight += 1
         live.settled.clear()
+        if submitted is not None and not submitted.done():
+            submitted.set_result(None)
         try:
             result = await self.store.append(
                 live.name, drafts, expected_seq=base if ordered else None
@@ -451,4 +467,3 @@ class Workspaces:
         """Wait for in-flight snapshot writes (appends are awaited by their publishers)."""
         if self._snapshot_tasks:
             await asyncio.gather(*self._snapshot_tasks, return_exceptions=True)
-

@@ -32,6 +32,7 @@ errors, and how ids are minted. The stores differ there on purpose:
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -146,7 +147,12 @@ class GroupCommit:
         self.accepting = False
         self._queue: asyncio.Queue[Request | _Stop] | None = None
         self._stopping = False
-        self._putting = 0  # appends waiting for room in the queue
+        # Requests waiting for room in the full queue, in call order. The writer moves them
+        # into the queue itself as it makes room, so none overtakes another (asyncio.Queue's
+        # own put() lets a newcomer take a freed slot before the putter it woke).
+        self._backlog: collections.deque[tuple[Request, asyncio.Future[None]]] = (
+            collections.deque()
+        )
         self._closing: asyncio.Future[None] | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -186,6 +192,7 @@ class GroupCommit:
             pass  # the writer was cancelled (loop teardown); pending requests were failed
         finally:
             self._fail_queued(queue)
+            self._fail_backlog()
             await release()
             self.task = self._queue = None
 
@@ -231,9 +238,9 @@ class GroupCommit:
         request = Append(workspace, tuple(drafts), expected_seq, client_ids, future)
         queue = self._queue
         assert queue is not None
-        try:
+        if not self._backlog and not queue.full():
             queue.put_nowait(request)  # the common case, without a coroutine of its own
-        except asyncio.QueueFull:
+        else:
             await self._enqueue(request)
         return await future
 
@@ -285,24 +292,41 @@ class GroupCommit:
     async def _enqueue(self, request: Request) -> None:
         queue = self._queue
         assert queue is not None
-        try:
+        if not self._backlog and not queue.full():
             queue.put_nowait(request)
             return
-        except asyncio.QueueFull:
-            pass
-        # Backpressure: wait for room. The writer does not exit while someone waits here.
-        self._putting += 1
+        # Backpressure: wait in line until the writer has made room and queued us. The writer
+        # does not exit while anyone waits here.
+        admitted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (request, admitted)
+        self._backlog.append(entry)
         try:
-            await queue.put(request)
+            await admitted
+        except asyncio.CancelledError:
+            if not admitted.done() or admitted.cancelled():
+                with contextlib.suppress(ValueError):
+                    self._backlog.remove(entry)
+            raise
         finally:
-            self._putting -= 1
-            if self._stopping and self._putting == 0:
+            if self._stopping and not self._backlog:
                 self._wake()
-        task = self.task
-        if task is None or task.done():
-            # The writer died while we waited (it never exits while anyone waits here on a
-            # normal close): nobody will drain the queue, so fail what is in it, ours included.
-            self._fail_queued(queue)
+
+    def _admit(self, queue: asyncio.Queue[Request | _Stop]) -> None:
+        """Move waiting requests into the queue, oldest first, while it has room."""
+        while self._backlog and not queue.full():
+            request, admitted = self._backlog.popleft()
+            if admitted.done():
+                continue  # its caller gave up waiting
+            queue.put_nowait(request)
+            admitted.set_result(None)
+
+    def _fail_backlog(self) -> None:
+        while self._backlog:
+            request, admitted = self._backlog.popleft()
+            if not request.future.done():
+                request.future.set_exception(Unavailable("the store's writer stopped"))
+            if not admitted.done():
+                admitted.set_result(None)
 
     # -- the writer task --------------------------------------------------------------------
 
@@ -316,9 +340,11 @@ class GroupCommit:
                     first: Request | _Stop = carry
                     carry = None
                 else:
-                    if self._stopping and queue.empty() and self._putting == 0:
+                    self._admit(queue)
+                    if self._stopping and queue.empty() and not self._backlog:
                         return
                     first = await queue.get()
+                    self._admit(queue)
                 if isinstance(first, _Stop):
                     continue
                 batch = [first]
@@ -326,6 +352,7 @@ class GroupCommit:
                 # Drain whatever else is queued: that is the group in group commit.
                 while size < self.batch_max and not queue.empty():
                     item = queue.get_nowait()
+                    self._admit(queue)
                     if isinstance(item, _Stop):
                         continue
                     if size + item.size > self.batch_max:
@@ -339,6 +366,7 @@ class GroupCommit:
             if carry is not None and not carry.future.done():
                 carry.future.set_exception(Unavailable("the store's writer stopped"))
             self._fail_queued(queue)
+            self._fail_backlog()
             raise
 
 

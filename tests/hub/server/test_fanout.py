@@ -122,6 +122,31 @@ async def test_send_queue_bounds() -> None:
         SendQueue(0)
 
 
+async def test_send_queue_push_and_batches() -> None:
+    queue: SendQueue[int] = SendQueue(4)
+    # push() neither waits nor fails: the caller bounds it (acks of publishes in flight).
+    for i in range(6):
+        queue.push(i)
+    assert len(queue) == 6 and not queue.offer(99)
+    room = asyncio.create_task(queue.wait_room())
+    await asyncio.sleep(0)
+    assert not room.done()
+    await queue.wait()  # at once: frames are queued
+    taken = []
+    while queue:
+        taken.append(queue.popleft())
+    assert taken == list(range(6))
+    await asyncio.wait_for(room, 1)
+    waiter = asyncio.create_task(queue.wait())
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    queue.push(7)
+    await asyncio.wait_for(waiter, 1)
+    assert queue.popleft() == 7
+    with pytest.raises(IndexError):
+        queue.popleft()
+
+
 async def test_in_process_hub_encodes_each_event_frame_once(inproc_hub: Any) -> None:
     url = inproc_hub.url
     async with contextlib.AsyncExitStack() as stack:

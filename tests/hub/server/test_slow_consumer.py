@@ -118,3 +118,39 @@ async def test_slow_consumer_closed_4408_others_unaffected_then_resumes(
         assert [e["seq"] for e in rest] == list(range(last + 1, end + 1))
         left = [e for e in rest if e["kind"] == "memberLeft"]
         assert [e["payload"]["reason"] for e in left] == ["tooSlow"]
+
+
+async def test_slow_consumer_4408_with_many_frames_per_write(
+    start_hub: Callable[..., HubProcess],
+) -> None:
+    """Small events in large batches: the writer hands the socket hundreds of frames per
+    write; the 4408 reason still names exactly the last event the client gets."""
+    hub = start_hub(
+        "[limits]\nsend_queue = 256\npublish_rate = 1000000.0\npublish_burst = 1000000\n"
+    )
+    async with contextlib.AsyncExitStack() as stack:
+        writer = await stack.enter_async_context(peer(hub.url, mint("writer")))
+        slow = await stack.enter_async_context(
+            peer(hub.url, mint("slowpoke"), sock=_tiny_socket(hub.url), max_queue=1)
+        )
+        assert (await slow.call("subscribe", workspace="burst"))["op"] == "subscribed"
+        reader = await stack.enter_async_context(peer(hub.url, mint("reader"), max_queue=None))
+        assert (await reader.call("subscribe", workspace="burst", afterSeq=0))["op"] == "subscribed"
+        healthy = asyncio.create_task(_collect(reader))
+        published = 0
+        while True:
+            events = [message(f"m{published + i}") for i in range(200)]
+            ack = await writer.call("publish", workspace="burst", events=events)
+            assert ack["op"] == "ack", ack
+            published += 200
+            members = (await writer.call("state", workspace="burst"))["state"]["members"]
+            if not members["slowpoke"]["present"]:
+                break
+            assert published < MAX_EVENTS, "the slow client was never closed"
+        received, closed = await _drain(slow)
+        end = (await writer.publish("burst", message("the end", id="END")))["seq"]
+        assert await asyncio.wait_for(healthy, 60) == list(range(1, end + 1))
+    assert closed.rcvd is not None and closed.rcvd.code == 4408, closed
+    last = parse_overflow_reason(closed.rcvd.reason)["burst"]
+    assert 0 < last < end
+    assert received == list(range(1, last + 1)), (received[-3:], last)
