@@ -239,6 +239,7 @@ class Hub:
             try:
                 if not self.store.shared:  # shared: the cluster closes dead nodes' executions
                     await self.runtime.recover()
+                    await self.presence.recover()
                 async with asyncio.TaskGroup() as tg:
                     self._tg = tg
                     runtime = tg.create_task(self.runtime.run(stop), name="agora-runtime")
@@ -363,6 +364,29 @@ class Presence:
                 del self._tail[key]
 
         task.add_done_callback(forget)
+
+    async def recover(self) -> int:
+        """Record as gone every member a crash left present (``memberLeft`` with reason
+        ``interrupted``), so an audit never shows an agent in a workspace after the hub that
+        served it died. Only for a store this hub has to itself: on a shared store, members
+        present may be connected to another node. Returns how many were closed."""
+        closed = 0
+        for head in await self._hub.store.heads():
+            state = await self._hub.workspaces.state(head.workspace)
+            for agent, member in sorted(state.members.items()):
+                if not member.present:
+                    continue
+                payload = MemberPayload(agent=agent, via=member.via, reason="interrupted")
+                try:
+                    await self._hub.workspaces.publish(
+                        head.workspace, [MemberLeft(payload=payload)], producer=agent, trusted=True
+                    )
+                    closed += 1
+                except Exception:  # a damaged workspace must not keep the hub from starting
+                    log.exception("could not close the presence of %s in %s", agent, head.workspace)
+        if closed:
+            log.info("recorded %d member(s) left present by the previous run", closed)
+        return closed
 
     async def _append(
         self,

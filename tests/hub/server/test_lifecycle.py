@@ -167,3 +167,34 @@ async def test_presence_per_agent_across_connections(hub: HubProcess) -> None:
     assert joined["payload"].get("via", "websocket") == "websocket"
     left = next(e for e in log if e["kind"] == "memberLeft")
     assert left["payload"]["reason"] == "closed"
+
+
+async def test_restart_after_sigkill_closes_the_presence_it_left_open(
+    start_hub: Callable[..., HubProcess], tmp_path: Path
+) -> None:
+    data = tmp_path / "presence-crash"
+    hub = start_hub(data_dir=data)
+    async with peer(hub.url, mint("ann")) as ann:
+        await ann.call("subscribe", workspace="crash")
+        for _ in range(500):  # memberJoined is written right after the subscription
+            state = (await ann.call("state", workspace="crash"))["state"]
+            if state["members"].get("ann", {}).get("present"):
+                break
+            await asyncio.sleep(0.02)
+        else:
+            raise AssertionError("no memberJoined for ann")
+        hub.kill()  # no memberLeft can be written now
+        with contextlib.suppress(ConnectionClosed, TimeoutError):
+            await ann.closed(within=10)
+
+    restarted = start_hub(data_dir=data)
+    async with peer(restarted.url, mint("auditor")) as auditor:
+        state = (await auditor.call("state", workspace="crash"))["state"]
+        assert state["members"]["ann"]["present"] is False
+        head = await auditor.head("crash")
+        await auditor.call("subscribe", workspace="crash", afterSeq=0)
+        log = await auditor.events("crash", head)
+    left = [e for e in log if e["kind"] == "memberLeft" and e["payload"]["agent"] == "ann"]
+    assert len(left) == 1 and left[0]["payload"]["reason"] == "interrupted"
+    assert left[0]["producer"] == "ann"
+    assert restarted.terminate() == 0
