@@ -113,6 +113,15 @@ class PeerConfig(_Section, frozen=True):
     token: str | None = None
 
 
+class RuntimeConfig(_Section, frozen=True):
+    """``[runtime]``: the execution runtime's bounds (seed 003's defaults)."""
+
+    max_executions: Positive = 24  # running at once per hub; more → busy
+    max_readers: Positive = 8  # live getExec readers per execution; more → busy
+    retention_keep: Positive = 100  # finished executions always kept per workspace
+    retention_window_s: Positive = 3600  # older finished ones beyond the newest N are disposed
+
+
 class A2AConfig(_Section, frozen=True):
     """``[a2a]``."""
 
@@ -127,6 +136,7 @@ class HubConfig(_Section, frozen=True):
     storage: StorageConfig = msgspec.field(default_factory=StorageConfig)
     backends: tuple[BackendConfig, ...] = ()
     a2a: A2AConfig = msgspec.field(default_factory=A2AConfig)
+    runtime: RuntimeConfig = msgspec.field(default_factory=RuntimeConfig)
 
     def with_overrides(
         self,

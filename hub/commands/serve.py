@@ -53,7 +53,8 @@ def register(subparsers: Any) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="executions running at once on this hub; more are refused busy (default: 24)",
+        help="executions running at once on this hub; more are refused busy "
+        "(default: 24, or the config's [runtime] max_executions)",
     )
     add_data_args(parser)
     add_config_arg(parser)
@@ -82,11 +83,16 @@ async def serve_command(args: argparse.Namespace) -> int:
         return fail("serve", f"cannot use the data directory: {e}")
 
     # Backend instances start in the background (the banner does not wait for Docker).
-    runtime = RuntimeSettings(eager_start=True)
-    if args.max_executions is not None:
-        if args.max_executions < 1:
-            return fail("serve", "--max-executions must be >= 1")
-        runtime = RuntimeSettings(eager_start=True, max_concurrent=args.max_executions)
+    if args.max_executions is not None and args.max_executions < 1:
+        return fail("serve", "--max-executions must be >= 1")
+    bounds = config.runtime
+    runtime = RuntimeSettings(
+        eager_start=True,
+        max_concurrent=args.max_executions or bounds.max_executions,
+        max_readers=bounds.max_readers,
+        retention_keep=bounds.retention_keep,
+        retention_window_ms=bounds.retention_window_s * 1000,
+    )
     try:
         hub = Hub(config, store, signer, node=node, runtime=runtime)
     except AgoraError as e:

@@ -222,3 +222,18 @@ def test_backend_id_ok(value: str) -> None:
 def test_backend_id_bad(value: str) -> None:
     with pytest.raises(BadRequest):
         validate_backend_id(value)
+
+
+def test_runtime_table(tmp_path: Path) -> None:
+    path = tmp_path / "agora.toml"
+    path.write_text("[runtime]\nmax_executions = 3\nretention_window_s = 60\n")
+    config = load_config(path)
+    assert config.runtime.max_executions == 3
+    assert config.runtime.retention_window_s == 60
+    assert config.runtime.max_readers == 8 and config.runtime.retention_keep == 100
+    path.write_text("[runtime]\nmax_executions = 0\n")
+    with pytest.raises(ConfigError):
+        load_config(path)
+    path.write_text("[runtime]\nmax_execution = 3\n")
+    with pytest.raises(ConfigError, match="max_execution"):
+        load_config(path)
