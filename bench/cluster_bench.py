@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
 import itertools
 import os
@@ -49,7 +48,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 ROOT: Final = Path(__file__).resolve().parents[1]
@@ -57,7 +56,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import msgspec  # noqa: E402
-from websockets.speedups import apply_mask  # noqa: E402  (C masking, as websockets uses)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/, also when imported
+from rawws import RawClient  # noqa: E402
 
 SECRET: Final = "cluster-bench-secret-0123456789abcdef0123456789"
 DEFAULT_STORE: Final = os.environ.get(
@@ -70,117 +71,6 @@ TEXT: Final = "x" * 64  # a short chat message
 
 _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
-
-
-# ---------------------------------------------------------------------------------------------
-# A minimal WebSocket client (RFC 6455): the driver has one core of two, and a full client
-# library would measure itself rather than the nodes.
-
-
-class RawClient(asyncio.Protocol):
-    """One connection; ``on_frame(payload)`` for every text frame received."""
-
-    def __init__(self, on_frame: Callable[[bytes], None]) -> None:
-        loop = asyncio.get_running_loop()
-        self.on_frame = on_frame
-        self.transport: asyncio.Transport | None = None
-        self.buffer = bytearray()
-        self.handshaken: asyncio.Future[None] = loop.create_future()
-
-    @classmethod
-    async def open(cls, port: int, token: str, on_frame: Callable[[bytes], None]) -> RawClient:
-        """Connect, upgrade (the token in ``Authorization``) and wait for ``welcome``."""
-        loop = asyncio.get_running_loop()
-        welcomed: asyncio.Future[None] = loop.create_future()
-
-        def first(payload: bytes) -> None:
-            if not welcomed.done():
-                message = _decode(payload)
-                if message.get("op") == "welcome":
-                    welcomed.set_result(None)
-                else:
-                    welcomed.set_exception(ConnectionError(payload.decode()))
-                return
-            on_frame(payload)
-
-        _, proto = await loop.create_connection(lambda: cls(first), "127.0.0.1", port)
-        assert proto.transport is not None
-        key = base64.b64encode(os.urandom(16)).decode()
-        proto.transport.write(
-            (
-                f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
-                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-                f"Sec-WebSocket-Version: 13\r\nAuthorization: Bearer {token}\r\n\r\n"
-            ).encode()
-        )
-        async with asyncio.timeout(10):
-            await proto.handshaken
-            await welcomed
-        return proto
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.handshaken.done():
-            self.handshaken.set_exception(ConnectionError("closed during the handshake"))
-
-    def data_received(self, data: bytes) -> None:
-        buf = self.buffer
-        buf += data
-        if not self.handshaken.done():
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            if not buf.startswith(b"HTTP/1.1 101"):
-                self.handshaken.set_exception(ConnectionError(bytes(buf[:end]).decode()))
-                return
-            del buf[: end + 4]
-            self.handshaken.set_result(None)
-        pos, size = 0, len(buf)
-        while size - pos >= 2:
-            b0, b1 = buf[pos], buf[pos + 1]
-            length, head = b1 & 0x7F, 2
-            if length == 126:
-                if size - pos < 4:
-                    break
-                length, head = int.from_bytes(buf[pos + 2 : pos + 4], "big"), 4
-            elif length == 127:
-                if size - pos < 10:
-                    break
-                length, head = int.from_bytes(buf[pos + 2 : pos + 10], "big"), 10
-            end = pos + head + length
-            if end > size:
-                break
-            opcode = b0 & 0x0F
-            if opcode == 1:
-                self.on_frame(bytes(buf[pos + head : end]))
-            elif opcode == 9:  # ping → pong
-                self._send(0xA, bytes(buf[pos + head : end]))
-            pos = end
-        if pos:
-            del buf[:pos]
-
-    def _send(self, opcode: int, payload: bytes) -> None:
-        if self.transport is None or self.transport.is_closing():
-            return
-        n = len(payload)
-        if n < 126:
-            head = bytes((0x80 | opcode, 0x80 | n))
-        elif n < 65536:
-            head = bytes((0x80 | opcode, 0x80 | 126)) + n.to_bytes(2, "big")
-        else:
-            head = bytes((0x80 | opcode, 0x80 | 127)) + n.to_bytes(8, "big")
-        mask = os.urandom(4)
-        self.transport.write(head + mask + apply_mask(payload, mask))
-
-    def send(self, message: dict[str, Any]) -> None:
-        self._send(0x1, _encode(message))
-
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -319,7 +209,7 @@ async def appends_per_second(
 
         def send() -> None:
             frame = {"op": "publish", "rid": next(rid), "workspace": workspace}
-            clients[i].send({**frame, "event": message})
+            clients[i].send(_encode({**frame, "event": message}))
 
         def on_frame(payload: bytes) -> None:
             nonlocal acked
@@ -338,7 +228,7 @@ async def appends_per_second(
 
     handlers = [publisher(i) for i in range(publishers)]
     for i, handler in enumerate(handlers):
-        clients.append(await RawClient.open(ports[i % len(ports)], token, handler))
+        clients.append(await RawClient.open(ports[i % len(ports)], handler, token=token))
     try:
         for handler in handlers:
             handler.send()  # type: ignore[attr-defined]
@@ -393,10 +283,10 @@ async def publish_to_deliver(
             else:
                 acked.set_exception(RuntimeError(payload.decode()))
 
-    subscriber = await RawClient.open(subscribe_port, token, on_event)
-    publisher = await RawClient.open(publish_port, token, on_reply)
+    subscriber = await RawClient.open(subscribe_port, on_event, token=token)
+    publisher = await RawClient.open(publish_port, on_reply, token=token)
     try:
-        subscriber.send({"op": "subscribe", "rid": 1, "workspace": workspace})
+        subscriber.send(_encode({"op": "subscribe", "rid": 1, "workspace": workspace}))
         async with asyncio.timeout(10):
             await subscribed
         latencies: list[float] = []
@@ -406,7 +296,9 @@ async def publish_to_deliver(
             acked = loop.create_future()
             event = {"kind": "messagePosted", "id": event_id, "payload": {"text": TEXT}}
             sent = time.perf_counter()
-            publisher.send({"op": "publish", "rid": n, "workspace": workspace, "event": event})
+            publisher.send(
+                _encode({"op": "publish", "rid": n, "workspace": workspace, "event": event})
+            )
             async with asyncio.timeout(10):
                 received = await delivered
                 await acked
