@@ -21,8 +21,9 @@ from a2a.server.routes import DefaultServerCallContextBuilder
 from starlette.requests import Request
 
 from a2a_adapter.store import CAPABILITY_KEY
-from hub.auth import Capability, TokenSigner
-from hub.errors import Unauthorized
+from hub.auth import TokenSigner
+from hub.core.capability import Capability
+from hub.core.errors import Unauthorized
 
 __all__ = ["AgoraContextBuilder", "AgoraUser", "BearerAuth"]
 

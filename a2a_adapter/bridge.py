@@ -65,8 +65,8 @@ from a2a_adapter.mapping import (
     plain,
 )
 from hub.config import PeerConfig
-from hub.errors import AgoraError, Conflict
-from hub.events import (
+from hub.core.errors import AgoraError, Conflict
+from hub.core.events import (
     Blocked,
     Completed,
     Event,
@@ -80,7 +80,7 @@ from hub.events import (
     WorkClaimed,
     WorkPublished,
 )
-from hub.projections.work import TERMINAL_STATUSES
+from hub.core.rules.work import TERMINAL_STATUSES
 from hub.workspaces import Workspaces
 
 __all__ = ["Bridge", "PeerLink"]

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, Sequence
 from typing import Final
 
-from hub.events import Event
+from hub.core.events import Event
 from hub.workspaces import Workspaces
 
 __all__ = ["DEFAULT_BUFFER", "FollowerClosed", "LogFollower"]

@@ -27,7 +27,7 @@ import logging
 import uuid
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from typing import Any, Final
+from typing import Any, Final, get_args
 
 import msgspec
 from a2a.server.cluster import ConcurrentTaskModificationError, TaskVersion
@@ -53,10 +53,10 @@ from a2a.types.a2a_pb2 import (
     TaskState,
     TaskStatusUpdateEvent,
 )
+from a2a.utils import errors as a2a_errors
 from a2a.utils.errors import (
     A2AError,
     ExtendedAgentCardNotConfiguredError,
-    InternalError,
     InvalidParamsError,
     PushNotificationNotSupportedError,
     TaskNotCancelableError,
@@ -83,9 +83,9 @@ from a2a_adapter.store import (
     load_view,
 )
 from a2a_adapter.taskview import TaskView
-from hub.auth import ANY, Capability
-from hub.errors import AgoraError, Busy, Exists, Forbidden
-from hub.events import (
+from hub.core.capability import ANY, Capability
+from hub.core.errors import A2AErrorName, AgoraError, Busy, Exists, Forbidden, error_row
+from hub.core.events import (
     Event,
     FeedbackProvided,
     MemberJoined,
@@ -106,26 +106,15 @@ CARD_URL_KEY: Final = "agora.cardUrl"
 CONSUMER_KEY: Final = "agora.consumer"
 TOPIC_KEY: Final = "agora.topic"
 
-# Hub error code → the A2A error it becomes (A2A has no authorization error inside a call:
-# a forbidden workspace is an invalid parameter, with data.agoraCode = "forbidden").
-_ERRORS: Final[dict[str, type[A2AError]]] = {
-    "badRequest": InvalidParamsError,
-    "tooLarge": InvalidParamsError,
-    "forbidden": InvalidParamsError,
-    "notFound": InvalidParamsError,
-    "unauthorized": InvalidParamsError,
-    "conflict": UnsupportedOperationError,
-    "exists": UnsupportedOperationError,
-    "busy": UnsupportedOperationError,
-    "rateLimited": UnsupportedOperationError,
-    "unavailable": InternalError,
-    "internal": InternalError,
+# The A2A error class of each hub error code comes from the core's one error table.
+_A2A_ERRORS: Final[dict[str, type[A2AError]]] = {
+    name: getattr(a2a_errors, name) for name in get_args(A2AErrorName)
 }
 
 
 def a2a_error(error: AgoraError) -> A2AError:
     """The A2A error for a hub error (``data.agoraCode`` keeps the hub's code)."""
-    cls = _ERRORS.get(error.code, InternalError)
+    cls = _A2A_ERRORS[error_row(error.code).a2a]
     if error.blame == "client":
         return cls(message=error.message, data=_error_data(error))
     return cls(message="the hub failed; retry", data=_error_data(error))

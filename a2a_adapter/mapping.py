@@ -48,7 +48,7 @@ from a2a.types.a2a_pb2 import (
 )
 from google.protobuf import json_format, struct_pb2
 
-from hub.events import (
+from hub.core.events import (
     Event,
     ExecFinished,
     ExecOutput,
@@ -57,8 +57,8 @@ from hub.events import (
     event_from_builtins,
     event_to_builtins,
 )
-from hub.projections.executions import ExecStatus
-from hub.projections.work import WorkStatus
+from hub.core.projections.executions import ExecStatus
+from hub.core.rules.work import WorkStatus
 
 __all__ = [
     "CROSSINGS",

@@ -15,7 +15,7 @@ from typing import Any, Final, Protocol
 
 import msgspec
 
-from hub.auth import Capability
+from hub.core.capability import Capability
 
 __all__ = ["EXEC_PART_KEY", "ExecRequest", "Runtime", "parse_exec_part"]
 
@@ -45,14 +45,14 @@ class Runtime(Protocol):
         execId (``exec_id``) once ``execRequested`` is in the log. The runtime checks the
         ``exec`` right and the backend against the capability (the adapter has checked both
         already, before writing anything) and writes the lifecycle events. Raises
-        :class:`hub.errors.AgoraError` subclasses (``Forbidden``, ``NotFound`` for an unknown
+        :class:`hub.core.errors.AgoraError` subclasses (``Forbidden``, ``NotFound`` for an unknown
         backend, ``Busy`` for a running ``exec_id``, ``Exists`` for a finished one kept in the
         log — both with ``details["execId"]`` —, …)."""
         ...
 
     async def kill(self, workspace: str, exec_id: str, *, capability: Capability) -> object:
         """Ask the runtime to cancel ``exec_id`` (the result, if any, is not used).
-        Raises :class:`hub.errors.AgoraError`."""
+        Raises :class:`hub.core.errors.AgoraError`."""
         ...
 
 

@@ -49,9 +49,9 @@ from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedO
 from a2a_adapter.follow import LogFollower
 from a2a_adapter.mapping import CROSSINGS, TERMINAL_STATES, MappingError, from_a2a, task_id_of
 from a2a_adapter.taskview import TaskKind, TaskView
-from hub.auth import ANY, Capability
-from hub.errors import AgoraError
-from hub.events import Event, WorkCancelled
+from hub.core.capability import ANY, Capability
+from hub.core.errors import AgoraError
+from hub.core.events import Event, WorkCancelled
 from hub.workspaces import Workspaces
 
 __all__ = [

@@ -4,7 +4,7 @@
 (same ``execId``) in seq order. :meth:`TaskView.apply` returns the A2A updates each event
 becomes (:func:`a2a_adapter.mapping.to_a2a`), so a stream and a ``GetTask`` snapshot are two
 readings of the same fold and cannot disagree. The work-item status moves by the projection's
-own lifecycle table (:data:`hub.projections.work.WORK_LIFECYCLE`), so the state here is the
+own lifecycle table (:data:`hub.core.rules.work.WORK_LIFECYCLE`), so the state here is the
 state ``WorkspaceState.work_items`` holds, mapped through :data:`~a2a_adapter.mapping.WORK_STATE`.
 """
 
@@ -34,9 +34,9 @@ from a2a_adapter.mapping import (
     task_id_of,
     to_a2a,
 )
-from hub.events import Event, ExecFinished, ExecOutput
-from hub.projections.executions import ExecStatus
-from hub.projections.work import WORK_LIFECYCLE, WorkStatus
+from hub.core.events import Event, ExecFinished, ExecOutput
+from hub.core.projections.executions import ExecStatus
+from hub.core.rules.work import WORK_LIFECYCLE, WorkStatus
 
 __all__ = ["TaskKind", "TaskView"]
 

@@ -7,7 +7,8 @@ are the workspace's *projected* files and every write becomes a ``fileWritten`` 
 ``fileDeleted``) event caused by the execution — the runtime's job, not the backend's.
 
 Paths are workspace paths: relative POSIX, normalised
-(:func:`backends.policy.normalise_workspace_path`), never ``..``. The backend checks every path
+(:func:`hub.core.execution.policy.normalise_workspace_path`), never ``..``. The backend checks
+every path
 against the request's filesystem policy and its own access level before calling the access
 object, so an implementation only has to do the I/O.
 
@@ -27,7 +28,7 @@ import os
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
-from backends.policy import FilesystemPolicy, normalise_workspace_path
+from hub.core.execution.policy import FilesystemPolicy, normalise_workspace_path
 
 __all__ = ["Access", "DirectoryAccess", "WorkspaceAccess", "workspace_filesystem"]
 

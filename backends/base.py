@@ -18,14 +18,17 @@ Lifecycle of a backend instance (an async context manager, like every resource i
 
 Contract of :meth:`CodeExecutor.execute` (checked by ``tests/backends/test_conformance.py``):
 
-* It validates first (:func:`backends.validate.validate_request`) and raises before running
-  anything: :class:`~backends.errors.UnsupportedLanguage`, ``InvalidRequest``,
-  ``UnsupportedPolicy``, ``Rejected``; ``hub.errors.Busy`` for a running id or a full backend;
-  :class:`~backends.errors.BackendUnavailable` when the backend cannot run now. Failures of the
+* It validates first (:func:`hub.core.execution.validate.validate_request`) and raises before
+  running
+  anything: :class:`~hub.core.execution.errors.UnsupportedLanguage`, ``InvalidRequest``,
+  ``UnsupportedPolicy``, ``Rejected``; ``hub.core.errors.Busy`` for a running id or a full backend;
+  :class:`~hub.core.execution.errors.BackendUnavailable` when the backend cannot run now. Failures
+  of the
   machinery mid-run raise ``ExecutionFailed``/``SandboxError``.
-* Otherwise it yields :class:`~backends.result.OutputChunk` s (each stream's bytes in order,
+* Otherwise it yields :class:`~hub.core.execution.result.OutputChunk` s (each stream's bytes in
+  order,
   at most the stream's cap) and ends with exactly one
-  :class:`~backends.result.ExecutionResult`. Everything the program does — exit codes,
+  :class:`~hub.core.execution.result.ExecutionResult`. Everything the program does — exit codes,
   timeouts, kills, memory exhaustion — is a result, never an exception.
 * By the time the result is yielded the program and everything it started are gone (process
   group killed, container removed).
@@ -49,8 +52,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from backends.capabilities import BackendCapabilities, ExecutionIsolation, ExecutionLanguage
-from backends.errors import (
+from hub.core.execution.capabilities import (
+    BackendCapabilities,
+    ExecutionIsolation,
+    ExecutionLanguage,
+)
+from hub.core.execution.errors import (
     BackendUnavailable,
     CompileFailed,
     DependencyNotFound,
@@ -65,7 +72,7 @@ from backends.errors import (
     UnsupportedLanguage,
     UnsupportedPolicy,
 )
-from backends.policy import (
+from hub.core.execution.policy import (
     EnvironmentPolicy,
     FilesystemPolicy,
     NetworkPolicy,
@@ -77,7 +84,7 @@ from backends.policy import (
     strict_js,
     strict_python,
 )
-from backends.request import (
+from hub.core.execution.request import (
     UNSET,
     ExecutionPayload,
     ExecutionRequest,
@@ -85,7 +92,7 @@ from backends.request import (
     ModuleBlob,
     Source,
 )
-from backends.result import (
+from hub.core.execution.result import (
     Diagnostic,
     ExecEvent,
     ExecutionMetadata,
@@ -93,7 +100,7 @@ from backends.result import (
     OutputChunk,
     classify,
 )
-from backends.validate import validate_policy, validate_request
+from hub.core.execution.validate import validate_policy, validate_request
 
 __all__ = [
     "UNSET",

@@ -20,7 +20,7 @@ from typing import Any, Final
 import msgspec
 
 from backends.harness import OutputCap, extract_value
-from backends.result import (
+from hub.core.execution.result import (
     Diagnostic,
     ExecutionMetadata,
     ExecutionReason,
@@ -85,7 +85,8 @@ def captured_result(
 ) -> ExecutionResult:
     """The result of a run whose output ``output`` captured.
 
-    ``outcome``: ``(status, reason, exit code)``, as :func:`~backends.result.classify` gives
+    ``outcome``: ``(status, reason, exit code)``, as :func:`~hub.core.execution.result.classify`
+    gives
     it. ``notes``: the backend's diagnostics; the truncation warnings follow them.
     ``structured``: the value is stdout's last line when it is JSON
     (:func:`~backends.harness.extract_value`, which also takes it off the displayed stdout),

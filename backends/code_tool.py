@@ -43,10 +43,10 @@ from typing import Any, Final
 import msgspec
 
 from backends.base import CodeExecutor, collect
-from backends.capabilities import ExecutionLanguage
-from backends.errors import ExecutionError
-from backends.request import UNSET, ExecutionRequest, GuestModule, Source
-from backends.result import ExecutionResult
+from hub.core.execution.capabilities import ExecutionLanguage
+from hub.core.execution.errors import ExecutionError
+from hub.core.execution.request import UNSET, ExecutionRequest, GuestModule, Source
+from hub.core.execution.result import ExecutionResult
 
 __all__ = [
     "CODE_EXEC_DESCRIPTION",
@@ -284,8 +284,8 @@ def _parse(arguments: Any) -> tuple[str, str, Any, int]:
 
 def _wasm_bytes(code: str) -> bytes:
     """WebAssembly text compiled to a binary, or base64 of a binary. Raises
-    :class:`~backends.errors.InvalidCode`."""
-    from backends.errors import InvalidCode
+    :class:`~hub.core.execution.errors.InvalidCode`."""
+    from hub.core.execution.errors import InvalidCode
 
     text = code.strip()
     if text.startswith("(") or text.startswith(";;"):
@@ -316,8 +316,8 @@ def _default_backend(language: str) -> CodeExecutor:
 
         made = WasmBackend("code-exec-wasm")
         return WasmBackend("code-exec-wasm", policy=made.default_policy.replace(timeout_ms=ceiling))
-    from backends.policy import host_local
     from backends.process import ProcessBackend
+    from hub.core.execution.policy import host_local
 
     process_policy = host_local().replace(network="disabled", timeout_ms=ceiling)
     if language == "shell":

@@ -56,22 +56,26 @@ from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from backends.capabilities import BackendCapabilities, ExecutionIsolation, ExecutionLanguage
 from backends.captured import captured_result
-from backends.errors import (
+from backends.images import DEFAULT_IMAGE, ImageBuildError, build_busybox_image, image_is_current
+from backends.lifecycle import BackendLifecycle, elapsed_ms
+from backends.output import OutputChannel
+from backends.runs import Run, RunRegistry, TaskSet
+from hub.core.execution.capabilities import (
+    BackendCapabilities,
+    ExecutionIsolation,
+    ExecutionLanguage,
+)
+from hub.core.execution.errors import (
     BackendUnavailable,
     ExecutionError,
     ExecutionFailed,
     InvalidRequest,
     SandboxError,
 )
-from backends.images import DEFAULT_IMAGE, ImageBuildError, build_busybox_image, image_is_current
-from backends.lifecycle import BackendLifecycle, elapsed_ms
-from backends.output import OutputChannel
-from backends.policy import FilesystemPolicy, SandboxPolicy
-from backends.request import ExecutionRequest
-from backends.result import Diagnostic, ExecEvent, ExecutionResult, Stream, classify
-from backends.runs import Run, RunRegistry, TaskSet
+from hub.core.execution.policy import FilesystemPolicy, SandboxPolicy
+from hub.core.execution.request import ExecutionRequest
+from hub.core.execution.result import Diagnostic, ExecEvent, ExecutionResult, Stream, classify
 
 __all__ = [
     "DEFAULT_CONTAINER_POLICY",

@@ -7,9 +7,10 @@ capabilities, default policy and :class:`~backends.runs.RunRegistry`, and implem
   unavailable; otherwise the backend's own :meth:`~BackendLifecycle._readiness`), ``async with``
   (:meth:`start` … :meth:`aclose`) and :meth:`~BackendLifecycle.cancel`;
 * the admission every ``execute`` begins with (:meth:`~BackendLifecycle._check_request`:
-  start, availability, :func:`~backends.validate.validate_request`), before the backend's own
+  start, availability, :func:`~hub.core.execution.validate.validate_request`), before the backend's
+  own
   checks and :meth:`RunRegistry.admit <backends.runs.RunRegistry.admit>`;
-* the result's :class:`~backends.result.ExecutionMetadata`.
+* the result's :class:`~hub.core.execution.result.ExecutionMetadata`.
 
 What is left to each backend: :meth:`start`, :meth:`aclose` and ``execute`` (see
 :mod:`backends.base` for the contract; :func:`backends.captured.captured_result` builds the
@@ -23,14 +24,14 @@ import time
 from collections.abc import Iterable
 from typing import Self
 
-from backends.capabilities import BackendCapabilities
-from backends.errors import BackendUnavailable
-from backends.policy import SandboxPolicy
-from backends.request import ExecutionRequest
-from backends.result import ExecutionMetadata
 from backends.runs import RunRegistry
-from backends.validate import validate_request
-from hub.events import ArtifactRef
+from hub.core.events import ArtifactRef
+from hub.core.execution.capabilities import BackendCapabilities
+from hub.core.execution.errors import BackendUnavailable
+from hub.core.execution.policy import SandboxPolicy
+from hub.core.execution.request import ExecutionRequest
+from hub.core.execution.result import ExecutionMetadata
+from hub.core.execution.validate import validate_request
 
 __all__ = ["BackendLifecycle", "elapsed_ms"]
 

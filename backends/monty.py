@@ -74,13 +74,25 @@ import msgspec
 import pydantic_monty as monty
 
 from backends.access import Access, DirectoryAccess, WorkspaceAccess, workspace_filesystem
-from backends.capabilities import BackendCapabilities, ExecutionIsolation, ExecutionLanguage
 from backends.captured import captured_result
-from backends.errors import ExecutionFailed, InvalidRequest
 from backends.lifecycle import BackendLifecycle, elapsed_ms
-from backends.policy import FilesystemPolicy, SandboxPolicy, normalise_workspace_path, strict_python
-from backends.request import ExecutionRequest
-from backends.result import (
+from backends.runs import Run, RunRegistry, TaskSet, timeout_note, wait_quietly
+from backends.sink import ThreadedOutput
+from hub.core.errors import Busy
+from hub.core.execution.capabilities import (
+    BackendCapabilities,
+    ExecutionIsolation,
+    ExecutionLanguage,
+)
+from hub.core.execution.errors import ExecutionFailed, InvalidRequest
+from hub.core.execution.policy import (
+    FilesystemPolicy,
+    SandboxPolicy,
+    normalise_workspace_path,
+    strict_python,
+)
+from hub.core.execution.request import ExecutionRequest
+from hub.core.execution.result import (
     Diagnostic,
     ExecEvent,
     ExecutionReason,
@@ -88,9 +100,6 @@ from backends.result import (
     ExecutionStatus,
     classify,
 )
-from backends.runs import Run, RunRegistry, TaskSet, timeout_note, wait_quietly
-from backends.sink import ThreadedOutput
-from hub.errors import Busy
 
 __all__ = [
     "DEFAULT_MAX_MEMORY_BYTES",

@@ -17,7 +17,7 @@ import asyncio
 from typing import Final
 
 from backends.captured import STREAMS, CapturedOutput
-from backends.result import OutputChunk, Stream
+from hub.core.execution.result import OutputChunk, Stream
 
 __all__ = ["STREAMS", "OutputChannel"]
 

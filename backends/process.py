@@ -48,15 +48,19 @@ from typing import Final
 
 import msgspec
 
-from backends.capabilities import BackendCapabilities, ExecutionIsolation, ExecutionLanguage
 from backends.captured import captured_result, not_run_result
-from backends.errors import ExecutionFailed, InvalidRequest
 from backends.lifecycle import BackendLifecycle, elapsed_ms
 from backends.output import OutputChannel
-from backends.policy import SandboxPolicy, host_local
-from backends.request import ExecutionRequest
-from backends.result import ExecEvent, ExecutionResult, Stream, classify, signal_exit_code
 from backends.runs import Run, RunRegistry, TaskSet
+from hub.core.execution.capabilities import (
+    BackendCapabilities,
+    ExecutionIsolation,
+    ExecutionLanguage,
+)
+from hub.core.execution.errors import ExecutionFailed, InvalidRequest
+from hub.core.execution.policy import SandboxPolicy, host_local
+from hub.core.execution.request import ExecutionRequest
+from hub.core.execution.result import ExecEvent, ExecutionResult, Stream, classify, signal_exit_code
 
 __all__ = ["DEFAULT_PATH", "ProcessBackend", "probe_network_isolation"]
 

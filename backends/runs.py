@@ -15,9 +15,9 @@ import contextlib
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, Literal, TypeVar
 
-from backends.errors import BackendUnavailable
-from backends.result import Diagnostic
-from hub.errors import Busy
+from hub.core.errors import Busy
+from hub.core.execution.errors import BackendUnavailable
+from hub.core.execution.result import Diagnostic
 
 __all__ = ["Run", "RunRegistry", "StopReason", "TaskSet", "timeout_note", "wait_quietly"]
 

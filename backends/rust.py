@@ -54,23 +54,23 @@ from typing import Any, Final
 import msgspec
 
 from backends.base import CodeExecutor
-from backends.capabilities import BackendCapabilities, ExecutionLanguage
-from backends.errors import DependencyNotFound, ExecutionInternal
 from backends.harness import extract_value, truncate_utf8
 from backends.lifecycle import BackendLifecycle, elapsed_ms
-from backends.policy import SandboxPolicy
 from backends.process import ProcessBackend
-from backends.request import ExecutionRequest, Source
-from backends.result import (
+from backends.runs import Run, RunRegistry, wait_quietly
+from backends.rust_diagnostics import errors, parse_diagnostics, to_diagnostic
+from backends.rust_source import validate_rust_source, wrap
+from hub.core.execution.capabilities import BackendCapabilities, ExecutionLanguage
+from hub.core.execution.errors import DependencyNotFound, ExecutionInternal
+from hub.core.execution.policy import SandboxPolicy
+from hub.core.execution.request import ExecutionRequest, Source
+from hub.core.execution.result import (
     TIMEOUT_EXIT_CODE,
     Diagnostic,
     ExecEvent,
     ExecutionResult,
     OutputChunk,
 )
-from backends.runs import Run, RunRegistry, wait_quietly
-from backends.rust_diagnostics import errors, parse_diagnostics, to_diagnostic
-from backends.rust_source import validate_rust_source, wrap
 
 __all__ = [
     "DEBIAN_REGISTRY",

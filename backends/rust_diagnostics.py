@@ -12,7 +12,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from backends.result import Diagnostic
+from hub.core.execution.result import Diagnostic
 
 __all__ = ["RustDiagnostic", "RustSpan", "errors", "parse_diagnostics", "to_diagnostic"]
 
@@ -145,7 +145,8 @@ def errors(diagnostics: list[RustDiagnostic]) -> list[RustDiagnostic]:
 
 
 def to_diagnostic(diagnostic: RustDiagnostic) -> Diagnostic:
-    """A result :class:`~backends.result.Diagnostic`: ``data`` holds the spans (camelCase),
+    """A result :class:`~hub.core.execution.result.Diagnostic`: ``data`` holds the spans
+    (camelCase),
     the children and the rendered text; ``line``/``column`` of the primary span are repeated
     at the top of ``data`` for convenience."""
     level: Literal["error", "warning", "note"] = (

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from backends.errors import InvalidCode
+from hub.core.execution.errors import InvalidCode
 
 __all__ = [
     "HARNESS_TEMPLATE",

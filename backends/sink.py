@@ -18,7 +18,7 @@ import asyncio
 import threading
 
 from backends.captured import CapturedOutput
-from backends.result import OutputChunk, Stream
+from hub.core.execution.result import OutputChunk, Stream
 
 __all__ = ["ThreadedOutput"]
 

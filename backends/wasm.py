@@ -69,13 +69,19 @@ import wasmtime
 from wasmtime import _ffi as wasm_ffi
 
 from backends.access import Access, workspace_filesystem
-from backends.capabilities import BackendCapabilities, ExecutionIsolation, ExecutionLanguage
 from backends.captured import captured_result, not_run_result
-from backends.errors import ExecutionFailed, InvalidCode, InvalidRequest
 from backends.lifecycle import BackendLifecycle, elapsed_ms
-from backends.policy import SandboxPolicy, strict
-from backends.request import ExecutionRequest, GuestModule, ModuleBlob
-from backends.result import (
+from backends.runs import Run, RunRegistry, TaskSet, wait_quietly
+from backends.sink import ThreadedOutput
+from hub.core.execution.capabilities import (
+    BackendCapabilities,
+    ExecutionIsolation,
+    ExecutionLanguage,
+)
+from hub.core.execution.errors import ExecutionFailed, InvalidCode, InvalidRequest
+from hub.core.execution.policy import SandboxPolicy, strict
+from hub.core.execution.request import ExecutionRequest, GuestModule, ModuleBlob
+from hub.core.execution.result import (
     Diagnostic,
     ExecEvent,
     ExecutionReason,
@@ -83,8 +89,6 @@ from backends.result import (
     ExecutionStatus,
     classify,
 )
-from backends.runs import Run, RunRegistry, TaskSet, wait_quietly
-from backends.sink import ThreadedOutput
 
 __all__ = [
     "DEFAULT_MAX_MEMORY_BYTES",
@@ -136,7 +140,7 @@ class BlobSource(Protocol):
     """Where blob payloads come from (:class:`hub.log.blobs.FileBlobStore` fits)."""
 
     async def get(self, sha256: str) -> bytes:
-        """The blob's bytes; raises (e.g. ``hub.errors.NotFound``) if there is none."""
+        """The blob's bytes; raises (e.g. ``hub.core.errors.NotFound``) if there is none."""
         ...
 
 

@@ -64,7 +64,7 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 
-from hub.events import MessagePayload, MessagePosted
+from hub.core.events import MessagePayload, MessagePosted
 from hub.log.sqlite import SqliteEventStore
 
 TEXT = ("Agora bench payload: the quick brown fox jumps over the lazy dog. " * 4)[:200]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import asyncpg
 
-from hub.events import MessagePayload, MessagePosted
+from hub.core.events import MessagePayload, MessagePosted
 from hub.log.base import EventStore
 from hub.log.postgres import PostgresEventStore
 from hub.log.sqlite import SqliteEventStore

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hub.auth import TokenSigner, load_secret
 from hub.client import Workspace, connect
-from hub.errors import AgoraError
+from hub.core.errors import AgoraError
 
 TOPIC = "greeting"
 PATH = "hello.py"

@@ -33,21 +33,20 @@ import stat
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Final, Literal, get_args
+from typing import Annotated, Final, Literal
 
 import jwt
 import msgspec
 
-from hub.config import ConfigError, validate_backend_id
-from hub.errors import BadRequest, Forbidden, Unauthorized
-from hub.validation import validate_id, validate_workspace
-
-Right = Literal["read", "write", "exec", "admin"]
-RIGHTS: Final[tuple[Right, ...]] = get_args(Right)
-"""Every right, in canonical order (the order tokens and ``welcome`` frames list them)."""
-
-ANY: Final = "*"
-"""Wildcard for ``workspaces`` and ``backends``."""
+from hub.core.capability import (
+    Capability,
+    Right,
+    agent_id,
+    normalize_backends,
+    normalize_rights,
+    normalize_workspaces,
+)
+from hub.core.errors import BadRequest, ConfigError, Unauthorized
 
 ALGORITHM: Final = "HS256"
 MIN_SECRET_BYTES: Final = 32
@@ -58,53 +57,6 @@ SECRET_ENV: Final = "AGORA_SECRET"
 SECRET_FILE: Final = "secret"
 
 TokenFailure = Literal["expired", "invalid_signature", "malformed"]
-
-
-class Capability(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """What a verified token allows. Build it with :meth:`TokenSigner.verify`.
-
-    JSON (camelCase): ``agent, workspaces, rights, backends, expiresAt, issuedAt, tokenId``.
-    """
-
-    agent: str
-    workspaces: tuple[str, ...]
-    rights: tuple[Right, ...]
-    backends: tuple[str, ...] = ()
-    expires_at: int
-    issued_at: int
-    token_id: str
-
-    def allows_workspace(self, workspace: str) -> bool:
-        """Whether the token names ``workspace`` (or every workspace)."""
-        return ANY in self.workspaces or workspace in self.workspaces
-
-    def has(self, right: Right, workspace: str) -> bool:
-        """Whether the holder has ``right`` in ``workspace``; ``admin`` implies every right."""
-        return self.allows_workspace(workspace) and (right in self.rights or "admin" in self.rights)
-
-    def allows_backend(self, backend: str) -> bool:
-        """Whether the holder may select the backend instance ``backend``."""
-        return ANY in self.backends or backend in self.backends
-
-    def expired(self, now: float) -> bool:
-        """Whether the token has expired at epoch seconds ``now`` (for long-lived sessions)."""
-        return now >= self.expires_at
-
-    def require(self, right: Right, workspace: str) -> None:
-        """Raise :class:`Forbidden` (details ``right``, ``workspace``) unless :meth:`has`."""
-        if not self.has(right, workspace):
-            if self.allows_workspace(workspace):
-                message = f"agent {self.agent!r} lacks the {right!r} right in {workspace!r}"
-            else:
-                message = f"agent {self.agent!r} has no access to workspace {workspace!r}"
-            raise Forbidden(message, right=right, workspace=workspace)
-
-    def require_backend(self, backend: str) -> None:
-        """Raise :class:`Forbidden` (details ``backend``) unless :meth:`allows_backend`."""
-        if not self.allows_backend(backend):
-            raise Forbidden(
-                f"agent {self.agent!r} may not select backend {backend!r}", backend=backend
-            )
 
 
 class _Claims(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -159,7 +111,7 @@ class TokenSigner:
             )
         now = int(self._clock())
         claims = _Claims(
-            sub=_agent(agent, "agent"),
+            sub=agent_id(agent, "agent"),
             iat=now,
             exp=now + ttl_seconds,
             jti=secrets.token_urlsafe(16),
@@ -200,7 +152,7 @@ class TokenSigner:
         try:
             claims = msgspec.convert(payload, _Claims, strict=True)
             capability = Capability(
-                agent=_agent(claims.sub, "sub"),
+                agent=agent_id(claims.sub, "sub"),
                 workspaces=normalize_workspaces(claims.workspaces),
                 rights=normalize_rights(claims.rights),
                 backends=normalize_backends(claims.backends),
@@ -213,33 +165,6 @@ class TokenSigner:
         if capability.expired(self._clock()):
             raise _unauthorized("expired", "token has expired")
         return capability
-
-
-def normalize_workspaces(workspaces: Iterable[str]) -> tuple[str, ...]:
-    """Validated, de-duplicated workspace names in order, or ``("*",)`` if ``"*"`` is among
-    them. Raises :class:`BadRequest` (field ``workspaces``) for an invalid name or none."""
-    names = _names(workspaces, "workspaces", lambda w: validate_workspace(w, "workspaces"))
-    if not names:
-        raise BadRequest("at least one workspace (or '*') is required", field="workspaces")
-    return names
-
-
-def normalize_backends(backends: Iterable[str]) -> tuple[str, ...]:
-    """Validated, de-duplicated backend ids in order, ``("*",)``, or ``()`` for none. Raises
-    :class:`BadRequest` (field ``backends``) for an invalid id."""
-    return _names(backends, "backends", lambda b: validate_backend_id(b, "backends"))
-
-
-def normalize_rights(rights: Iterable[str]) -> tuple[Right, ...]:
-    """The rights as a tuple in canonical order. Raises :class:`BadRequest` (field ``rights``)
-    for an unknown right or an empty list."""
-    given = _strings(rights, "rights")
-    unknown = [r for r in given if r not in RIGHTS]
-    if unknown:
-        raise BadRequest(f"unknown right {unknown[0]!r}: use {', '.join(RIGHTS)}", field="rights")
-    if not given:
-        raise BadRequest(f"at least one right is required: {', '.join(RIGHTS)}", field="rights")
-    return tuple(r for r in RIGHTS if r in given)
 
 
 def check_secret(secret: bytes, source: str) -> bytes:
@@ -338,29 +263,6 @@ def _create_secret(data_dir: Path) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-
-
-def _strings(values: Iterable[str], field: str) -> list[str]:
-    if isinstance(values, str | bytes):
-        raise BadRequest(f"{field} must be a list of strings, not one string", field=field)
-    items = list(values)
-    for item in items:
-        if not isinstance(item, str):
-            raise BadRequest(f"{field} must be a list of strings", field=field)
-    return items
-
-
-def _names(values: Iterable[str], field: str, validate: Callable[[str], str]) -> tuple[str, ...]:
-    items = _strings(values, field)
-    if ANY in items:
-        return (ANY,)
-    return tuple(dict.fromkeys(validate(item) for item in items))
-
-
-def _agent(agent: str, field: str) -> str:
-    if not isinstance(agent, str):
-        raise BadRequest(f"{field} must be a string", field=field)
-    return validate_id(agent, field)
 
 
 def _unauthorized(reason: TokenFailure, message: str) -> Unauthorized:

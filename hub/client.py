@@ -23,10 +23,10 @@ Design (the weak points of adk-code's collaboration API that this fixes):
 - **Retries are idempotent.** Publishes carry client-minted UUID ids; requests in flight when a
   connection drops are sent again on the next one, and the hub answers a repeated id with the
   original seq and ``duplicate: true``.
-- **Typed errors.** ``error`` frames become :mod:`hub.errors` classes in one place
+- **Typed errors.** ``error`` frames become :mod:`hub.core.errors` classes in one place
   (:func:`error_from_frame`); close codes that must not be retried (4401, 1008, 1009) become
-  :class:`~hub.errors.Unauthorized`, :class:`~hub.errors.BadRequest` and
-  :class:`~hub.errors.TooLarge`.
+  :class:`~hub.core.errors.Unauthorized`, :class:`~hub.core.errors.BadRequest` and
+  :class:`~hub.core.errors.TooLarge`.
 
 One task per session owns the connection: it reads and demultiplexes frames (replies by
 ``rid``, events by workspace) and reconnects; a second task per connection writes the outgoing
@@ -54,24 +54,22 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 from websockets.typing import Subprotocol
 
-from backends.policy import PolicyPatch
-from hub import frames
-from hub.errors import (
+from hub.core.errors import (
+    FATAL_CLOSES,
     AgoraError,
     BadRequest,
     Busy,
-    Conflict,
-    Exists,
-    Forbidden,
+    CloseCode,
     Internal,
     NotFound,
     RateLimited,
     ServerError,
-    TooLarge,
     Unauthorized,
     Unavailable,
+    error_class,
+    is_known_code,
 )
-from hub.events import (
+from hub.core.events import (
     AnyEvent,
     Blocked,
     Completed,
@@ -92,7 +90,9 @@ from hub.events import (
     WorkClaimed,
     WorkPublished,
 )
-from hub.projections.workspace import WorkspaceState
+from hub.core.execution.policy import PolicyPatch
+from hub.core.projections.workspace import WorkspaceState
+from hub.core.wire import frames
 
 __all__ = [
     "Ack",
@@ -165,47 +165,21 @@ class SessionClosed(Unavailable):
     """The session was closed (by :meth:`Session.aclose`) before the call could complete."""
 
 
-_ERROR_CLASSES: Final[dict[str, type[AgoraError]]] = {
-    cls.code: cls
-    for cls in (
-        BadRequest,
-        Unauthorized,
-        Forbidden,
-        NotFound,
-        Conflict,
-        TooLarge,
-        RateLimited,
-        Busy,
-        Exists,
-        Unavailable,
-        Internal,
-    )
-}
-
-# Close codes after which reconnecting cannot help (ARCHITECTURE.md, "Wire protocol").
-_FATAL_CLOSE: Final[dict[int, type[AgoraError]]] = {
-    frames.CloseCode.UNAUTHORIZED: Unauthorized,
-    frames.CloseCode.POLICY: BadRequest,
-    frames.CloseCode.TOO_BIG: TooLarge,
-}
-
-
 def error_from_frame(frame: frames.Error) -> AgoraError:
-    """The :mod:`hub.errors` exception an ``error`` frame stands for (unknown codes: Internal).
+    """The :mod:`hub.core.errors` exception an ``error`` frame stands for (unknown codes: Internal).
 
-    The one place wire error codes are mapped back to classes; ``details`` is kept as sent.
+    Read from :data:`hub.core.errors.ERROR_TABLE`; ``details`` is kept as sent.
     """
-    cls = _ERROR_CLASSES.get(frame.code, Internal)
-    error = cls(frame.message)
+    error = error_class(frame.code)(frame.message)
     error.details = dict(frame.details)
-    if frame.code not in _ERROR_CLASSES:
+    if not is_known_code(frame.code):
         error.details.setdefault("code", frame.code)
     return error
 
 
 def _close_error(code: int | None, reason: str) -> AgoraError | None:
     """The error to raise for a fatal close code, or None when a reconnect may help."""
-    cls = _FATAL_CLOSE.get(code or 0)
+    cls = FATAL_CLOSES.get(code or 0)
     if cls is None:
         return None
     return cls(f"the hub closed the connection ({code}: {reason or 'no reason'})", closeCode=code)
@@ -523,12 +497,13 @@ class _Feed:
 class Subscription:
     """The events of one workspace with ``seq > after_seq``, in order, then live ones.
 
-    An async iterator of typed :class:`hub.events.Event` objects and an async context manager
+    An async iterator of typed :class:`hub.core.events.Event` objects and an async context manager
     (``async with ws.subscribe(0) as sub: async for ev in sub: …``). Every event comes once, in
     seq order, across reconnects. Iterating raises what ended the session
-    (:class:`~hub.errors.Unauthorized`, :class:`~hub.errors.Unavailable` when reconnecting gave
-    up) or the subscribe error (:class:`~hub.errors.Forbidden` without the read right,
-    :class:`~hub.errors.BadRequest` for an ``after_seq`` beyond the head); it stops when the
+    (:class:`~hub.core.errors.Unauthorized`, :class:`~hub.core.errors.Unavailable` when
+    reconnecting gave
+    up) or the subscribe error (:class:`~hub.core.errors.Forbidden` without the read right,
+    :class:`~hub.core.errors.BadRequest` for an ``after_seq`` beyond the head); it stops when the
     session is closed, :meth:`aclose` is called or the workspace is left.
     """
 
@@ -673,8 +648,9 @@ class Session:
         await self.aclose()
 
     async def open(self) -> None:
-        """Connect and authenticate. Raises :class:`~hub.errors.Unauthorized` (bad or expired
-        token), :class:`~hub.errors.Unavailable` (the hub cannot be reached) or the error the hub
+        """Connect and authenticate. Raises :class:`~hub.core.errors.Unauthorized` (bad or expired
+        token), :class:`~hub.core.errors.Unavailable` (the hub cannot be reached) or the error the
+        hub
         answered ``hello`` with."""
         if self._task is not None or self._closing is not None:
             raise BadRequest("a session can be opened once")
@@ -710,9 +686,9 @@ class Session:
 
     async def refresh(self, token: str) -> None:
         """Replace the session's token (before it expires) with a fresh one for the same agent;
-        reconnects use it too. Raises :class:`~hub.errors.Forbidden` (another agent, or the
+        reconnects use it too. Raises :class:`~hub.core.errors.Forbidden` (another agent, or the
         new token lacks the read right on a followed workspace: the old token stays in force)
-        or :class:`~hub.errors.Unauthorized` (an invalid token: the session ends)."""
+        or :class:`~hub.core.errors.Unauthorized` (an invalid token: the session ends)."""
         reply = await self.request(frames.Hello(token=token))
         if not isinstance(reply, frames.Welcome):
             raise Internal(f"unexpected reply to hello: {type(reply).__name__}")
@@ -790,7 +766,7 @@ class Session:
                         f"the hub closed the connection ({code}: {reason or 'no reason'})",
                         closeCode=code,
                     )
-                if code == frames.CloseCode.TOO_SLOW:
+                if code == CloseCode.TOO_SLOW:
                     log.info("cut as too slow (4408, last sent %s); resuming", reason or "?")
                 else:
                     log.info("connection closed (%s %s); reconnecting", code, reason)
@@ -997,7 +973,7 @@ class Session:
         """Send ``frame`` (its ``rid`` is set here) and return the reply.
 
         Sent again after a reconnect until answered, so only use it for idempotent requests
-        (``publish`` with event ids, ``state``). Raises the :mod:`hub.errors` class of an
+        (``publish`` with event ids, ``state``). Raises the :mod:`hub.core.errors` class of an
         ``error`` reply, or what ended the session (``Unauthorized``, ``Unavailable``,
         :class:`SessionClosed`).
         """
@@ -1029,13 +1005,13 @@ def connect(
     """A session with the hub at ``url`` (``ws://host:port``), authenticated by ``token``.
 
     Use ``async with connect(url, token) as session:``; entering raises
-    :class:`~hub.errors.Unauthorized` for a bad or expired token and
-    :class:`~hub.errors.Unavailable` when the hub cannot be reached. ``reconnect``: resume
+    :class:`~hub.core.errors.Unauthorized` for a bad or expired token and
+    :class:`~hub.core.errors.Unavailable` when the hub cannot be reached. ``reconnect``: resume
     after a dropped connection or a 4408 close (``backoff`` bounds the delays and how long to
     try). ``history``/``history_bytes``: the recent events kept per followed workspace (a
     subscriber further behind is replayed from the log). ``retry_rate_limited``: a publish
     refused with ``rateLimited`` is sent again after the wait the hub names (a few times)
-    instead of raising :class:`~hub.errors.RateLimited`. ``compression``: ``"deflate"`` to
+    instead of raising :class:`~hub.core.errors.RateLimited`. ``compression``: ``"deflate"`` to
     offer permessage-deflate (off by default: it costs latency on a LAN).
     """
     return Session(
@@ -1059,8 +1035,8 @@ def connect(
 class Workspace:
     """One workspace through a session: publish, subscribe, state, files, work items.
 
-    Every call raises what ended the session (:class:`~hub.errors.Unauthorized`,
-    :class:`~hub.errors.Unavailable`, :class:`SessionClosed`) besides the errors it lists.
+    Every call raises what ended the session (:class:`~hub.core.errors.Unauthorized`,
+    :class:`~hub.core.errors.Unavailable`, :class:`SessionClosed`) besides the errors it lists.
     """
 
     def __init__(self, session: Session, name: str) -> None:
@@ -1094,7 +1070,7 @@ class Workspace:
         """Append one event (a draft, or its JSON as a dict) and return its :class:`Ack`.
 
         A missing ``id`` is minted here (UUID), so a retry is idempotent. ``expected_seq``: the
-        head this write is based on. Raises :class:`~hub.errors.BadRequest`/``TooLarge``
+        head this write is based on. Raises :class:`~hub.core.errors.BadRequest`/``TooLarge``
         (invalid), ``Forbidden`` (no write right, a hub-only kind, not the owner),
         ``Conflict`` (stale ``expected_seq``/``baseRev``, terminal or foreign work item;
         ``details['head']``), ``NotFound``, ``RateLimited`` (still limited after the
@@ -1157,7 +1133,7 @@ class Workspace:
 
     def subscribe(self, after_seq: int | None = None) -> Subscription:
         """Every event with ``seq > after_seq`` in order, then live ones; ``after_seq`` None =
-        live only. Raises :class:`~hub.errors.BadRequest` for a negative ``after_seq``; while
+        live only. Raises :class:`~hub.core.errors.BadRequest` for a negative ``after_seq``; while
         iterating, ``Forbidden`` without the read right.
 
         The session follows the workspace from then on (one wire subscription, shared by every

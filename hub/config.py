@@ -15,13 +15,13 @@ from typing import Annotated, Final, Literal
 
 import msgspec
 
-from hub.errors import BadRequest
-from hub.validation import DEFAULT_LIMITS, Limits
+from hub.core.errors import BadRequest
+from hub.core.errors import ConfigError as ConfigError  # re-exported: users catch it here
+from hub.core.validation import DEFAULT_LIMITS, Limits, validate_backend_id
 
 DEFAULT_DATA: Final = "./agora-data"
 """The data directory when neither ``--data`` nor ``[storage] data`` names one."""
 
-BACKEND_ID_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 BackendKind = Literal["process", "container", "wasm", "python", "rust"]
 Access = Literal["read", "read-write"]
@@ -30,19 +30,6 @@ Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]  # 0: let the OS choose (tes
 Positive = Annotated[int, msgspec.Meta(ge=1)]
 PositiveRate = Annotated[float, msgspec.Meta(gt=0)]
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
-
-
-class ConfigError(BadRequest):
-    """The configuration (file, flags, environment or secret) is invalid.
-    ``details['source']`` names the file (or ``command line``) when there is one."""
-
-
-def validate_backend_id(value: str, field: str = "backend") -> str:
-    """A backend instance id: 1-128 of ``[A-Za-z0-9._-]`` (not ``.``/``..``), or raise
-    :class:`BadRequest` naming ``field``."""
-    if not isinstance(value, str) or not BACKEND_ID_RE.fullmatch(value) or value in {".", ".."}:
-        raise BadRequest(f"invalid backend id {value!r}: use 1-128 of [A-Za-z0-9._-]", field=field)
-    return value
 
 
 class _Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -76,7 +63,7 @@ class LimitsConfig(_Section, frozen=True):
     snapshot_every: Positive = 1000  # events between projection snapshots
 
     def draft_limits(self) -> Limits:
-        """The :class:`hub.validation.Limits` these settings imply for event drafts."""
+        """The :class:`hub.core.validation.Limits` these settings imply for event drafts."""
         return Limits(
             max_file_bytes=self.max_file_bytes,
             max_event_bytes=self.max_frame_bytes,

@@ -20,9 +20,9 @@ from typing import Any, Final
 
 import msgspec
 
-from hub.events import AnyEvent
-from hub.frames import AnyClientFrame, AnyServerFrame
-from hub.projections.workspace import WorkspaceState
+from hub.core.events import AnyEvent
+from hub.core.projections.workspace import WorkspaceState
+from hub.core.wire.frames import AnyClientFrame, AnyServerFrame
 
 JSON_SCHEMA_DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_DIR: Final = Path(__file__).resolve().parent.parent / "schemas"

@@ -35,13 +35,20 @@ from typing import Final
 
 import msgspec
 
-from hub.errors import BadRequest, ClientError, Conflict, Forbidden, NotFound
-from hub.events import HUB_KINDS, OP_KINDS, Event, FileWritten
-from hub.log.base import AppendResult, EventStore
-from hub.projections.decide import decide, reads_state
-from hub.projections.loading import load_state, save_snapshot_if_due
-from hub.projections.workspace import FileEntry, WorkspaceState, evolve
-from hub.validation import DEFAULT_LIMITS, Limits, file_content, validate_draft, validate_workspace
+from hub.core.errors import BadRequest, ClientError, Conflict, Forbidden, NotFound
+from hub.core.events import HUB_KINDS, OP_KINDS, Event, FileWritten
+from hub.core.projections.workspace import FileEntry, WorkspaceState, evolve
+from hub.core.records import AppendResult
+from hub.core.rules.decide import decide, reads_state
+from hub.core.validation import (
+    DEFAULT_LIMITS,
+    Limits,
+    file_content,
+    validate_draft,
+    validate_workspace,
+)
+from hub.log.base import EventStore
+from hub.log.loading import load_state, save_snapshot_if_due
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +267,7 @@ class Workspaces:
         """Append against the tentative head; None when the batch must be decided again.
 
         An ``ordered`` batch must land right after the state it was decided on; another one
-        (see :func:`hub.projections.decide.reads_state`) may land after events another node
+        (see :func:`hub.core.rules.decide.reads_state`) may land after events another node
         wrote meanwhile. ``submitted`` is set as the batch is handed to the store, whose
         first step queues the request before any task this wakes can run (as long as the
         store's queue keeps its callers in order)."""

@@ -1,14 +1,14 @@
 """Hypothesis strategies for valid event histories of one workspace (reusable across tests).
 
 - :func:`valid_drafts` — ``list[Draft]``: ``(producer, draft)`` pairs in append order, where
-  each draft passes :func:`hub.validation.validate_draft` and :func:`hub.projections.decide`
+  each draft passes :func:`hub.core.validation.validate_draft` and :func:`hub.core.rules.decide`
   against the state of the drafts before it, and respects the work-item and execution
   lifecycles. Hub-only kinds (presence, ``execStarted``/``Output``/``Finished``/``Disposed``)
   are produced by :data:`HUB`; ``execRequested``/``execCancelRequested`` by agents (through the
-  ``exec``/``kill`` ops). Filter with ``hub.events.HUB_KINDS``/``OP_KINDS`` to get what a
+  ``exec``/``kill`` ops). Filter with ``hub.core.events.HUB_KINDS``/``OP_KINDS`` to get what a
   client may ``publish``. ``fileWritten`` drafts carry no ``sha256``/``size`` (the hub fills
   them).
-- :func:`valid_histories` — ``list[Event]``: the same, sealed with :func:`hub.chain.seal`
+- :func:`valid_histories` — ``list[Event]``: the same, sealed with :func:`hub.core.chain.seal`
   (seq 1.., ids ``"<workspace>-<seq>"``, ``sha256``/``size`` filled as the hub would).
 - :func:`seal_all` — seal a list of drafts yourself.
 
@@ -27,8 +27,8 @@ from typing import Any, Literal
 import msgspec
 from hypothesis import strategies as st
 
-from hub.chain import seal
-from hub.events import (
+from hub.core.chain import seal
+from hub.core.events import (
     ArtifactPayload,
     ArtifactPublished,
     Blocked,

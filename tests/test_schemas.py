@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hub import schemas
-from hub.events import KINDS
+from hub.core.events import KINDS
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,7 +8,7 @@ One concept per module:
 - :mod:`hub.cluster.heartbeat`: the ``nodes`` table: beats, dead nodes, reaping each dead node
   exactly once.
 - :mod:`hub.cluster.interrupted`: closing the executions a dead node left running.
-- :mod:`hub.cluster.node`: the three together, as :class:`hub.server.Hub` runs them.
+- :mod:`hub.cluster.node`: the three together, as :class:`hub.server.app.Hub` runs them.
 
 Nothing here is imported by a hub on SQLite (the modules past ``settings`` load asyncpg).
 """

@@ -28,7 +28,7 @@ import logging
 from collections import deque
 from typing import Final
 
-from hub.errors import AgoraError
+from hub.core.errors import AgoraError
 from hub.log.base import EventStore
 from hub.workspaces import Workspaces
 

@@ -40,7 +40,7 @@ from typing import Any, Final
 import asyncpg
 import msgspec
 
-from hub.errors import Unavailable
+from hub.core.errors import Unavailable
 from hub.log.migrations import quote
 
 __all__ = ["Heartbeat", "NodeHook", "NodeInUse", "NodeInfo"]

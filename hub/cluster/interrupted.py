@@ -33,8 +33,8 @@ from typing import Final
 import asyncpg
 import msgspec
 
-from hub.errors import AgoraError, Unavailable
-from hub.events import Event, ExecFinished, ExecFinishedPayload, ExecStarted, decode_event
+from hub.core.errors import AgoraError, Unavailable
+from hub.core.events import Event, ExecFinished, ExecFinishedPayload, ExecStarted, decode_event
 from hub.log.migrations import quote
 from hub.workspaces import Workspaces
 

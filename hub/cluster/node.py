@@ -1,7 +1,7 @@
 """A hub node in a cluster: the follower, the heartbeat and the execution closer of one
 ``agora serve`` process whose store other nodes share (PostgreSQL).
 
-:class:`hub.server.Hub` builds a :class:`ClusterNode` only for a shared store, awaits
+:class:`hub.server.app.Hub` builds a :class:`ClusterNode` only for a shared store, awaits
 :meth:`ClusterNode.start` (register in ``nodes``; refuses an id a live node holds) before it
 accepts connections, and runs :meth:`ClusterNode.run` as a task of its top-level TaskGroup
 until its WebSocket server and its runtime have stopped (the runtime records the executions it
@@ -77,7 +77,7 @@ class ClusterNode:
 
     async def start(self) -> None:
         """Register this node. Raises :class:`hub.cluster.heartbeat.NodeInUse`,
-        :class:`hub.errors.Unavailable`."""
+        :class:`hub.core.errors.Unavailable`."""
         if self.heartbeat is not None:
             await self.heartbeat.register()
         log.info("node %s joined the cluster", self.node_id)

@@ -25,7 +25,7 @@ from typing import Final
 
 import msgspec
 
-from hub.config import ConfigError
+from hub.core.errors import ConfigError
 
 __all__ = ["NODE_ID_RE", "NodeSettings", "new_node_id"]
 

@@ -30,10 +30,11 @@ from hub.commands.common import (
     fail,
     store_from_args,
 )
-from hub.errors import AgoraError, BadRequest, NotFound, Unavailable
-from hub.events import Event, decode_event
-from hub.log.base import EventStore, Head
-from hub.validation import validate_id, validate_workspace
+from hub.core.errors import AgoraError, BadRequest, ConfigError, NotFound, Unavailable
+from hub.core.events import Event, decode_event
+from hub.core.records import Head
+from hub.core.validation import validate_id, validate_workspace
+from hub.log.base import EventStore
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
@@ -133,7 +134,7 @@ async def with_store(
                 NotFound(f"no data directory {str(config.storage.data_dir)!r} (see --data)"),
             )
         store = store_from_args(args)
-    except BadRequest as e:  # ConfigError, or a malformed/unknown store URL
+    except (BadRequest, ConfigError) as e:  # ConfigError, or a malformed/unknown store URL
         return report(command, e, EXIT_USAGE)
     except OSError as e:
         return report(command, Unavailable(f"cannot open the data directory: {e}"))

@@ -30,10 +30,11 @@ from hub.commands._audit import (
     with_store,
 )
 from hub.commands.common import config_from_args, fail
-from hub.errors import AgoraError, BadRequest
-from hub.events import Event
-from hub.log.base import AppendResult, EventStore
-from hub.validation import validate_draft
+from hub.core.errors import AgoraError, BadRequest, ConfigError
+from hub.core.events import Event
+from hub.core.records import AppendResult
+from hub.core.validation import validate_draft
+from hub.log.base import EventStore
 from hub.workspaces import Workspaces
 
 COMMAND = "append"
@@ -75,7 +76,7 @@ async def run(args: argparse.Namespace) -> int:
     try:
         limits = config_from_args(args).limits
         data = read_input(None)
-    except BadRequest as e:  # ConfigError
+    except (BadRequest, ConfigError) as e:  # ConfigError
         return report(COMMAND, e, EXIT_USAGE)
     except AgoraError as e:
         return report(COMMAND, e)

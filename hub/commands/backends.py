@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from hub.commands.common import add_config_arg, config_from_args, fail
-from hub.errors import AgoraError
+from hub.core.errors import AgoraError
 
 COMMAND = "backends"
 EXIT_OK = 0

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hub.config import DEFAULT_DATA, HubConfig, load_config
-from hub.errors import AgoraError
+from hub.core.errors import AgoraError
 
 if TYPE_CHECKING:
     from hub.log.base import EventStore
@@ -69,7 +69,7 @@ def data_dir_from_args(args: argparse.Namespace) -> Path:
 def store_from_args(args: argparse.Namespace) -> EventStore:
     """An unopened event store for the resolved ``--store``/``--data``; use it as
     ``async with store_from_args(args) as store:``. Raises :class:`hub.config.ConfigError`,
-    what :func:`hub.log.factory.open_store` raises (:class:`hub.errors.BadRequest` for a bad
+    what :func:`hub.log.factory.open_store` raises (:class:`hub.core.errors.BadRequest` for a bad
     URL, :class:`OSError` when the data directory cannot be created)."""
     # Imported here: the store pulls in its drivers, which commands like `token` never need.
     from hub.log.factory import open_store

@@ -14,7 +14,7 @@ import argparse
 from typing import Any, Final
 
 from hub.commands.common import add_config_arg, config_from_args, fail
-from hub.errors import AgoraError, BadRequest
+from hub.core.errors import AgoraError, BadRequest, ConfigError
 
 COMMAND: Final = "db migrate"
 EXIT_OK: Final = 0
@@ -64,7 +64,7 @@ async def run_migrate(args: argparse.Namespace) -> int:
                 EXIT_USAGE,
             )
         store = PostgresEventStore.from_url(url)
-    except BadRequest as e:  # ConfigError, or a malformed URL or option
+    except (BadRequest, ConfigError) as e:  # ConfigError, or a malformed URL or option
         return fail(COMMAND, e, EXIT_USAGE)
     try:
         before, after = await store.migrate_schema()

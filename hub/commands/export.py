@@ -27,11 +27,11 @@ from hub.commands._audit import (
     with_store,
     write_bytes,
 )
-from hub.errors import IntegrityError, NotFound
-from hub.events import ArtifactPublished, Event, ExecRequested, FileWritten, decode_events
+from hub.core.errors import IntegrityError, NotFound
+from hub.core.events import ArtifactPublished, Event, ExecRequested, FileWritten, decode_events
+from hub.core.validation import SHA256_RE
 from hub.log.base import BlobStore, EventStore
 from hub.log.blobs import FileBlobStore
-from hub.validation import SHA256_RE
 
 COMMAND = "export"
 

@@ -61,8 +61,8 @@ async def build_command(args: argparse.Namespace) -> int:
     """``agora images build``: build the image and print its id."""
     from pathlib import Path
 
-    from backends.errors import ExecutionError
     from backends.images import ImageBuildError, build_busybox_image, image_is_current
+    from hub.core.execution.errors import ExecutionError
 
     def build() -> str | None:
         client = _client(args)
@@ -84,8 +84,8 @@ async def build_command(args: argparse.Namespace) -> int:
 
 async def check_command(args: argparse.Namespace) -> int:
     """``agora images check``: exit 0 if the image is current, 1 if not."""
-    from backends.errors import ExecutionError
     from backends.images import image_is_current
+    from hub.core.execution.errors import ExecutionError
 
     def check() -> bool:
         client = _client(args)

@@ -32,7 +32,7 @@ from hub.commands._audit import (
 )
 from hub.commands.common import fail
 from hub.commands.export import blob_refs, copy_blobs
-from hub.errors import AgoraError, BadRequest, Conflict, IntegrityError, NotFound
+from hub.core.errors import AgoraError, BadRequest, Conflict, IntegrityError, NotFound
 from hub.log.base import EventStore
 from hub.log.blobs import FileBlobStore
 

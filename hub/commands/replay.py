@@ -22,10 +22,10 @@ from hub.commands._audit import (
     with_store,
     write_bytes,
 )
+from hub.commands.timeline import Timeline, parse_time
+from hub.core.projections.workspace import WorkspaceState
 from hub.log.base import EventStore
-from hub.projections.loading import load_state
-from hub.projections.workspace import WorkspaceState
-from hub.timeline import Timeline, parse_time
+from hub.log.loading import load_state
 
 COMMAND = "replay"
 

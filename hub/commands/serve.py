@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from hub.auth import TokenSigner, load_or_create_secret
 from hub.commands.common import add_config_arg, add_data_args, config_from_args, fail
-from hub.errors import AgoraError
+from hub.core.errors import AgoraError
 
 if TYPE_CHECKING:
     from hub.config import HubConfig
-    from hub.server import Hub
+    from hub.server.app import Hub
 
 
 def register(subparsers: Any) -> None:
@@ -67,7 +67,7 @@ async def serve_command(args: argparse.Namespace) -> int:
     from hub.cluster.settings import NodeSettings
     from hub.log.factory import open_store
     from hub.runtime import RuntimeSettings
-    from hub.server import Hub
+    from hub.server.app import Hub
 
     _configure_logging()
     try:

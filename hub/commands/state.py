@@ -20,10 +20,10 @@ from hub.commands._audit import (
     seq_number,
     with_store,
 )
+from hub.commands.timeline import format_size, printable
+from hub.core.projections.workspace import WorkspaceState
 from hub.log.base import EventStore
-from hub.projections.loading import load_state
-from hub.projections.workspace import WorkspaceState
-from hub.timeline import format_size, printable
+from hub.log.loading import load_state
 
 COMMAND = "state"
 
@@ -70,7 +70,7 @@ async def run(args: argparse.Namespace) -> int:
 def render(state: WorkspaceState, head: int) -> list[str]:
     """The human summary of ``state`` (pure), sections in a fixed order, entries sorted.
 
-    Every name is passed through :func:`~hub.timeline.printable`, so one entry is one line.
+    Every name is passed through :func:`~hub.commands.timeline.printable`, so one entry is one line.
     """
     p = printable
     where = "the head" if state.seq == head else f"head {head}"

@@ -15,20 +15,17 @@ from typing import Any, Final
 
 import msgspec
 
-from hub.auth import (
-    MAX_TTL_SECONDS,
+from hub.auth import MAX_TTL_SECONDS, TokenSigner, load_or_create_secret, load_secret
+from hub.commands.common import add_config_arg, add_data_args, data_dir_from_args, fail
+from hub.core.capability import (
     RIGHTS,
     Capability,
-    TokenSigner,
-    load_or_create_secret,
-    load_secret,
     normalize_backends,
     normalize_rights,
     normalize_workspaces,
 )
-from hub.commands.common import add_config_arg, add_data_args, data_dir_from_args, fail
-from hub.errors import AgoraError, BadRequest, Unauthorized
-from hub.validation import validate_id
+from hub.core.errors import AgoraError, BadRequest, Unauthorized
+from hub.core.validation import validate_id
 
 DEFAULT_TTL: Final = "1h"
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

@@ -30,11 +30,12 @@ from hub.commands._audit import (
     with_store,
 )
 from hub.commands.common import fail
-from hub.errors import IntegrityError
-from hub.log.base import EventStore, Head
-from hub.projections.loading import load_state, rebuild_state
-from hub.projections.snapshots import SNAPSHOT_NAME, SNAPSHOT_VERSION, from_snapshot
-from hub.projections.workspace import WorkspaceState
+from hub.core.errors import IntegrityError
+from hub.core.projections.snapshots import SNAPSHOT_NAME, SNAPSHOT_VERSION, from_snapshot
+from hub.core.projections.workspace import WorkspaceState
+from hub.core.records import Head
+from hub.log.base import EventStore
+from hub.log.loading import load_state, rebuild_state
 
 COMMAND = "verify"
 

@@ -8,8 +8,9 @@ from typing import Any
 import msgspec
 
 from hub.commands._audit import EXIT_OK, add_store_args, with_store
-from hub.log.base import EventStore, Head
-from hub.timeline import format_time
+from hub.commands.timeline import format_time
+from hub.core.records import Head
+from hub.log.base import EventStore
 
 COMMAND = "workspaces"
 

@@ -12,57 +12,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import ClassVar, Self
 
-import msgspec
-
-from hub.chain import GENESIS, ChainBreak, verify_chain
-from hub.events import Event
-
-
-class AppendResult(msgspec.Struct, frozen=True):
-    """What an append wrote, or, for a retried batch (``duplicate``), what was written before."""
-
-    workspace: str
-    events: tuple[Event, ...]
-    duplicate: bool = False
-
-    @property
-    def seqs(self) -> list[int]:
-        return [e.seq for e in self.events]
-
-    @property
-    def ids(self) -> list[str]:
-        return [e.id for e in self.events]
-
-
-class Head(msgspec.Struct, frozen=True):
-    """The end of one workspace's log."""
-
-    workspace: str
-    seq: int
-    hash: str
-    timestamp: int
-    position: int
-
-
-class Snapshot(msgspec.Struct, frozen=True):
-    """A disposable cache of a projection's state at ``seq`` (encoded by the projection)."""
-
-    workspace: str
-    name: str
-    version: int
-    seq: int
-    body: bytes
-
-
-class VerifyReport(msgspec.Struct, frozen=True):
-    workspace: str
-    checked: int
-    head: int
-    error: ChainBreak | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
+from hub.core.chain import GENESIS, verify_chain
+from hub.core.events import Event
+from hub.core.records import AppendResult, Head, Snapshot, VerifyReport
 
 
 class BlobStore(abc.ABC):
@@ -74,7 +26,7 @@ class BlobStore(abc.ABC):
 
     @abc.abstractmethod
     async def get(self, sha256: str) -> bytes:
-        """Return the content. Raises :class:`hub.errors.NotFound`."""
+        """Return the content. Raises :class:`hub.core.errors.NotFound`."""
 
     @abc.abstractmethod
     async def has(self, sha256: str) -> bool: ...
@@ -120,10 +72,10 @@ class EventStore(abc.ABC):
 
         Assigns ``seq``, ``position``, ``timestamp``, ``prev``, ``hash`` and an ``id`` where the
         draft has none; keeps the draft's ``producer`` (the caller sets it from authentication).
-        Raises :class:`hub.errors.Conflict` (``details['head']``) when ``expected_seq`` is not
+        Raises :class:`hub.core.errors.Conflict` (``details['head']``) when ``expected_seq`` is not
         the current head, or when a batch mixes ids already written with new ones;
-        :class:`hub.errors.BadRequest` for an empty batch or an id repeated in it;
-        :class:`hub.errors.Unavailable` when the store is not open or the batch could not be
+        :class:`hub.core.errors.BadRequest` for an empty batch or an id repeated in it;
+        :class:`hub.core.errors.Unavailable` when the store is not open or the batch could not be
         committed (then nothing of it was written). A batch whose ids were all written before
         returns the original result with ``duplicate=True`` and writes nothing. A caller
         cancelled while waiting may still see its batch committed (the retry with the same ids
@@ -137,9 +89,10 @@ class EventStore(abc.ABC):
 
         ``events`` must be the whole log of ``workspace`` from seq 1, with every event's
         ``workspace`` equal to ``workspace`` (an export is restored under its own name).
-        Raises :class:`hub.errors.BadRequest` otherwise, :class:`hub.errors.IntegrityError`
-        naming the first bad seq if the chain does not verify, :class:`hub.errors.Conflict` if
-        the workspace already has events, :class:`hub.errors.Unavailable` as ``append``.
+        Raises :class:`hub.core.errors.BadRequest` otherwise,
+        :class:`hub.core.errors.IntegrityError`
+        naming the first bad seq if the chain does not verify, :class:`hub.core.errors.Conflict` if
+        the workspace already has events, :class:`hub.core.errors.Unavailable` as ``append``.
         """
 
     # -- reading ----------------------------------------------------------------------------

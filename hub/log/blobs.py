@@ -17,9 +17,9 @@ import uuid
 from pathlib import Path
 from typing import Final
 
-from hub.errors import BadRequest, IntegrityError, NotFound, TooLarge, Unavailable
+from hub.core.errors import BadRequest, IntegrityError, NotFound, TooLarge, Unavailable
+from hub.core.validation import SHA256_RE
 from hub.log.base import BlobStore
-from hub.validation import SHA256_RE
 
 DEFAULT_MAX_BLOB_BYTES: Final = 256 * 1024 * 1024
 _TMP_PREFIX: Final = ".tmp-"
@@ -28,7 +28,7 @@ _TMP_PREFIX: Final = ".tmp-"
 class FileBlobStore(BlobStore):
     """Blobs as files under ``root``, addressed by sha256 (lowercase hex).
 
-    ``max_bytes`` bounds one blob; a larger ``put`` raises :class:`hub.errors.TooLarge`.
+    ``max_bytes`` bounds one blob; a larger ``put`` raises :class:`hub.core.errors.TooLarge`.
     The directory is created on first use.
     """
 

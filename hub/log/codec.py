@@ -12,9 +12,9 @@ from typing import Any, Protocol
 
 import msgspec
 
-from hub.errors import IntegrityError
-from hub.events import Event, decode_event, decode_events
-from hub.log.base import Head
+from hub.core.errors import IntegrityError
+from hub.core.events import Event, decode_event, decode_events
+from hub.core.records import Head
 
 
 def as_bytes(body: bytes | str) -> bytes:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import unquote, urlsplit
 
-from hub.errors import BadRequest
+from hub.core.errors import BadRequest
 from hub.log.base import EventStore
 from hub.log.sqlite import SqliteEventStore
 

@@ -20,7 +20,7 @@ import asyncpg
 import asyncpg.pool
 import msgspec
 
-from hub.errors import BadRequest, Unavailable
+from hub.core.errors import BadRequest, Unavailable
 
 SCHEMA_RE: Final = re.compile(r"[a-z_][a-z0-9_]{0,47}")
 """Schema names the store accepts: a plain lower-case SQL identifier that needs no quoting, at

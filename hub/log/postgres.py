@@ -56,8 +56,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg
 import asyncpg.pool
 
-from hub.chain import GENESIS
-from hub.errors import (
+from hub.core.chain import GENESIS
+from hub.core.errors import (
     AgoraError,
     BadRequest,
     IntegrityError,
@@ -66,8 +66,10 @@ from hub.errors import (
     TooLarge,
     Unavailable,
 )
-from hub.events import Event
-from hub.log.base import AppendResult, BlobStore, EventStore, Head, Snapshot
+from hub.core.events import Event
+from hub.core.records import AppendResult, Head, Snapshot
+from hub.core.validation import SHA256_RE
+from hub.log.base import BlobStore, EventStore
 from hub.log.blobs import DEFAULT_MAX_BLOB_BYTES
 from hub.log.codec import decode_page, head_from_row
 from hub.log.migrations import Conn, check_version, migrate, quote, validate_schema
@@ -84,7 +86,6 @@ from hub.log.writer import (
     decide,
     resolve,
 )
-from hub.validation import SHA256_RE
 
 DEFAULT_SCHEMA: Final = "agora"
 DEFAULT_POOL_SIZE: Final = 10

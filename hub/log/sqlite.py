@@ -13,7 +13,7 @@ Why this shape (ARCHITECTURE.md, "Storage and scale"):
 * **Checks before inserts.** Every request is checked and sealed in memory first; only accepted
   requests contribute rows, so one failing request never fails the others of its batch. If the
   transaction itself fails (an I/O error), it is rolled back, the cached heads are dropped and
-  every request of the batch fails with :class:`hub.errors.Unavailable`.
+  every request of the batch fails with :class:`hub.core.errors.Unavailable`.
 * **Heads are cached** by the writer across transactions (this store is the file's only
   writer), unlike PostgreSQL's, which reads them in each transaction. A batch is written even
   for callers cancelled while it was queued (PostgreSQL skips those): the SQLite hop is cheap
@@ -46,10 +46,11 @@ from typing import Any, Final, TypeAlias
 import aiosqlite
 import msgspec
 
-from hub.chain import GENESIS
-from hub.errors import AgoraError, IntegrityError, Internal, Unavailable
-from hub.events import Event, decode_events
-from hub.log.base import AppendResult, EventStore, Head, Snapshot
+from hub.core.chain import GENESIS
+from hub.core.errors import AgoraError, IntegrityError, Internal, Unavailable
+from hub.core.events import Event, decode_events
+from hub.core.records import AppendResult, Head, Snapshot
+from hub.log.base import EventStore
 from hub.log.blobs import FileBlobStore
 from hub.log.codec import as_bytes, decode_page, head_from_row
 from hub.log.writer import (

@@ -40,12 +40,12 @@ from typing import Any, Final, NamedTuple, TypeAlias
 
 import msgspec
 
-from hub.chain import GENESIS, seal, verify_chain
-from hub.errors import AgoraError, BadRequest, Conflict, IntegrityError, Unavailable
-from hub.events import EVENT_TYPES, Event, encode_event
-from hub.log.base import AppendResult
+from hub.core.chain import GENESIS, seal, verify_chain
+from hub.core.errors import AgoraError, BadRequest, Conflict, IntegrityError, Unavailable
+from hub.core.events import EVENT_TYPES, Event, encode_event
+from hub.core.records import AppendResult
+from hub.core.validation import validate_workspace
 from hub.log.codec import decode_page
-from hub.validation import validate_workspace
 
 _KINDS_BY_TYPE: Final[dict[type[Event], str]] = {t: t.kind for t in EVENT_TYPES}
 
@@ -150,9 +150,7 @@ class GroupCommit:
         # Requests waiting for room in the full queue, in call order. The writer moves them
         # into the queue itself as it makes room, so none overtakes another (asyncio.Queue's
         # own put() lets a newcomer take a freed slot before the putter it woke).
-        self._backlog: collections.deque[tuple[Request, asyncio.Future[None]]] = (
-            collections.deque()
-        )
+        self._backlog: collections.deque[tuple[Request, asyncio.Future[None]]] = collections.deque()
         self._closing: asyncio.Future[None] | None = None
 
     # -- lifecycle --------------------------------------------------------------------------

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import base64
 
-from hub.errors import AgoraError, NotFound
-from hub.events import FileDeleted, FileDeletedPayload, FileWritten, FileWrittenPayload
-from hub.projections.workspace import FileEntry
+from hub.core.errors import AgoraError, NotFound
+from hub.core.events import FileDeleted, FileDeletedPayload, FileWritten, FileWrittenPayload
+from hub.core.projections.workspace import FileEntry
 from hub.workspaces import Workspaces
 
 __all__ = ["LogAccess"]

@@ -1,7 +1,7 @@
 """The runtime's view of the execution journals, kept current from the log.
 
 For every workspace the runtime has touched, :class:`Journals` holds a
-:class:`~hub.projections.executions.ExecJournal` (the projection, folded with its own
+:class:`~hub.core.projections.executions.ExecJournal` (the projection, folded with its own
 ``evolve``) that it keeps current as a :class:`hub.workspaces.Workspaces` listener. It is the
 *index*: which ids exist, their phase, requester, backend and the seqs of their request and
 finish. Output is not kept in memory: ``getExec`` and ``execResult`` read an execution's events
@@ -26,8 +26,8 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Final, Literal
 
-from hub.errors import Busy, NotFound
-from hub.events import (
+from hub.core.errors import Busy, NotFound
+from hub.core.events import (
     Event,
     ExecCancelRequested,
     ExecDisposed,
@@ -36,8 +36,8 @@ from hub.events import (
     ExecRequested,
     ExecStarted,
 )
+from hub.core.projections.executions import ExecJournal, ExecRecord, evolve, rebuild
 from hub.log.base import EventStore
-from hub.projections.executions import ExecJournal, ExecRecord, evolve, rebuild
 
 __all__ = ["Follower", "Journals", "Resume", "WorkspaceJournal", "exec_id_of"]
 

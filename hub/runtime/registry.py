@@ -44,9 +44,9 @@ from backends.base import (
     FilesystemPolicy,
     SandboxPolicy,
 )
-from backends.validate import CALLABLE_LANGUAGES
-from hub.config import Access, BackendConfig, BackendKind, ConfigError
-from hub.errors import AgoraError, NotFound
+from hub.config import Access, BackendConfig, BackendKind
+from hub.core.errors import AgoraError, ConfigError, NotFound
+from hub.core.execution.validate import CALLABLE_LANGUAGES
 from hub.log.base import BlobStore
 
 __all__ = [

@@ -15,8 +15,8 @@ from typing import Any, Final, Literal
 import msgspec
 
 from backends.harness import extract_value
-from hub.frames import RuntimeResult, SkippedEntry
-from hub.projections.executions import ExecRecord
+from hub.core.projections.executions import ExecRecord
+from hub.core.wire.frames import RuntimeResult, SkippedEntry
 
 __all__ = ["Encoding", "TextDecoders", "encoding_of", "runtime_result"]
 

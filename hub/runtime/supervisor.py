@@ -54,11 +54,9 @@ from backends.base import (
     narrow,
     validate_request,
 )
-from backends.errors import BackendUnavailable, ExecutionInternal
-from backends.result import CANCEL_EXIT_CODE
-from hub.auth import Capability
-from hub.errors import AgoraError, BadRequest, Busy, ClientError, Exists, NotFound, Unavailable
-from hub.events import (
+from hub.core.capability import Capability
+from hub.core.errors import AgoraError, BadRequest, Busy, ClientError, Exists, NotFound, Unavailable
+from hub.core.events import (
     Event,
     ExecCancelRequested,
     ExecCancelRequestedPayload,
@@ -75,8 +73,11 @@ from hub.events import (
     ExecStartedPayload,
     SkippedWrite,
 )
-from hub.frames import RuntimeResult
-from hub.projections.executions import open_executions
+from hub.core.execution.errors import BackendUnavailable, ExecutionInternal
+from hub.core.execution.result import CANCEL_EXIT_CODE
+from hub.core.projections.executions import open_executions
+from hub.core.validation import validate_sha256, validate_workspace
+from hub.core.wire.frames import RuntimeResult
 from hub.runtime.access import LogAccess
 from hub.runtime.coalesce import DEFAULT_INTERVAL, DEFAULT_MAX_BYTES, Coalescer, Flush
 from hub.runtime.journal import Follower, Journals, Resume, WorkspaceJournal
@@ -97,7 +98,6 @@ from hub.runtime.sync import (
     remove_mirror,
     scan,
 )
-from hub.validation import validate_sha256, validate_workspace
 from hub.workspaces import Workspaces
 
 __all__ = ["INTERRUPTED_NOTE", "ExecSpec", "ExecStream", "Runtime", "RuntimeSettings"]
@@ -138,7 +138,7 @@ class RuntimeSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 class ExecSpec(Protocol):
     """What :meth:`Runtime.exec` reads from a request: the ``exec`` frame
-    (:class:`hub.frames.Exec`) or the A2A adapter's ``ExecRequest``. Fields a request type
+    (:class:`hub.core.wire.frames.Exec`) or the A2A adapter's ``ExecRequest``. Fields a request type
     lacks are taken as omitted."""
 
     @property

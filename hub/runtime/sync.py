@@ -35,9 +35,8 @@ from typing import Final, Literal
 
 import msgspec
 
-from backends.policy import FilesystemPolicy
-from hub.errors import AgoraError
-from hub.events import (
+from hub.core.errors import AgoraError
+from hub.core.events import (
     Event,
     FileDeleted,
     FileDeletedPayload,
@@ -45,9 +44,10 @@ from hub.events import (
     FileWrittenPayload,
     SkippedWrite,
 )
+from hub.core.execution.policy import FilesystemPolicy
+from hub.core.projections.workspace import FileEntry
+from hub.core.validation import validate_path
 from hub.log.base import BlobStore
-from hub.projections.workspace import FileEntry
-from hub.validation import validate_path
 
 __all__ = [
     "Change",

@@ -19,7 +19,7 @@ from a2a_adapter.app import A2AService
 from a2a_adapter.follow import FollowerClosed, LogFollower
 from hub.auth import TokenSigner
 from hub.config import HubConfig
-from hub.events import Completed, NeedWork, WorkClaimed, WorkPublished
+from hub.core.events import Completed, NeedWork, WorkClaimed, WorkPublished
 from hub.log.sqlite import SqliteEventStore
 from hub.workspaces import Workspaces
 

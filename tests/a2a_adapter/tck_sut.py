@@ -24,7 +24,7 @@ from typing import Any
 from a2a_adapter.app import A2AService
 from hub.auth import TokenSigner
 from hub.config import HubConfig
-from hub.events import (
+from hub.core.events import (
     Completed,
     Event,
     FeedbackProvided,

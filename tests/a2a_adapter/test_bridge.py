@@ -16,7 +16,7 @@ from a2a.types.a2a_pb2 import GetTaskRequest, TaskState
 
 from a2a_adapter.bridge import Bridge
 from hub.config import PeerConfig
-from hub.events import Event, FeedbackProvided, MemberJoined, NeedWork, WorkCancelled
+from hub.core.events import Event, FeedbackProvided, MemberJoined, NeedWork, WorkCancelled
 from hub.workspaces import Workspaces
 from tests.a2a_adapter.conftest import WORKSPACE, fetch_card, wait_for
 from tests.a2a_adapter.echo_agent import echo_agent

@@ -27,7 +27,7 @@ from hub.auth import TokenSigner
 from hub.client import connect
 from hub.config import HubConfig, ServerConfig
 from hub.log.sqlite import SqliteEventStore
-from hub.server import Hub
+from hub.server.app import Hub
 from tests.a2a_adapter.conftest import WORKSPACE, TokenFactory, open_client
 
 S = TaskState

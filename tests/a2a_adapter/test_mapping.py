@@ -27,8 +27,8 @@ from a2a_adapter.mapping import (
     to_a2a,
 )
 from a2a_adapter.taskview import TaskView
-from hub.chain import seal
-from hub.events import (
+from hub.core.chain import seal
+from hub.core.events import (
     Blocked,
     Event,
     ExecOutput,
@@ -41,8 +41,8 @@ from hub.events import (
     WorkClaimed,
     WorkPublished,
 )
-from hub.projections.work import WORK_LIFECYCLE
-from hub.projections.workspace import rebuild
+from hub.core.projections.workspace import rebuild
+from hub.core.rules.work import WORK_LIFECYCLE
 from tests.strategies import valid_histories
 
 S = TaskState
@@ -156,7 +156,7 @@ def test_every_mapped_event_round_trips(history: list[Event]) -> None:
 def test_collaboration_payloads_round_trip(
     kind: str, payload: Any, cid: str, seq: int, producer: str, consumer: str | None
 ) -> None:
-    from hub.events import KINDS
+    from hub.core.events import KINDS
 
     draft = KINDS[kind](  # type: ignore[call-arg]
         correlation_id=cid, consumer=consumer, payload=payload, id=f"e{seq}"

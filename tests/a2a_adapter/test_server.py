@@ -34,10 +34,11 @@ from google.protobuf import json_format, struct_pb2
 from a2a_adapter.app import A2AService
 from a2a_adapter.mapping import plain
 from a2a_adapter.runtime import ExecRequest
-from hub.auth import Capability, TokenSigner
+from hub.auth import TokenSigner
 from hub.config import HubConfig
-from hub.errors import Exists
-from hub.events import (
+from hub.core.capability import Capability
+from hub.core.errors import Exists
+from hub.core.events import (
     Completed,
     ExecFinished,
     ExecFinishedPayload,

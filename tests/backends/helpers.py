@@ -25,7 +25,7 @@ from backends.base import (
     OutputChunk,
     collect,
 )
-from hub.errors import Busy
+from hub.core.errors import Busy
 
 
 def new_request(backend: CodeExecutor, **fields: Any) -> ExecutionRequest:

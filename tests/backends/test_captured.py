@@ -7,11 +7,11 @@ import asyncio
 
 import msgspec
 
-from backends.capabilities import ExecutionIsolation, ExecutionLanguage
 from backends.captured import CapturedOutput, captured_result, not_run_result
 from backends.output import OutputChannel
-from backends.result import Diagnostic, ExecutionMetadata
 from backends.sink import ThreadedOutput
+from hub.core.execution.capabilities import ExecutionIsolation, ExecutionLanguage
+from hub.core.execution.result import Diagnostic, ExecutionMetadata
 
 META = ExecutionMetadata(
     backend="b", language=ExecutionLanguage.PYTHON, isolation=ExecutionIsolation.IN_PROCESS

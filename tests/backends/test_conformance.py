@@ -31,8 +31,8 @@ from backends.base import (
     host_local,
     validate_request,
 )
-from backends.result import ExecEvent
-from hub.errors import Busy
+from hub.core.errors import Busy
+from hub.core.execution.result import ExecEvent
 from tests.backends.conftest import Listener, Rig
 
 MIB = 1024 * 1024

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from backends.harness import OutputCap, extract_value, incomplete_tail, truncate_utf8, utf8_cut
 from backends.output import OutputChannel
-from backends.result import ExecutionResult, OutputChunk, classify, signal_exit_code
-from hub.events import ExecFinishedPayload
+from hub.core.events import ExecFinishedPayload
+from hub.core.execution.result import ExecutionResult, OutputChunk, classify, signal_exit_code
 
 
 def test_truncate_keeps_whole_characters() -> None:

@@ -14,15 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hub import auth
-from hub.auth import (
-    RIGHTS,
-    Capability,
-    TokenSigner,
-    load_or_create_secret,
-    load_secret,
-)
+from hub.auth import TokenSigner, load_or_create_secret, load_secret
 from hub.config import ConfigError
-from hub.errors import BadRequest, Forbidden, Unauthorized
+from hub.core.capability import RIGHTS, Capability
+from hub.core.errors import BadRequest, Forbidden, Unauthorized
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 OTHER_SECRET = b"fedcba9876543210fedcba9876543210"

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hub.chain import GENESIS, ChainBreak, canonical_bytes, compute_hash, seal, verify_chain
-from hub.events import (
+from hub.core.chain import GENESIS, ChainBreak, canonical_bytes, compute_hash, seal, verify_chain
+from hub.core.events import (
     Event,
     FileWritten,
     FileWrittenPayload,

@@ -15,8 +15,8 @@ from hub.config import (
     parse_config,
     validate_backend_id,
 )
-from hub.errors import BadRequest
-from hub.validation import DEFAULT_LIMITS
+from hub.core.errors import BadRequest
+from hub.core.validation import DEFAULT_LIMITS
 
 FULL = """
 [server]
@@ -141,7 +141,9 @@ def test_unknown_key_names_key_and_file(tmp_path: Path, text: str, key: str, whe
     assert where in message
     assert excinfo.value.details["source"] == str(path)
     assert excinfo.value.code == "badRequest"
-    assert isinstance(excinfo.value, BadRequest)
+    # the operator's fault, not a client's: a bad config is never a ClientError
+    assert excinfo.value.blame == "operator"
+    assert not isinstance(excinfo.value, BadRequest)
 
 
 @pytest.mark.parametrize(

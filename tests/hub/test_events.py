@@ -14,8 +14,8 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 
-from hub.chain import compute_hash, verify_chain
-from hub.events import (
+from hub.core.chain import compute_hash, verify_chain
+from hub.core.events import (
     COLLABORATION_KINDS,
     EVENT_TYPES,
     HUB_KINDS,

@@ -1,4 +1,5 @@
-"""The pure protocol session (hub.protocol), tested with plain values: no sockets, no loop."""
+"""The pure protocol session (hub.core.wire.session), tested with plain values: no sockets, no
+loop."""
 
 from __future__ import annotations
 
@@ -10,13 +11,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hub.auth import Capability
-from hub.errors import BadRequest, Conflict, Forbidden, Unauthorized, Unavailable
-from hub.events import FileWritten, FileWrittenPayload, MessagePosted, encode_event
-from hub.frames import Ack, Error, EventFrame, StateFrame, Subscribed, Unsubscribed, Welcome
-from hub.log.base import AppendResult
-from hub.projections.workspace import WorkspaceState
-from hub.protocol import (
+from hub.core.capability import Capability
+from hub.core.errors import BadRequest, Conflict, Forbidden, Unauthorized, Unavailable
+from hub.core.events import FileWritten, FileWrittenPayload, MessagePosted, encode_event
+from hub.core.projections.workspace import WorkspaceState
+from hub.core.records import AppendResult
+from hub.core.wire.frames import (
+    Ack,
+    Error,
+    EventFrame,
+    StateFrame,
+    Subscribed,
+    Unsubscribed,
+    Welcome,
+)
+from hub.core.wire.session import (
     MAX_CLOSE_REASON_BYTES,
     Close,
     PublishRequest,

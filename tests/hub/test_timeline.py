@@ -1,4 +1,5 @@
-"""hub.timeline: one-line summaries per kind, time and size formatting, the folding Timeline."""
+"""hub.commands.timeline: one-line summaries per kind, time and size formatting, the folding
+Timeline."""
 
 from __future__ import annotations
 
@@ -10,7 +11,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hub.events import (
+from hub.commands.timeline import (
+    Timeline,
+    format_line,
+    format_size,
+    format_time,
+    parse_time,
+    printable,
+    summarize,
+)
+from hub.core.events import (
     KINDS,
     ArtifactPayload,
     ArtifactPublished,
@@ -48,16 +58,7 @@ from hub.events import (
     WorkClaimed,
     WorkPublished,
 )
-from hub.projections.workspace import WorkspaceState
-from hub.timeline import (
-    Timeline,
-    format_line,
-    format_size,
-    format_time,
-    parse_time,
-    printable,
-    summarize,
-)
+from hub.core.projections.workspace import WorkspaceState
 
 SHA = "ab" * 32
 

@@ -7,8 +7,8 @@ import base64
 import pytest
 from hypothesis import given, settings
 
-from hub.errors import BadRequest, TooLarge
-from hub.events import (
+from hub.core.errors import BadRequest, TooLarge
+from hub.core.events import (
     ArtifactPayload,
     ArtifactPublished,
     Event,
@@ -21,7 +21,7 @@ from hub.events import (
     MessagePosted,
     NeedWork,
 )
-from hub.validation import (
+from hub.core.validation import (
     MAX_PATH_BYTES,
     Limits,
     file_content,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hub.errors import BadRequest, Conflict, Forbidden, NotFound, TooLarge
-from hub.events import (
+from hub.core.errors import BadRequest, Conflict, Forbidden, NotFound, TooLarge
+from hub.core.events import (
     Completed,
     Event,
     FileWritten,
@@ -23,9 +23,9 @@ from hub.events import (
     WorkClaimed,
     WorkPublished,
 )
+from hub.core.validation import Limits
+from hub.log.loading import rebuild_state
 from hub.log.sqlite import SqliteEventStore
-from hub.projections.loading import rebuild_state
-from hub.validation import Limits
 from hub.workspaces import Workspaces
 
 

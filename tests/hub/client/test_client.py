@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from hub.client import Ack, Backoff, Session, SessionClosed, Workspace, connect, error_from_frame
-from hub.errors import (
+from hub.core.errors import (
     BadRequest,
     Conflict,
     Forbidden,
@@ -22,7 +22,7 @@ from hub.errors import (
     Unauthorized,
     Unavailable,
 )
-from hub.events import (
+from hub.core.events import (
     COLLABORATION_KINDS,
     Event,
     FileWritten,
@@ -31,7 +31,7 @@ from hub.events import (
     NeedWork,
     WorkPublished,
 )
-from hub.frames import Error
+from hub.core.wire.frames import Error
 from tests.hub.client.conftest import ROOT, SECRET, HubProcess
 
 WAIT = 10.0  # seconds: generous bound on any single wait in these tests

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from hub.errors import Conflict
-from hub.events import Event, FileWritten, FileWrittenPayload, MessagePayload, MessagePosted
+from hub.core.errors import Conflict
+from hub.core.events import Event, FileWritten, FileWrittenPayload, MessagePayload, MessagePosted
 from hub.log.sqlite import SqliteEventStore
 from hub.workspaces import Workspaces
 

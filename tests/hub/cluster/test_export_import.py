@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from hub.events import Event, decode_event
+from hub.core.events import Event, decode_event
 from tests.hub.cluster.conftest import REPO
 
 pytestmark = pytest.mark.slow

@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 
 from hub.cluster.follower import Follower
-from hub.events import Event, MessagePayload, MessagePosted
+from hub.core.events import Event, MessagePayload, MessagePosted
 from hub.log.postgres import PostgresEventStore
 from hub.workspaces import Workspaces
 from tests.hub.cluster.conftest import wait_for

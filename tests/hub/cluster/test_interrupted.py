@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from hub.cluster.interrupted import HUB_PRODUCER, InterruptedExecutions, closing_event_id
-from hub.events import (
+from hub.core.events import (
     Event,
     ExecFinished,
     ExecFinishedPayload,

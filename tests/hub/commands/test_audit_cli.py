@@ -17,14 +17,14 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from hub.chain import compute_hash
 from hub.cli import main
 from hub.commands._audit import progress
-from hub.events import decode_event
+from hub.commands.timeline import format_time
+from hub.core.chain import compute_hash
+from hub.core.events import decode_event
+from hub.core.projections.snapshots import to_snapshot
 from hub.log.factory import open_store
-from hub.projections.loading import load_state
-from hub.projections.snapshots import to_snapshot
-from hub.timeline import format_time
+from hub.log.loading import load_state
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -16,7 +16,7 @@ from hub.commands.common import (
     store_from_args,
 )
 from hub.config import ConfigError
-from hub.errors import BadRequest
+from hub.core.errors import BadRequest
 
 
 def parse(*argv: str) -> argparse.Namespace:

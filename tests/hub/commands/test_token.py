@@ -11,7 +11,7 @@ import pytest
 from hub.auth import TokenSigner, load_secret
 from hub.cli import main
 from hub.commands.token import parse_ttl, split_list
-from hub.errors import BadRequest
+from hub.core.errors import BadRequest
 
 
 @pytest.fixture(autouse=True)

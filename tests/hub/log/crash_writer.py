@@ -17,7 +17,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from hub.events import MessagePayload, MessagePosted, NeedWork
+from hub.core.events import MessagePayload, MessagePosted, NeedWork
 from hub.log.sqlite import SqliteEventStore
 
 

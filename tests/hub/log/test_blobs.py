@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hub.errors import BadRequest, IntegrityError, NotFound, TooLarge
+from hub.core.errors import BadRequest, IntegrityError, NotFound, TooLarge
 from hub.log.blobs import FileBlobStore
 
 

@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hub.chain import verify_chain
-from hub.errors import BadRequest, Conflict, IntegrityError, Unavailable
-from hub.events import (
+from hub.core.chain import verify_chain
+from hub.core.errors import BadRequest, Conflict, IntegrityError, Unavailable
+from hub.core.events import (
     Event,
     FileWritten,
     FileWrittenPayload,
@@ -32,7 +32,8 @@ from hub.events import (
     decode_event,
     encode_event,
 )
-from hub.log.base import EventStore, Snapshot
+from hub.core.records import Snapshot
+from hub.log.base import EventStore
 
 from .conftest import StoreKind
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from hub.errors import BadRequest
-from hub.events import MessagePayload, MessagePosted
+from hub.core.errors import BadRequest
+from hub.core.events import MessagePayload, MessagePosted
 from hub.log.factory import open_store
 from hub.log.sqlite import SqliteEventStore
 

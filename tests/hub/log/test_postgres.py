@@ -27,10 +27,10 @@ from typing import Final
 import asyncpg
 import pytest
 
-from hub.chain import seal
 from hub.cli import main as cli_main
-from hub.errors import BadRequest, Conflict, IntegrityError, Unavailable
-from hub.events import Event, MessagePayload, MessagePosted, encode_event
+from hub.core.chain import seal
+from hub.core.errors import BadRequest, Conflict, IntegrityError, Unavailable
+from hub.core.events import Event, MessagePayload, MessagePosted, encode_event
 from hub.log.factory import open_store
 from hub.log.migrations import LATEST, SchemaVersionError, current_version, migrate
 from hub.log.postgres import PostgresEventStore, parse_url

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from hub.chain import seal
-from hub.errors import Unavailable
-from hub.events import MessagePayload, MessagePosted, encode_event
+from hub.core.chain import seal
+from hub.core.errors import Unavailable
+from hub.core.events import MessagePayload, MessagePosted, encode_event
 from hub.log.sqlite import SCHEMA_VERSION, SqliteEventStore, _Writer, mint_id
 
 

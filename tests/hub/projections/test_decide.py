@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hub.errors import AgoraError, Conflict, Forbidden, NotFound
-from hub.events import (
+from hub.core.errors import AgoraError, Conflict, Forbidden, NotFound
+from hub.core.events import (
     Blocked,
     Completed,
     Event,
@@ -32,15 +32,10 @@ from hub.events import (
     WorkClaimed,
     WorkPublished,
 )
-from hub.projections import (
-    IllegalTransition,
-    WorkspaceState,
-    decide,
-    encode_state,
-    evolve,
-    rebuild,
-)
-from hub.projections.decide import reads_state
+from hub.core.projections.snapshots import encode_state
+from hub.core.projections.workspace import WorkspaceState, evolve, rebuild
+from hub.core.rules.decide import decide, reads_state
+from hub.core.rules.lifecycle import IllegalTransition
 from tests.strategies import Draft, seal_all, valid_drafts
 
 

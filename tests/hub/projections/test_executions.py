@@ -8,8 +8,8 @@ from typing import Literal
 import pytest
 from hypothesis import given, settings
 
-from hub.errors import Conflict
-from hub.events import (
+from hub.core.errors import Conflict
+from hub.core.events import (
     Event,
     ExecCancelRequested,
     ExecCancelRequestedPayload,
@@ -25,17 +25,17 @@ from hub.events import (
     ExecStartedPayload,
     MessagePosted,
 )
-from hub.projections import (
+from hub.core.projections import executions as journal_mod
+from hub.core.projections.executions import (
     EXEC_LIFECYCLE,
     ExecJournal,
-    IllegalTransition,
     exec_phase,
     exec_state_diagram,
     next_exec_phase,
     open_executions,
-    rebuild,
 )
-from hub.projections import executions as journal_mod
+from hub.core.projections.workspace import rebuild
+from hub.core.rules.lifecycle import IllegalTransition
 from tests.strategies import Draft, seal_all, valid_histories
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "events.md"
@@ -240,5 +240,6 @@ def test_diagram_is_in_the_docs() -> None:
     diagram = exec_state_diagram()
     assert "    running --> finished : execFinished" in diagram
     assert diagram in DOCS.read_text(encoding="utf-8"), (
-        "docs/events.md is out of date: paste hub.projections.exec_state_diagram() output"
+        "docs/events.md is out of date: paste "
+        "hub.core.projections.executions.exec_state_diagram() output"
     )

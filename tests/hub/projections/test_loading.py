@@ -14,20 +14,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hub.events import Event, MessagePosted
-from hub.log.base import EventStore, Snapshot
-from hub.projections import (
-    SNAPSHOT_NAME,
-    SNAPSHOT_VERSION,
+from hub.core.events import Event, MessagePosted
+from hub.core.projections import executions as journal_mod
+from hub.core.projections.snapshots import SNAPSHOT_NAME, SNAPSHOT_VERSION, to_snapshot
+from hub.core.projections.workspace import rebuild
+from hub.core.records import Snapshot
+from hub.log import loading
+from hub.log.base import EventStore
+from hub.log.loading import (
     load_journal,
     load_state,
-    loading,
-    rebuild,
     rebuild_state,
     save_snapshot_if_due,
-    to_snapshot,
 )
-from hub.projections import executions as journal_mod
 from tests.strategies import seal_all, valid_histories
 
 

@@ -8,18 +8,17 @@ from typing import Any
 import msgspec
 from hypothesis import given, settings
 
-from hub.events import Event
-from hub.log.base import Snapshot
-from hub.projections import (
+from hub.core.events import Event
+from hub.core.projections.snapshots import (
     SNAPSHOT_NAME,
     SNAPSHOT_VERSION,
-    WorkspaceState,
     decode_state,
     encode_state,
     from_snapshot,
-    rebuild,
     to_snapshot,
 )
+from hub.core.projections.workspace import WorkspaceState, rebuild
+from hub.core.records import Snapshot
 from tests.strategies import valid_histories
 
 # The shape of WorkspaceState each SNAPSHOT_VERSION was written with. When this test fails you

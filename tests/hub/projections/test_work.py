@@ -6,10 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from hub.errors import Conflict
-from hub.events import COLLABORATION_KINDS
-from hub.projections import WORK_LIFECYCLE, IllegalTransition, next_work_status, work_state_diagram
-from hub.projections.work import ACTIVE_STATUSES, TERMINAL_STATUSES
+from hub.core.errors import Conflict
+from hub.core.events import COLLABORATION_KINDS
+from hub.core.rules.lifecycle import IllegalTransition
+from hub.core.rules.work import (
+    ACTIVE_STATUSES,
+    TERMINAL_STATUSES,
+    WORK_LIFECYCLE,
+    next_work_status,
+    work_state_diagram,
+)
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "events.md"
 
@@ -89,5 +95,5 @@ def test_diagram_is_generated_from_the_table_and_is_in_the_docs() -> None:
             assert kind in line
     assert "    completed --> [*]" in diagram and "    cancelled --> [*]" in diagram
     assert diagram in DOCS.read_text(encoding="utf-8"), (
-        "docs/events.md is out of date: paste hub.projections.work_state_diagram() output"
+        "docs/events.md is out of date: paste hub.core.rules.work.work_state_diagram() output"
     )

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from hub.client import ExecHandle, connect
-from hub.errors import BadRequest, Busy, Exists, Forbidden, NotFound
-from hub.events import ExecFinished, ExecOutput
+from hub.core.errors import BadRequest, Busy, Exists, Forbidden, NotFound
+from hub.core.events import ExecFinished, ExecOutput
 from tests.hub.runtime.conftest import RuntimeHub, mint
 
 

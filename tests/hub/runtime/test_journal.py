@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from hub.errors import Busy, NotFound
-from hub.events import (
+from hub.core.errors import Busy, NotFound
+from hub.core.events import (
     Event,
     ExecDisposed,
     ExecDisposedPayload,

@@ -1,4 +1,4 @@
-"""The exec ops in the pure protocol session (hub.protocol): decoding, rights (the ``exec``
+"""The exec ops in the pure protocol session (hub.core.wire.session): decoding, rights (the ``exec``
 right and the token's backends, the default backend included), the bound on waiting requests,
 and the reply frames. Plain values: no sockets, no loop."""
 
@@ -10,10 +10,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from hub.auth import Capability
-from hub.errors import BadRequest, NotFound
-from hub.frames import ExecEnd, ExecResult, Killed, RuntimeResult
-from hub.protocol import (
+from hub.core.capability import Capability
+from hub.core.errors import BadRequest, NotFound
+from hub.core.wire.frames import ExecEnd, ExecResult, Killed, RuntimeResult
+from hub.core.wire.session import (
     DisposeRequest,
     ExecRequest,
     ExecResultRequest,

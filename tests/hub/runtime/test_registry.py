@@ -11,7 +11,7 @@ import pytest
 
 from backends.base import ExecutionLanguage
 from hub.config import BackendConfig, ConfigError
-from hub.errors import NotFound
+from hub.core.errors import NotFound
 from hub.runtime.registry import BackendRegistry, UnavailableBackend, default_configs
 from tests.hub.server.conftest import REPO
 

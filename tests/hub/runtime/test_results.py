@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
-from hub.events import ExecFinishedPayload, SkippedWrite
-from hub.projections.executions import ExecRecord, OutputChunk
+from hub.core.events import ExecFinishedPayload, SkippedWrite
+from hub.core.projections.executions import ExecRecord, OutputChunk
 from hub.runtime.results import TextDecoders, encoding_of, runtime_result
 
 

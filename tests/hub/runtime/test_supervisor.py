@@ -22,9 +22,9 @@ from backends.base import (
     Rejected,
     SandboxPolicy,
 )
-from hub.auth import Capability
-from hub.errors import Busy, Forbidden, Unavailable
-from hub.events import (
+from hub.core.capability import Capability
+from hub.core.errors import Busy, Forbidden, Unavailable
+from hub.core.events import (
     ExecDisposed,
     ExecFinished,
     ExecOutput,
@@ -33,7 +33,7 @@ from hub.events import (
     ExecStarted,
     ExecStartedPayload,
 )
-from hub.frames import Exec
+from hub.core.wire.frames import Exec
 from hub.log.factory import open_store
 from hub.runtime import BackendInstance, BackendRegistry, Runtime, RuntimeSettings
 from hub.workspaces import Workspaces

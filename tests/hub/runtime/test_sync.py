@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from backends.policy import FilesystemPolicy
-from hub.events import FileDeleted, FileWritten
+from hub.core.events import FileDeleted, FileWritten
+from hub.core.execution.policy import FilesystemPolicy
+from hub.core.projections.workspace import FileEntry
 from hub.log.blobs import FileBlobStore
-from hub.projections.workspace import FileEntry
 from hub.runtime.sync import (
     Change,
     Mount,

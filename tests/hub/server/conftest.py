@@ -3,7 +3,7 @@
 ``hub`` starts a real ``agora serve`` (``python -m hub serve --port 0``) in a subprocess with a
 temporary data directory and ``AGORA_SECRET`` set, waits for its banner, and stops it with
 SIGTERM afterwards (asserting exit 0). ``start_hub(config=...)`` starts more, e.g. with an
-``agora.toml``. ``inproc_hub`` runs :class:`hub.server.Hub` in the test's own loop, for tests
+``agora.toml``. ``inproc_hub`` runs :class:`hub.server.app.Hub` in the test's own loop, for tests
 that look inside (the fan-out's counters).
 
 Clients are raw ``websockets`` connections (never hub/client.py); :class:`Peer` only adds JSON
@@ -165,10 +165,10 @@ def hub(start_hub: Callable[..., HubProcess]) -> HubProcess:
 
 @pytest.fixture
 async def inproc_hub(tmp_path: Path) -> AsyncIterator[Any]:
-    """A :class:`hub.server.Hub` served from this test's event loop (port chosen by the OS)."""
+    """A :class:`hub.server.app.Hub` served from this test's event loop (port chosen by the OS)."""
     from hub.config import HubConfig
     from hub.log.factory import open_store
-    from hub.server import Hub
+    from hub.server.app import Hub
 
     config = HubConfig().with_overrides(port=0, data=tmp_path / "inproc")
     store = open_store(None, config.storage.data_dir)

@@ -1,4 +1,5 @@
-"""hub.fanout with plain values (subscriptions, buffering, the send queue), and the in-process
+"""hub.server.fanout with plain values (subscriptions, buffering, the send queue), and the
+in-process
 hub's fan-out encoding each event frame once however many subscribers there are."""
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from hub.events import MessagePosted
-from hub.fanout import Fanout, Outgoing, SendQueue, Subscription
+from hub.core.events import MessagePosted
+from hub.server.fanout import Fanout, Outgoing, SendQueue, Subscription
 from tests.hub.server.conftest import message, mint, peer
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from hub.events import MemberJoined, MemberLeft
+from hub.core.events import MemberJoined, MemberLeft
 from hub.log.factory import open_store
 from tests.hub.server.conftest import HubProcess, Peer, message, mint, peer
 

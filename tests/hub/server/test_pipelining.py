@@ -17,10 +17,10 @@ import pytest
 
 from hub.auth import TokenSigner
 from hub.config import HubConfig
-from hub.events import Event
-from hub.log.base import AppendResult
+from hub.core.events import Event
+from hub.core.records import AppendResult
 from hub.log.sqlite import SqliteEventStore
-from hub.server import PUBLISHES_IN_FLIGHT, Hub
+from hub.server.app import PUBLISHES_IN_FLIGHT, Hub
 from tests.hub.server.conftest import SECRET, HubProcess, Peer, message, mint, peer
 
 BIG = "y" * (80 * 1024)  # above blob_threshold (64 KiB): its publish awaits a blob put
@@ -208,16 +208,16 @@ async def test_shutdown_writes_the_publishes_in_flight(tmp_path: Path) -> None:
 async def test_writer_sends_queued_frames_in_order_with_few_writes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import hub.server
+    import hub.server.app
 
     connections: list[Any] = []
-    original = hub.server._Connection.__init__
+    original = hub.server.app._Connection.__init__
 
     def record(self: Any, *args: Any) -> None:
         original(self, *args)
         connections.append(self)
 
-    monkeypatch.setattr(hub.server._Connection, "__init__", record)
+    monkeypatch.setattr(hub.server.app._Connection, "__init__", record)
     store = SqliteEventStore(tmp_path / "writer.db")
     async with _running(store, tmp_path) as running:
         assert running.url is not None

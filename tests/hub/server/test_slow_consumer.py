@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from websockets.exceptions import ConnectionClosed
 
-from hub.protocol import parse_overflow_reason
+from hub.core.wire.session import parse_overflow_reason
 from tests.hub.server.conftest import HubProcess, Peer, message, mint, peer
 
 WS = "slow"

@@ -30,10 +30,15 @@ from __future__ import annotations
 
 from typing import Final
 
-from backends.capabilities import BackendCapabilities, ExecutionLanguage
-from backends.errors import InvalidRequest, Rejected, UnsupportedLanguage, UnsupportedPolicy
-from backends.policy import SandboxPolicy, normalise_workspace_path, validate_env_name
-from backends.request import ExecutionRequest, GuestModule, ModuleBlob, Source
+from hub.core.execution.capabilities import BackendCapabilities, ExecutionLanguage
+from hub.core.execution.errors import (
+    InvalidRequest,
+    Rejected,
+    UnsupportedLanguage,
+    UnsupportedPolicy,
+)
+from hub.core.execution.policy import SandboxPolicy, normalise_workspace_path, validate_env_name
+from hub.core.execution.request import ExecutionRequest, GuestModule, ModuleBlob, Source
 
 __all__ = [
     "CALLABLE_LANGUAGES",

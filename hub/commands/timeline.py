@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import msgspec
 
-from hub.events import (
+from hub.core.events import (
     COLLABORATION_KINDS,
     ArtifactPublished,
     Event,
@@ -35,7 +35,7 @@ from hub.events import (
     MemberLeft,
     MessagePosted,
 )
-from hub.projections.workspace import WorkspaceState, evolve
+from hub.core.projections.workspace import WorkspaceState, evolve
 
 __all__ = [
     "Timeline",

@@ -1,8 +1,8 @@
 """What to run: the payload and the :class:`ExecutionRequest`. Pure.
 
 A request is built by the runtime from an ``exec`` op after the policy has been narrowed
-(:func:`backends.policy.narrow`); backends check it with
-:func:`backends.validate.validate_request` before they run anything.
+(:func:`hub.core.execution.policy.narrow`); backends check it with
+:func:`hub.core.execution.validate.validate_request` before they run anything.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from backends.capabilities import ExecutionLanguage
-from backends.policy import SandboxPolicy, strict
+from hub.core.execution.capabilities import ExecutionLanguage
+from hub.core.execution.policy import SandboxPolicy, strict
 
 __all__ = [
     "UNSET",

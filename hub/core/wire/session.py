@@ -5,16 +5,17 @@ A :class:`Session` takes what arrived (:meth:`Session.open` with the handshake's
 ``Authorization`` header, :meth:`Session.receive` for each text frame,
 :meth:`Session.receive_binary`) and the outcome of the work it asked for
 (:meth:`Session.completed`, :meth:`Session.failed`, :meth:`Session.too_slow`), and returns
-*actions* for the I/O shell (:mod:`hub.server`) to perform: :class:`Send` a frame,
+*actions* for the I/O shell (:mod:`hub.server.app`) to perform: :class:`Send` a frame,
 :class:`Close` the connection, or one of the requests (:class:`SubscribeRequest`,
 :class:`UnsubscribeRequest`, :class:`PublishRequest`, :class:`StateRequest`) that need the log.
 It owns the authentication state, the subscription bookkeeping, rights checks, frame
 decoding, the publish rate limit (a token bucket on an injected clock), the bad-frame count,
 and the one mapping from errors to ``error`` frames and close codes (:func:`error_frame`,
-:data:`CLOSE_FOR_ERROR`, 1008 for garbage, 4408 with its reason). It imports neither asyncio
-nor websockets, so it is tested with plain values (tests/hub/test_protocol.py).
+:func:`hub.core.errors.closes_connection`, 1008 for garbage, 4408 with its reason). It
+imports neither asyncio nor websockets,
+so it is tested with plain values (tests/hub/test_protocol.py).
 
-The protocol is documented in docs/protocol.md; the frames are in :mod:`hub.frames`.
+The protocol is documented in docs/protocol.md; the frames are in :mod:`hub.core.wire.frames`.
 """
 
 from __future__ import annotations
@@ -28,23 +29,26 @@ from typing import Any, Final
 import msgspec
 
 from hub import __version__
-from hub.auth import Capability, Right
-from hub.errors import (
+from hub.core.capability import Capability, Right
+from hub.core.errors import (
     AgoraError,
     BadRequest,
     Busy,
+    CloseCode,
     Exists,
     Forbidden,
     NotFound,
     RateLimited,
     TooLarge,
     Unauthorized,
+    closes_connection,
 )
-from hub.events import Event
-from hub.frames import (
+from hub.core.events import Event
+from hub.core.records import AppendResult
+from hub.core.validation import validate_workspace
+from hub.core.wire.frames import (
     Ack,
     AnyClientFrame,
-    CloseCode,
     Dispose,
     Disposed,
     Error,
@@ -72,11 +76,8 @@ from hub.frames import (
     Unsubscribed,
     Welcome,
 )
-from hub.log.base import AppendResult
-from hub.validation import validate_workspace
 
 __all__ = [
-    "CLOSE_FOR_ERROR",
     "MAX_CLOSE_REASON_BYTES",
     "SERVER_NAME",
     "Action",
@@ -279,20 +280,19 @@ def encode_event_frame(workspace: str, stored_event: bytes) -> bytes:
 # ---------------------------------------------------------------------------------------------
 # Errors → frames and close codes (the one place; ARCHITECTURE.md principle 5)
 
-CLOSE_FOR_ERROR: Final[Mapping[str, CloseCode]] = {
-    Unauthorized.code: CloseCode.UNAUTHORIZED,
-}
-"""Error codes that also close the connection; every other error keeps it open."""
-
 _INTERNAL_MESSAGE: Final = "internal error; the hub logged it"
 
 
-def error_frame(exc: BaseException, rid: Rid = None) -> Error:
+def error_frame(exc: BaseException, rid: Rid = None, *, field: str | None = None) -> Error:
     """The ``error`` frame for ``exc``: an :class:`AgoraError` keeps its code, message and
-    details (JSON-safe values only); anything else is ``internal`` with no details (the caller
-    logs it)."""
+    details (JSON-safe values only; ``field``, when given, replaces ``details['field']`` in the
+    frame, the exception is left as it is); anything else is ``internal`` with no details (the
+    caller logs it)."""
     if isinstance(exc, AgoraError) and exc.code != "internal":
-        return Error(rid=rid, code=exc.code, message=exc.message, details=_json_safe(exc.details))
+        details = _json_safe(exc.details)
+        if field is not None:
+            details["field"] = field
+        return Error(rid=rid, code=exc.code, message=exc.message, details=details)
     return Error(rid=rid, code="internal", message=_INTERNAL_MESSAGE, details={})
 
 
@@ -576,28 +576,28 @@ class Session:
     ) -> list[Action]:
         """``request`` (or the frame with ``rid``) failed with ``exc``. A failed subscribe ends
         the subscription; a draft's field is named by its path in the publish frame."""
+        field: str | None = None
+        if isinstance(exc, AgoraError) and isinstance(exc.details.get("field"), str):
+            field = exc.details["field"]
         if request is not None:
             rid = request.rid
             if isinstance(request, WAITING_REQUESTS):
                 self._waited()
-            if isinstance(request, ExecRequest) and isinstance(exc, AgoraError):
-                field = exc.details.get("field")
-                if isinstance(field, str) and not field.startswith("$"):
-                    exc.details["field"] = f"$.{field}"  # a field of the exec frame
             if isinstance(request, SubscribeRequest):
                 self.subscriptions.discard(request.workspace)
-            if isinstance(request, PublishRequest) and isinstance(exc, AgoraError):
-                field = exc.details.get("field")
-                if isinstance(field, str):
-                    index = exc.details.get("index")
-                    exc.details["field"] = _draft_field(
-                        field, index if isinstance(index, int) else None, request.batch
-                    )
-        elif isinstance(exc, AgoraError) and isinstance(exc.details.get("field"), str):
-            exc.details["field"] = _draft_field(exc.details["field"], None, False)
-        if isinstance(exc, AgoraError) and exc.code in CLOSE_FOR_ERROR:
+            if field is not None and isinstance(request, ExecRequest):
+                if not field.startswith("$"):
+                    field = f"$.{field}"  # a field of the exec frame
+            elif field is not None and isinstance(request, PublishRequest):
+                index = exc.details.get("index") if isinstance(exc, AgoraError) else None
+                field = _draft_field(
+                    field, index if isinstance(index, int) else None, request.batch
+                )
+        elif field is not None:
+            field = _draft_field(field, None, False)
+        if isinstance(exc, AgoraError) and closes_connection(exc) is not None:
             return self._refuse(exc, rid)
-        return [Send(error_frame(exc, rid))]
+        return [Send(error_frame(exc, rid, field=field))]
 
     def too_slow(self, last_seqs: Mapping[str, int]) -> Close:
         """The send queue overflowed: the ``Close`` (4408) whose reason tells the client where
@@ -678,7 +678,8 @@ class Session:
         )
 
     def _refuse(self, exc: AgoraError, rid: Rid) -> list[Action]:
-        code = CLOSE_FOR_ERROR[exc.code]
+        code = closes_connection(exc)
+        assert code is not None, exc
         reason = exc.details.get("reason", exc.code)
         text = f"{exc.code}: {reason}".encode()[:MAX_CLOSE_REASON_BYTES]
         close = Close(int(code), text.decode(errors="ignore"))

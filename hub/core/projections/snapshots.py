@@ -6,8 +6,8 @@ every snapshot changes nothing but speed. The body is MessagePack (compact, and 
 it straight into the typed Structs).
 
 ``SNAPSHOT_VERSION`` must be bumped whenever :class:`WorkspaceState` (or any entry Struct)
-changes shape **or** :func:`~hub.projections.workspace.evolve` changes meaning; snapshots of
-another version are ignored (and rebuilt by the next :func:`~hub.projections.loading.
+changes shape **or** :func:`~hub.core.projections.workspace.evolve` changes meaning; snapshots of
+another version are ignored (and rebuilt by the next :func:`~hub.log.loading.
 save_snapshot_if_due`). tests/hub/projections/test_snapshots.py pins the state schema's hash to
 the version so a shape change without a bump fails.
 """
@@ -18,8 +18,8 @@ from typing import Final
 
 import msgspec
 
-from hub.log.base import Snapshot
-from hub.projections.workspace import WorkspaceState
+from hub.core.projections.workspace import WorkspaceState
+from hub.core.records import Snapshot
 
 __all__ = [
     "SNAPSHOT_NAME",

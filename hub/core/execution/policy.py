@@ -8,7 +8,7 @@ Struct with camelCase JSON, so the same value is configured by the operator, sen
 Authority (ARCHITECTURE.md "Execution model"): a backend *instance* is configured with a default
 policy, the widest it will run. A request's policy may only **narrow** it (:func:`narrow`):
 network on only if the instance allows it, smaller limits, fewer paths, fewer environment
-variables. Anything wider is refused with :class:`backends.errors.Rejected`; nothing is
+variables. Anything wider is refused with :class:`hub.core.execution.errors.Rejected`; nothing is
 silently clamped.
 
 Workspace paths in a policy (``root``, ``readOnly``, ``readWrite``, ``workingDirectory``) are
@@ -24,7 +24,7 @@ from typing import Final, Literal
 import msgspec
 from msgspec.structs import force_setattr
 
-from backends.errors import InvalidRequest, Rejected
+from hub.core.execution.errors import InvalidRequest, Rejected
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_BYTES",
@@ -215,7 +215,7 @@ class SandboxPolicy(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
 
     ``memory_bytes``, ``pids`` and ``cpus`` are ``None`` for "no limit requested"; a set limit
     must be enforced by the backend or the run is refused
-    (:func:`backends.validate.validate_policy`).
+    (:func:`hub.core.execution.validate.validate_policy`).
     """
 
     network: NetworkPolicy = "disabled"

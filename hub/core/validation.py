@@ -13,8 +13,8 @@ from typing import Final
 
 import msgspec
 
-from hub.errors import BadRequest, TooLarge
-from hub.events import (
+from hub.core.errors import BadRequest, TooLarge
+from hub.core.events import (
     ArtifactPublished,
     Event,
     FileDeleted,
@@ -148,3 +148,14 @@ def _check_base_rev(rev: int | None) -> None:
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(p.title() for p in rest)
+
+
+BACKEND_ID_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,128}")
+
+
+def validate_backend_id(value: str, field: str = "backend") -> str:
+    """A backend instance id: 1-128 of ``[A-Za-z0-9._-]`` (not ``.``/``..``), or raise
+    :class:`BadRequest` naming ``field``."""
+    if not isinstance(value, str) or not BACKEND_ID_RE.fullmatch(value) or value in {".", ".."}:
+        raise BadRequest(f"invalid backend id {value!r}: use 1-128 of [A-Za-z0-9._-]", field=field)
+    return value

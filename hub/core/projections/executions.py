@@ -14,7 +14,8 @@ phase the table speaks of.
 :class:`ExecJournal` keeps every execution's record with its output chunks and result; the
 runtime serves ``getExec``/``execResult`` from it and, after a restart, closes the executions
 :func:`open_executions` returns. Like the workspace fold, :func:`evolve` updates the journal in
-place and returns it (see :mod:`hub.projections.workspace` for why); it never raises on a stored
+place and returns it (see :mod:`hub.core.projections.workspace` for why); it never raises on a
+stored
 event: a move the table lacks (only possible for events written around the runtime) is ignored.
 """
 
@@ -25,7 +26,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from hub.events import (
+from hub.core.events import (
     Event,
     ExecCancelRequested,
     ExecDisposed,
@@ -36,7 +37,7 @@ from hub.events import (
     ExecRequestedPayload,
     ExecStarted,
 )
-from hub.projections.lifecycle import IllegalTransition, Lifecycle
+from hub.core.rules.lifecycle import IllegalTransition, Lifecycle
 
 __all__ = [
     "EXEC_LIFECYCLE",

@@ -1,9 +1,9 @@
-"""The WebSocket server: the I/O shell around :class:`hub.protocol.Session`.
+"""The WebSocket server: the I/O shell around :class:`hub.core.wire.session.Session`.
 
 One :class:`Hub` owns, in one top-level ``asyncio.TaskGroup``: the ``websockets`` server, the
 appends it started (each publish runs as a task of that group, so a client that disconnects or a
 shutdown never interrupts a write half-way) and the presence writes; the store is opened around
-it and closed last, which commits every pending append. The fan-out (:mod:`hub.fanout`) needs
+it and closed last, which commits every pending append. The fan-out (:mod:`hub.server.fanout`) needs
 no task: Workspaces calls it synchronously with every committed batch and it only enqueues.
 
 Per connection (:class:`_Connection`), a second TaskGroup holds a reader (frames in → the
@@ -57,12 +57,10 @@ from websockets.typing import Subprotocol
 from hub.auth import TokenSigner
 from hub.cluster.settings import NodeSettings
 from hub.config import HubConfig
-from hub.errors import AgoraError, BadRequest, Internal, Unavailable
-from hub.events import MemberJoined, MemberLeft, MemberPayload, encode_event
-from hub.fanout import NOT_AN_EVENT, Fanout, Outgoing, SendQueue, Subscription
-from hub.frames import SUBPROTOCOL, CloseCode
-from hub.log.base import EventStore
-from hub.protocol import (
+from hub.core.errors import AgoraError, BadRequest, CloseCode, Internal, Unavailable
+from hub.core.events import MemberJoined, MemberLeft, MemberPayload, encode_event
+from hub.core.wire.frames import SUBPROTOCOL
+from hub.core.wire.session import (
     SERVER_NAME,
     Action,
     Close,
@@ -83,7 +81,9 @@ from hub.protocol import (
     encode_exec_event_frame,
     encode_frame,
 )
+from hub.log.base import EventStore
 from hub.runtime import BackendRegistry, Runtime, RuntimeSettings
+from hub.server.fanout import NOT_AN_EVENT, Fanout, Outgoing, SendQueue, Subscription
 from hub.workspaces import Workspaces
 
 if TYPE_CHECKING:
@@ -761,7 +761,7 @@ class _Connection:
         self, subscription: Subscription, head: int, request: SubscribeRequest
     ) -> None:
         """Queue the events after ``subscription.last_seq`` up to ``head`` from the store,
-        then switch the subscription to live (no gap, no duplicate: see hub.fanout)."""
+        then switch the subscription to live (no gap, no duplicate: see hub.server.fanout)."""
         workspace = subscription.workspace
         try:
             last = subscription.last_seq

@@ -7,8 +7,8 @@ Permissive where adk-code is: any collaboration kind carrying a correlationId no
 opens the item implicitly (adk-code agents do not always start with ``needWork``), and while
 the item is active every kind is allowed (a repeated ``needWork`` changes nothing). Strict where
 it matters: ``completed`` and ``cancelled`` are terminal; any move out of them raises
-:class:`~hub.projections.lifecycle.IllegalTransition` (a :class:`hub.errors.Conflict`).
-Ownership rules (who may claim, publish, complete, cancel) are in :mod:`hub.projections.decide`.
+:class:`~hub.core.rules.lifecycle.IllegalTransition` (a :class:`hub.core.errors.Conflict`).
+Ownership rules (who may claim, publish, complete, cancel) are in :mod:`hub.core.rules.decide`.
 Events without a correlationId do not touch work items.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-from hub.projections.lifecycle import IllegalTransition, Lifecycle
+from hub.core.rules.lifecycle import IllegalTransition, Lifecycle
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -74,9 +74,7 @@ _TABLE: Final[dict[WorkStatus | None, dict[str, WorkStatus]]] = {
     "cancelled": {},
 }
 
-WORK_LIFECYCLE: Final[Lifecycle[WorkStatus]] = Lifecycle(
-    "work item", _TABLE, TERMINAL_STATUSES
-)
+WORK_LIFECYCLE: Final[Lifecycle[WorkStatus]] = Lifecycle("work item", _TABLE, TERMINAL_STATUSES)
 
 
 def next_work_status(status: WorkStatus | None, kind: str, correlation_id: str) -> WorkStatus:

@@ -18,7 +18,7 @@ from typing import Final
 
 import msgspec
 
-from hub.events import Event
+from hub.core.events import Event
 
 GENESIS: Final = ""
 _sorted_encoder: Final = msgspec.json.Encoder(order="sorted")
@@ -68,9 +68,9 @@ class ChainBreak(msgspec.Struct, frozen=True):
     problem: str
 
 
-def verify_chain(events: Iterable[Event], *, after_seq: int = 0, prev: str = GENESIS) -> (
-    tuple[int, ChainBreak | None]
-):
+def verify_chain(
+    events: Iterable[Event], *, after_seq: int = 0, prev: str = GENESIS
+) -> tuple[int, ChainBreak | None]:
     """Check seqs are gapless and unique from ``after_seq + 1`` and every hash links.
 
     Returns (events checked, first break or None).

@@ -10,11 +10,16 @@ from __future__ import annotations
 import weakref
 from typing import Final
 
+from hub.core.projections.executions import ExecJournal
+from hub.core.projections.executions import evolve as evolve_journal
+from hub.core.projections.snapshots import (
+    SNAPSHOT_NAME,
+    SNAPSHOT_VERSION,
+    from_snapshot,
+    to_snapshot,
+)
+from hub.core.projections.workspace import WorkspaceState, fold
 from hub.log.base import EventStore
-from hub.projections.executions import ExecJournal
-from hub.projections.executions import evolve as evolve_journal
-from hub.projections.snapshots import SNAPSHOT_NAME, SNAPSHOT_VERSION, from_snapshot, to_snapshot
-from hub.projections.workspace import WorkspaceState, fold
 
 __all__ = ["load_journal", "load_state", "rebuild_state", "save_snapshot_if_due"]
 
@@ -90,9 +95,7 @@ async def save_snapshot_if_due(store: EventStore, state: WorkspaceState, every: 
     return True
 
 
-async def load_journal(
-    store: EventStore, workspace: str, at_seq: int | None = None
-) -> ExecJournal:
+async def load_journal(store: EventStore, workspace: str, at_seq: int | None = None) -> ExecJournal:
     """The execution journal as of ``at_seq`` (None = the head), folded from the first event.
 
     Raises only what the store raises.

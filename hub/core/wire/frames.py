@@ -8,13 +8,12 @@ grow fields. Documented in docs/protocol.md; JSON Schema in schemas/protocol.jso
 
 from __future__ import annotations
 
-import enum
 from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
-from backends.policy import PolicyPatch
-from hub.events import AnyEvent
+from hub.core.events import AnyEvent
+from hub.core.execution.policy import PolicyPatch
 
 Rid = str | int | None
 Seq = Annotated[int, msgspec.Meta(ge=0)]
@@ -301,14 +300,3 @@ AnyServerFrame = (
     | ExecEvent
     | ExecEnd
 )
-
-
-class CloseCode(enum.IntEnum):
-    """WebSocket close codes Agora uses (RFC 6455 §7.4 plus the 4xxx private range)."""
-
-    SHUTDOWN = 1001  # going away: the hub is stopping
-    POLICY = 1008  # abuse: too many bad frames
-    TOO_BIG = 1009  # a frame over the size limit
-    INTERNAL = 1011
-    UNAUTHORIZED = 4401  # no valid token, or it expired
-    TOO_SLOW = 4408  # send queue overflowed; resume with afterSeq

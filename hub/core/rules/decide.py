@@ -9,7 +9,7 @@ Rules (docs/events.md, "Decide rules"):
 
 - Work items (collaboration kinds with a ``correlationId``; others are not checked):
   the move must be in the work-item table (completed/cancelled are terminal) →
-  :class:`~hub.projections.lifecycle.IllegalTransition` (a ``Conflict``); ``workClaimed`` on an
+  :class:`~hub.core.rules.lifecycle.IllegalTransition` (a ``Conflict``); ``workClaimed`` on an
   item owned by someone else → ``Conflict``; ``workPublished``/``completed`` on an owned item by
   a non-owner → ``Forbidden``; ``workCancelled`` by neither the requester nor the owner →
   ``Forbidden``.
@@ -19,7 +19,7 @@ Rules (docs/events.md, "Decide rules"):
   file → ``NotFound``; ``fileMoved`` onto an existing path → ``Conflict`` (delete or overwrite
   it first: a move never silently replaces a file).
 - Hub-only kinds (presence, ``exec*``) are not checked here: the server and the runtime write
-  them. Field validation (paths, sizes) is :func:`hub.validation.validate_draft`'s job.
+  them. Field validation (paths, sizes) is :func:`hub.core.validation.validate_draft`'s job.
 """
 
 from __future__ import annotations
@@ -27,16 +27,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from hub.errors import Conflict, Forbidden, NotFound
-from hub.events import (
+from hub.core.errors import Conflict, Forbidden, NotFound
+from hub.core.events import (
     COLLABORATION_KINDS,
     Event,
     FileDeleted,
     FileMoved,
     FileWritten,
 )
-from hub.projections.work import WORK_LIFECYCLE, WorkStatus
-from hub.projections.workspace import WorkspaceState
+from hub.core.projections.workspace import WorkspaceState
+from hub.core.rules.work import WORK_LIFECYCLE, WorkStatus
 
 __all__ = ["decide", "reads_state"]
 
@@ -84,10 +84,10 @@ def decide(state: WorkspaceState, drafts: Sequence[Event], producer: str) -> Non
     """Check ``drafts`` (to be written by ``producer``, in order) against ``state``.
 
     Does not mutate ``state``. Raises, for the first bad draft (``details['index']``):
-    :class:`~hub.projections.lifecycle.IllegalTransition` or :class:`hub.errors.Conflict`
+    :class:`~hub.core.rules.lifecycle.IllegalTransition` or :class:`hub.core.errors.Conflict`
     (terminal work item, item claimed by another agent, stale ``baseRev``, move onto an
-    existing path), :class:`hub.errors.Forbidden` (publish/complete by a non-owner, cancel by
-    neither requester nor owner), :class:`hub.errors.NotFound` (delete/move of a missing file).
+    existing path), :class:`hub.core.errors.Forbidden` (publish/complete by a non-owner, cancel by
+    neither requester nor owner), :class:`hub.core.errors.NotFound` (delete/move of a missing file).
     """
     overlay = _Overlay(state)
     for index, draft in enumerate(drafts):
@@ -158,9 +158,7 @@ def _decide_work(overlay: _Overlay, kind: str, cid: str, producer: str, index: i
         None if item is None else item.status, kind, correlationId=cid, index=index
     )
     if item is None:
-        overlay.items[cid] = _Item(
-            status, producer, producer if kind == "workClaimed" else None
-        )
+        overlay.items[cid] = _Item(status, producer, producer if kind == "workClaimed" else None)
         return
     owner = item.owner
     if kind == "workClaimed":

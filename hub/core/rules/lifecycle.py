@@ -5,8 +5,8 @@ pseudo-state "does not exist yet". A move the table lacks raises :class:`Illegal
 which names the lifecycle, the state and the event kind. The docs' diagrams are generated from
 the same table (:meth:`Lifecycle.mermaid`), so the picture cannot drift from the code.
 
-The work-item table lives in :mod:`hub.projections.work`, the execution table in
-:mod:`hub.projections.executions`.
+The work-item table lives in :mod:`hub.core.rules.work`, the execution table in
+:mod:`hub.core.projections.executions`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Generic, TypeVar
 
-from hub.errors import Conflict
+from hub.core.errors import Conflict
 
 S = TypeVar("S", bound=str)
 
@@ -101,4 +101,3 @@ class Lifecycle(Generic[S]):
             if state in self.terminal:
                 lines.append(f"    {state} --> [*]")
         return "\n".join(lines) + "\n"
-

@@ -1,7 +1,7 @@
 """What a backend really enforces: its isolation class and capability flags. Pure.
 
 Principle 4 (ARCHITECTURE.md, "Truthful capabilities"): a backend reports only the controls it
-really enforces; :func:`backends.validate.validate_policy` refuses a request asking for a
+really enforces; :func:`hub.core.execution.validate.validate_policy` refuses a request asking for a
 control the backend cannot enforce, before any user code runs.
 """
 
@@ -11,7 +11,7 @@ import enum
 
 import msgspec
 
-from backends.policy import FilesystemMode
+from hub.core.execution.policy import FilesystemMode
 
 __all__ = ["ALL_FILESYSTEM_MODES", "BackendCapabilities", "ExecutionIsolation", "ExecutionLanguage"]
 
@@ -51,7 +51,8 @@ class BackendCapabilities(msgspec.Struct, frozen=True, kw_only=True, rename="cam
     """The controls a backend enforces and the features it supports.
 
     ``enforces_*``: the backend makes the control true for the program (not merely "passes it
-    on"). ``filesystem_modes``: the :class:`~backends.policy.FilesystemPolicy` modes it can
+    on"). ``filesystem_modes``: the :class:`~hub.core.execution.policy.FilesystemPolicy` modes it
+    can
     provide at all (a container cannot offer ``host``). ``languages``: what it runs.
     """
 

@@ -4,7 +4,7 @@
 whole history. Both are deterministic (the same events give the same state), do no I/O and
 never raise on a stored event: the log is the truth, so a fold cannot refuse what is in it.
 Rules that may refuse (ownership, ``baseRev``, terminal work items) run *before* append, in
-:mod:`hub.projections.decide`; an event that reached the log around them (an import) is folded
+:mod:`hub.core.rules.decide`; an event that reached the log around them (an import) is folded
 leniently (an illegal work-item or execution move leaves the status as it was).
 
 Performance decision: **evolve updates the state it is given in place and returns it.**
@@ -33,7 +33,7 @@ from typing import Any, Final
 
 import msgspec
 
-from hub.events import (
+from hub.core.events import (
     ArtifactPublished,
     Blocked,
     Completed,
@@ -56,8 +56,8 @@ from hub.events import (
     WorkClaimed,
     WorkPublished,
 )
-from hub.projections.executions import EXEC_LIFECYCLE, ExecStatus, exec_phase
-from hub.projections.work import WORK_LIFECYCLE, WorkStatus
+from hub.core.projections.executions import EXEC_LIFECYCLE, ExecStatus, exec_phase
+from hub.core.rules.work import WORK_LIFECYCLE, WorkStatus
 
 __all__ = [
     "ArtifactEntry",
@@ -237,9 +237,7 @@ def _artifact(state: WorkspaceState, ev: ArtifactPublished) -> None:
 
 def _member_joined(state: WorkspaceState, ev: MemberJoined) -> None:
     p = ev.payload
-    state.members[p.agent] = Member(
-        present=True, joined_seq=ev.seq, via=p.via, card_url=p.card_url
-    )
+    state.members[p.agent] = Member(present=True, joined_seq=ev.seq, via=p.via, card_url=p.card_url)
 
 
 def _member_left(state: WorkspaceState, ev: MemberLeft) -> None:

@@ -26,8 +26,8 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from backends.capabilities import ExecutionIsolation, ExecutionLanguage
-from hub.events import ArtifactRef, ExecFinishedPayload, SkippedWrite
+from hub.core.events import ArtifactRef, ExecFinishedPayload, SkippedWrite
+from hub.core.execution.capabilities import ExecutionIsolation, ExecutionLanguage
 
 __all__ = [
     "CANCELLED_EXIT_CODES",

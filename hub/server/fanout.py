@@ -20,8 +20,8 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Final, Generic, Protocol, TypeVar
 
-from hub.events import Event, encode_event
-from hub.protocol import encode_event_frame
+from hub.core.events import Event, encode_event
+from hub.core.wire.session import encode_event_frame
 
 __all__ = ["Fanout", "Outgoing", "Outlet", "SendQueue", "Subscription"]
 
@@ -45,7 +45,7 @@ class SendQueue(Generic[T]):
     connection's publishes in flight, admitted with :meth:`wait_room`).
 
     The writer takes frames with :meth:`wait` then :meth:`popleft` (everything queued at once,
-    see ``hub.server``; :meth:`peek` looks first) or with :meth:`get`.
+    see ``hub.server.app``; :meth:`peek` looks first) or with :meth:`get`.
     """
 
     def __init__(self, maxsize: int, low_water: int | None = None) -> None:

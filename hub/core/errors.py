@@ -1,0 +1,186 @@
+"""The one error taxonomy of Agora.
+
+Every failure that can reach a client is an :class:`AgoraError` subclass with a stable wire
+``code``. Errors are split by blame, after h11's ``LocalProtocolError``/``RemoteProtocolError``:
+:class:`ClientError` means the request was at fault and nothing changed; :class:`ServerError`
+means we were. The server maps them to ``error`` frames in one place (``hub.core.wire.session``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any, ClassVar, Final, Literal, NamedTuple
+
+Blame = Literal["client", "server", "operator"]
+
+
+class AgoraError(Exception):
+    """Root of every error Agora reports. ``code`` is part of the wire contract."""
+
+    code: ClassVar[str] = "internal"
+    blame: ClassVar[Blame] = "server"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = details
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, details={self.details!r})"
+
+
+class ClientError(AgoraError):
+    """The request was wrong; nothing was written."""
+
+    blame: ClassVar[Blame] = "client"
+
+
+class ServerError(AgoraError):
+    """Agora failed; the request may be retried."""
+
+    blame: ClassVar[Blame] = "server"
+
+
+class BadRequest(ClientError):
+    """Malformed input: bad JSON, a wrong type, an invalid path. ``details['field']`` names it."""
+
+    code = "badRequest"
+
+
+class Unauthorized(ClientError):
+    code = "unauthorized"
+
+
+class Forbidden(ClientError):
+    code = "forbidden"
+
+
+class NotFound(ClientError):
+    code = "notFound"
+
+
+class Conflict(ClientError):
+    """A precondition failed (stale ``expectedSeq``/``baseRev``, ownership). Carries ``head``."""
+
+    code = "conflict"
+
+
+class TooLarge(ClientError):
+    code = "tooLarge"
+
+
+class RateLimited(ClientError):
+    code = "rateLimited"
+
+
+class Busy(ClientError):
+    code = "busy"
+
+
+class Exists(ClientError):
+    code = "exists"
+
+
+class Unavailable(ServerError):
+    code = "unavailable"
+
+
+class Internal(ServerError):
+    code = "internal"
+
+
+class IntegrityError(ServerError):
+    """The stored log is damaged: a broken hash link, a gap or a duplicate seq."""
+
+    code = "internal"
+
+
+class ConfigError(AgoraError):
+    """The operator's configuration (file, flags, environment or secret) is invalid.
+
+    Blamed on neither a client nor the hub's code: it stops ``agora serve`` or a command before
+    anything runs. ``details['source']`` names the file (or ``command line``) when there is one.
+    """
+
+    code = "badRequest"
+    blame: ClassVar[Blame] = "operator"
+
+
+# ---------------------------------------------------------------------------------------------
+# The one error table: class ↔ stable wire code ↔ close code ↔ A2A error (read both ways by the
+# server session, the client and the A2A adapter; no other module tables error codes).
+
+
+class CloseCode(enum.IntEnum):
+    """WebSocket close codes Agora uses (RFC 6455 §7.4 plus the 4xxx private range)."""
+
+    SHUTDOWN = 1001  # going away: the hub is stopping
+    POLICY = 1008  # abuse: too many bad frames
+    TOO_BIG = 1009  # a frame over the size limit
+    INTERNAL = 1011
+    UNAUTHORIZED = 4401  # no valid token, or it expired
+    TOO_SLOW = 4408  # send queue overflowed; resume with afterSeq
+
+
+A2AErrorName = Literal["InvalidParamsError", "UnsupportedOperationError", "InternalError"]
+"""The A2A error (a2a-sdk's class name in ``a2a.utils.errors``; A2A spec §5.4) a code becomes.
+A2A has no authorization error inside a call: a forbidden workspace is an invalid parameter,
+with ``data.agoraCode = "forbidden"``."""
+
+
+class ErrorRow(NamedTuple):
+    """One row of :data:`ERROR_TABLE`."""
+
+    error: type[AgoraError]
+    closes: CloseCode | None
+    """The close code when the error ends the connection (the client does not retry it)."""
+    a2a: A2AErrorName
+
+    @property
+    def code(self) -> str:
+        return self.error.code
+
+
+ERROR_TABLE: Final[tuple[ErrorRow, ...]] = (
+    ErrorRow(BadRequest, None, "InvalidParamsError"),
+    ErrorRow(Unauthorized, CloseCode.UNAUTHORIZED, "InvalidParamsError"),
+    ErrorRow(Forbidden, None, "InvalidParamsError"),
+    ErrorRow(NotFound, None, "InvalidParamsError"),
+    ErrorRow(Conflict, None, "UnsupportedOperationError"),
+    ErrorRow(TooLarge, None, "InvalidParamsError"),
+    ErrorRow(RateLimited, None, "UnsupportedOperationError"),
+    ErrorRow(Busy, None, "UnsupportedOperationError"),
+    ErrorRow(Exists, None, "UnsupportedOperationError"),
+    ErrorRow(Unavailable, None, "InternalError"),
+    ErrorRow(Internal, None, "InternalError"),
+)
+"""Every wire error code, once. ``docs/protocol.md`` lists the same table."""
+
+_BY_CODE: Final[Mapping[str, ErrorRow]] = {row.code: row for row in ERROR_TABLE}
+
+FATAL_CLOSES: Final[Mapping[int, type[AgoraError]]] = {
+    CloseCode.UNAUTHORIZED: Unauthorized,
+    CloseCode.POLICY: BadRequest,
+    CloseCode.TOO_BIG: TooLarge,
+}
+"""Close codes after which reconnecting cannot help, and the error a client raises for each."""
+
+
+def error_row(code: str) -> ErrorRow:
+    """The table row of wire ``code``; an unknown code is ``internal``'s row."""
+    return _BY_CODE.get(code, _BY_CODE[Internal.code])
+
+
+def error_class(code: str) -> type[AgoraError]:
+    """The exception class a wire ``code`` stands for (unknown codes: :class:`Internal`)."""
+    return error_row(code).error
+
+
+def closes_connection(error: AgoraError) -> CloseCode | None:
+    """The close code ``error`` ends a connection with, or None when it keeps it open."""
+    return error_row(error.code).closes
+
+
+def is_known_code(code: str) -> bool:
+    return code in _BY_CODE
