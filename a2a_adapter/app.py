@@ -49,13 +49,13 @@ from starlette.applications import Starlette
 
 from a2a_adapter.auth import AgoraContextBuilder, BearerAuth
 from a2a_adapter.bridge import Bridge
-from a2a_adapter.follow import LogFollower
 from a2a_adapter.handler import AgoraRequestHandler
 from a2a_adapter.runtime import Runtime
 from a2a_adapter.store import LogTaskEventStream, LogTaskStore, TaskLocator
 from hub import __version__
 from hub.auth import TokenSigner
 from hub.config import HubConfig
+from hub.follow import LogFollower
 from hub.workspaces import Workspaces
 
 __all__ = [

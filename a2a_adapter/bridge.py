@@ -55,7 +55,6 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import A2AError
 from google.protobuf import json_format
 
-from a2a_adapter.follow import FollowerClosed, LogFollower
 from a2a_adapter.mapping import (
     TERMINAL_STATES,
     foreign_kind,
@@ -81,6 +80,7 @@ from hub.core.events import (
     WorkPublished,
 )
 from hub.core.rules.work import TERMINAL_STATUSES
+from hub.follow import FollowerClosed, LogFollower
 from hub.workspaces import Workspaces
 
 __all__ = ["Bridge", "PeerLink"]

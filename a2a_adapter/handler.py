@@ -66,7 +66,6 @@ from a2a.utils.errors import (
 from a2a.utils.task import apply_history_length, validate_history_length, validate_page_size
 from google.protobuf import json_format
 
-from a2a_adapter.follow import FollowerClosed
 from a2a_adapter.mapping import (
     INTERRUPTED_STATES,
     TERMINAL_STATES,
@@ -93,6 +92,7 @@ from hub.core.events import (
     MessagePosted,
     NeedWork,
 )
+from hub.follow import FollowerClosed
 from hub.workspaces import Workspaces
 
 __all__ = ["RESUME_HEADER", "AgoraRequestHandler", "a2a_error"]

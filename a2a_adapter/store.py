@@ -46,12 +46,12 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
 
-from a2a_adapter.follow import LogFollower
 from a2a_adapter.mapping import CROSSINGS, TERMINAL_STATES, MappingError, from_a2a, task_id_of
 from a2a_adapter.taskview import TaskKind, TaskView
 from hub.core.capability import ANY, Capability
 from hub.core.errors import AgoraError
 from hub.core.events import Event, WorkCancelled
+from hub.follow import LogFollower
 from hub.workspaces import Workspaces
 
 __all__ = [

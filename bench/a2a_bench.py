@@ -46,7 +46,7 @@ from a2a.types.a2a_pb2 import (  # noqa: E402
 from google.protobuf import json_format  # noqa: E402
 
 from a2a_adapter.app import A2AService  # noqa: E402
-from a2a_adapter.follow import LogFollower  # noqa: E402
+from hub.follow import LogFollower  # noqa: E402
 from hub.auth import TokenSigner  # noqa: E402
 from hub.config import HubConfig  # noqa: E402
 from hub.core.events import Completed, NeedWork, WorkClaimed, WorkPublished  # noqa: E402

@@ -16,10 +16,10 @@ from a2a.types.a2a_pb2 import AgentCard
 from google.protobuf import json_format
 
 from a2a_adapter.app import A2AService
-from a2a_adapter.follow import FollowerClosed, LogFollower
 from hub.auth import TokenSigner
 from hub.config import HubConfig
 from hub.core.events import Completed, NeedWork, WorkClaimed, WorkPublished
+from hub.follow import FollowerClosed, LogFollower
 from hub.log.sqlite import SqliteEventStore
 from hub.workspaces import Workspaces
 
