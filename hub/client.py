@@ -54,6 +54,7 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 from websockets.typing import Subprotocol
 
+from hub.core.backoff import Backoff
 from hub.core.errors import (
     FATAL_CLOSES,
     AgoraError,
@@ -183,20 +184,6 @@ def _close_error(code: int | None, reason: str) -> AgoraError | None:
     if cls is None:
         return None
     return cls(f"the hub closed the connection ({code}: {reason or 'no reason'})", closeCode=code)
-
-
-class Backoff(msgspec.Struct, frozen=True, kw_only=True):
-    """Reconnect delays: ``initial * factor**n`` capped at ``maximum``, each with jitter (a
-    random value in ``[d/2, d]``); give up after ``give_up_after`` seconds (None: never)."""
-
-    initial: float = 0.05
-    maximum: float = 2.0
-    factor: float = 2.0
-    give_up_after: float | None = 30.0
-
-    def delay(self, attempt: int) -> float:
-        base = min(self.maximum, self.initial * self.factor ** min(attempt, 64))
-        return base * (0.5 + random.random() / 2)  # jitter, not cryptography
 
 
 # ---------------------------------------------------------------------------------------------
