@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import random
 from collections.abc import AsyncIterator, Sequence
@@ -57,6 +56,7 @@ from google.protobuf import json_format
 
 from a2a_adapter.mapping import (
     TERMINAL_STATES,
+    derived_event_id,
     foreign_kind,
     message_payload,
     message_posted_payload,
@@ -115,11 +115,6 @@ _STATUS: Final[dict[str, str]] = {
     "completed": "completed",
     "workCancelled": "cancelled",
 }
-
-
-def _event_id(*parts: str) -> str:
-    digest = hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
-    return f"a2a-{digest[:40]}"
 
 
 class _Item:
@@ -455,7 +450,7 @@ class Bridge:
             return
         link = PeerLink(peer=item.peer.name, peer_task_id=task_id, peer_context_id=context_id)
         draft = WorkClaimed(
-            id=_event_id(item.peer.name, task_id, "claimed"),
+            id=derived_event_id(item.peer.name, task_id, "claimed"),
             correlation_id=item.cid,
             payload=msgspec.to_builtins(link),
         )
@@ -487,7 +482,7 @@ class Bridge:
         assert item.link is not None
         message_id = status.message.message_id if status.HasField("message") else ""
         stamp = str(status.timestamp.ToMilliseconds()) if status.HasField("timestamp") else ""
-        return _event_id(
+        return derived_event_id(
             item.peer.name, item.link.peer_task_id, TaskState.Name(status.state), message_id, stamp
         )
 
@@ -500,7 +495,7 @@ class Bridge:
             payload["lastChunk"] = True
         body = json_format.MessageToJson(update.artifact, sort_keys=True)
         draft = WorkPublished(
-            id=_event_id(
+            id=derived_event_id(
                 item.peer.name, item.link.peer_task_id, "artifact", body, str(update.append)
             ),
             correlation_id=item.cid,
@@ -513,7 +508,7 @@ class Bridge:
             item, message.task_id or f"message:{message.message_id}", message.context_id
         )
         draft = Completed(
-            id=_event_id(item.peer.name, message.message_id, "message"),
+            id=derived_event_id(item.peer.name, message.message_id, "message"),
             correlation_id=item.cid,
             payload=message_payload(message),
         )
@@ -540,7 +535,9 @@ class Bridge:
         if member is not None and member.present:
             return
         joined = MemberJoined(
-            id=_event_id("join", item.workspace, item.peer.name, str(state.seq if member else 0)),
+            id=derived_event_id(
+                "join", item.workspace, item.peer.name, str(state.seq if member else 0)
+            ),
             payload=MemberPayload(agent=item.peer.name, via="a2a", card_url=item.peer.card_url),
         )
         with contextlib.suppress(Conflict):

@@ -69,6 +69,7 @@ from google.protobuf import json_format
 from a2a_adapter.mapping import (
     INTERRUPTED_STATES,
     TERMINAL_STATES,
+    derived_event_id,
     message_payload,
     message_posted_payload,
     plain,
@@ -128,18 +129,12 @@ def _error_data(error: AgoraError) -> dict[str, Any]:
     return data
 
 
-def _event_id(*parts: str) -> str:
-    """A deterministic event id, so a retried request appends nothing new."""
-    digest = hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
-    return f"a2a-{digest[:40]}"
-
-
 def _message_event_id(agent: str, message: Message) -> str:
     """The event id for a message: the same for a retry of the same message (same sender,
     messageId, task, context and parts), different when a sender reuses a messageId for
     another message (some clients do)."""
     body = message.SerializeToString(deterministic=True)
-    return _event_id(agent, message.message_id, hashlib.sha256(body).hexdigest())
+    return derived_event_id(agent, message.message_id, hashlib.sha256(body).hexdigest())
 
 
 def _metadata(params: SendMessageRequest) -> dict[str, Any]:
@@ -566,7 +561,7 @@ class AgoraRequestHandler(RequestHandler):
             return
         card_url = meta.get(CARD_URL_KEY)
         joined = MemberJoined(
-            id=_event_id("join", workspace, cap.agent, str(state.seq if member else 0)),
+            id=derived_event_id("join", workspace, cap.agent, str(state.seq if member else 0)),
             payload=MemberPayload(
                 agent=cap.agent,
                 via="a2a",

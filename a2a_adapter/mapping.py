@@ -32,6 +32,7 @@ docs/a2a.md "Known deviations").
 from __future__ import annotations
 
 import base64
+import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal, NamedTuple
 
@@ -594,3 +595,10 @@ def foreign_table() -> str:
 def message_posted_payload(message: Message) -> MessagePayload:
     """A peer's message (not a state change) as a ``messagePosted`` payload."""
     return MessagePayload(text=_joined_text(message.parts), data=message_payload(message))
+
+
+def derived_event_id(*parts: str) -> str:
+    """A deterministic event id from ``parts``, so a retried A2A request (or a bridge step
+    replayed after a restart) appends nothing new: ``a2a-`` and 40 hex digits of SHA-256."""
+    digest = hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
+    return f"a2a-{digest[:40]}"

@@ -150,6 +150,7 @@ class TaskLocator:
             return None
         for ref in self._where.get(task_id, ()):
             if candidates is None or ref.workspace in candidates:
+                self._where.move_to_end(task_id)  # a hit makes it the most recently used
                 return ref
         names = await self.workspaces.store.workspaces() if candidates is None else candidates
         found: TaskRef | None = None

@@ -41,13 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"agora {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"hub.commands.{name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"hub.commands.{name}":
-                continue  # not built yet
-            raise
-        module.register(sub)
+        importlib.import_module(f"hub.commands.{name}").register(sub)
     return parser
 
 
