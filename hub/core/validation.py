@@ -13,6 +13,7 @@ from typing import Final
 
 import msgspec
 
+from hub.core.decoding import value_too_deep
 from hub.core.errors import BadRequest, TooLarge
 from hub.core.events import (
     ArtifactPublished,
@@ -26,6 +27,15 @@ WORKSPACE_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,128}")
 MAX_PATH_BYTES: Final = 1024
 MAX_ID_BYTES: Final = 256
 SHA256_RE: Final = re.compile(r"[0-9a-f]{64}")
+# Characters no path or id may hold: C0 controls, DEL, C1 controls, and the bidirectional
+# controls (U+202A-U+202E, U+2066-U+2069) that make a name display as another (docs/events.md).
+UNSAFE_CHARS_RE: Final = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# RFC 6838 §4.2 type/subtype names, with optional parameters (RFC 9110 §8.3.1).
+MEDIA_TYPE_RE: Final = re.compile(
+    r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
+    r"(?:\s*;\s*[A-Za-z0-9!#$%&'*+.^_`|~-]+=(?:[A-Za-z0-9!#$%&'*+.^_`|~-]+|\"[^\"\\\\]*\"))*"
+)
+MAX_MEDIA_TYPE_BYTES: Final = 255
 
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True):
@@ -35,6 +45,8 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     max_event_bytes: int = 1024 * 1024
     # File content above this many bytes moves to the blob store; the event keeps its sha256.
     blob_threshold: int = 64 * 1024
+    # JSON nested deeper than this is refused at every door (hub.core.decoding).
+    max_depth: int = 64
 
 
 DEFAULT_LIMITS: Final = Limits()
@@ -54,6 +66,11 @@ def validate_path(path: str, field: str = "path") -> str:
         raise BadRequest("path must be a non-empty string", field=field)
     if "\x00" in path:
         raise BadRequest("path must not contain NUL", field=field)
+    if UNSAFE_CHARS_RE.search(path):
+        raise BadRequest(
+            "path must not contain control characters (C0, DEL, C1) or bidirectional controls",
+            field=field,
+        )
     if len(path.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
         raise BadRequest(f"path longer than {MAX_PATH_BYTES} bytes", field=field)
     if path.startswith("/"):
@@ -69,8 +86,22 @@ def validate_path(path: str, field: str = "path") -> str:
 def validate_id(value: str, field: str) -> str:
     if not value or len(value.encode("utf-8", "surrogatepass")) > MAX_ID_BYTES:
         raise BadRequest(f"{field} must be 1-{MAX_ID_BYTES} bytes", field=field)
-    if any(ord(c) < 0x20 for c in value):
-        raise BadRequest(f"{field} must not contain control characters", field=field)
+    if UNSAFE_CHARS_RE.search(value):
+        raise BadRequest(
+            f"{field} must not contain control characters (C0, DEL, C1) or bidirectional controls",
+            field=field,
+        )
+    return value
+
+
+def validate_media_type(value: str, field: str) -> str:
+    """A media type ``type/subtype`` with optional ``; name=value`` parameters (RFC 6838)."""
+    if (
+        not isinstance(value, str)
+        or len(value.encode("utf-8", "surrogatepass")) > MAX_MEDIA_TYPE_BYTES
+        or not MEDIA_TYPE_RE.fullmatch(value)
+    ):
+        raise BadRequest(f"{field} is not a media type (type/subtype): {value[:64]!r}", field=field)
     return value
 
 
@@ -96,6 +127,12 @@ def validate_draft(event: Event, limits: Limits = DEFAULT_LIMITS) -> Event:
     """Check one draft's fields. Raises :class:`BadRequest` naming the field, or ``TooLarge``."""
     if event.id:
         validate_id(event.id, "id")
+    if value_too_deep(getattr(event, "payload", None), limits.max_depth):
+        raise BadRequest(
+            f"payload is nested deeper than the limit of {limits.max_depth} levels",
+            field="payload",
+            limit=limits.max_depth,
+        )
     for name in ("correlation_id", "causation_id", "topic", "consumer"):
         value = getattr(event, name)
         if value is not None:
@@ -131,6 +168,7 @@ def validate_draft(event: Event, limits: Limits = DEFAULT_LIMITS) -> Event:
             _check_base_rev(p.base_rev)
         case ArtifactPublished(payload=p):
             validate_id(p.key, "payload.key")
+            validate_media_type(p.media_type, "payload.mediaType")
             if p.blob:
                 validate_sha256(p.blob, "payload.blob")
             if p.size_bytes < 0:

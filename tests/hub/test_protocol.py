@@ -550,3 +550,37 @@ def test_too_slow_close_names_subscribed_workspaces_only() -> None:
     close = s.too_slow({"a": 7, "gone": 3})
     assert close == Close(4408, '{"lastSeq":{"a":7}}') and s.closed == close
     assert s.receive(frame(op="state", workspace="a")) == []
+
+
+# -- nesting depth (issue 11: a deep frame must be a typed refusal, never an exception) --------
+
+
+def _deep(levels: int) -> str:
+    return '{"op":"publish","rid":9,"workspace":"w","event":{"kind":"messagePosted","payload":' + (
+        '{"data":' + "[" * levels + "]" * levels + "}}}"
+    )
+
+
+@pytest.mark.parametrize("levels", [100, 5000, 200_000])
+def test_a_frame_nested_too_deep_before_hello_is_refused_not_raised(levels: int) -> None:
+    s, _ = session(None)
+    error, close = closes(s.receive(_deep(levels)))
+    assert error.code == "unauthorized" and close.code == 4401
+
+
+@pytest.mark.parametrize("levels", [100, 5000, 200_000])
+def test_a_frame_nested_too_deep_is_bad_request_naming_the_limit(levels: int) -> None:
+    s, _ = session()
+    error = only_error(s.receive(_deep(levels)))
+    assert error.code == "badRequest"
+    assert error.details["limit"] == 64 and error.details["field"] == "$"
+    assert s.closed is None  # a request error never closes the connection
+
+
+def test_the_depth_limit_is_a_session_limit() -> None:
+    s, _ = session(max_depth=8)
+    error = only_error(s.receive(_deep(6)))
+    assert error.code == "badRequest" and error.details["limit"] == 8
+    s, _ = session()
+    actions = s.receive(_deep(6))  # within the default: decoded and handed on as a request
+    assert not any(isinstance(a, Send) and isinstance(a.frame, Error) for a in actions)

@@ -18,6 +18,7 @@ from hub.core.events import (
     FileMovedPayload,
     FileWritten,
     FileWrittenPayload,
+    MessagePayload,
     MessagePosted,
     NeedWork,
 )
@@ -196,3 +197,54 @@ def test_generated_drafts_are_valid(drafts: list[tuple[str, Event]]) -> None:
 
 def test_messages_pass() -> None:
     validate_draft(MessagePosted())
+
+
+# -- characters, media types, nesting (issue 11) -----------------------------------------------
+
+UNSAFE = ["\r", "\n", "\t", "\x1b", "\x7f", "\x85", "\x9b", "\u202a", "\u202e", "\u2066", "\u2069"]
+
+
+@pytest.mark.parametrize("char", UNSAFE)
+def test_paths_and_ids_refuse_control_and_bidi_characters(char: str) -> None:
+    with pytest.raises(BadRequest) as info:
+        validate_path(f"src/a{char}b.py", "payload.path")
+    assert info.value.details["field"] == "payload.path"
+    with pytest.raises(BadRequest):
+        validate_id(f"agent{char}x", "producer")
+
+
+def test_paths_and_ids_keep_other_unicode() -> None:
+    assert validate_path("docs/résumé ✓/日本.md") == "docs/résumé ✓/日本.md"
+    assert validate_id("agent-ü", "producer") == "agent-ü"
+
+
+@pytest.mark.parametrize(
+    "bad", ["zz", "text/", "/plain", "text/plain\n", "a b/c", "x/" + "y" * 300]
+)
+def test_artifact_media_type_is_checked(bad: str) -> None:
+    draft = ArtifactPublished(payload=ArtifactPayload(key="k", media_type=bad))
+    with pytest.raises(BadRequest) as info:
+        validate_draft(draft)
+    assert info.value.details["field"] == "payload.mediaType"
+
+
+@pytest.mark.parametrize("good", ["image/png", "application/json; charset=utf-8", "image/svg+xml"])
+def test_artifact_media_types_accepted(good: str) -> None:
+    validate_draft(ArtifactPublished(payload=ArtifactPayload(key="k", media_type=good)))
+
+
+def test_a_payload_nested_deeper_than_the_limit_is_refused() -> None:
+    deep: object = []
+    for _ in range(2000):  # deeper than any recursive walk survives
+        deep = [deep]
+    with pytest.raises(BadRequest) as info:
+        validate_draft(MessagePosted(payload=MessagePayload(data=deep)))
+    assert info.value.details == {"field": "payload", "limit": 64}
+    shallow: object = []
+    for _ in range(10):
+        shallow = [shallow]
+    validate_draft(MessagePosted(payload=MessagePayload(data={"a": shallow})))
+    with pytest.raises(BadRequest):
+        validate_draft(MessagePosted(payload=MessagePayload(data=shallow)), Limits(max_depth=5))
+    with pytest.raises(BadRequest):  # an untyped payload (a kind whose payload is Any) too
+        validate_draft(NeedWork(payload={"spec": deep}))

@@ -17,7 +17,9 @@ Rules (docs/events.md, "Decide rules"):
   exist; otherwise it must equal the file's current ``rev`` → ``Conflict`` with details
   ``{path, baseRev, rev}`` (``rev`` 0 = absent). ``fileDeleted``/``fileMoved`` of a missing
   file → ``NotFound``; ``fileMoved`` onto an existing path → ``Conflict`` (delete or overwrite
-  it first: a move never silently replaces a file).
+  it first: a move never silently replaces a file). The workspace is a tree: creating a path
+  (a write or a move's target) whose parent is a file, or that is a directory (a file lies
+  below it), → ``Conflict`` with details ``{path, clash}``.
 - Hub-only kinds (presence, ``exec*``) are not checked here: the server and the runtime write
   them. Field validation (paths, sizes) is :func:`hub.core.validation.validate_draft`'s job.
 """
@@ -71,6 +73,36 @@ class _Overlay:
         entry = self.state.files.get(path)
         return 0 if entry is None else entry.rev
 
+    def check_tree(self, path: str, index: int) -> None:
+        """Raise :class:`Conflict` if a new file at ``path`` would make the workspace no longer a
+        tree: a parent of ``path`` is a file, or ``path`` is a directory (a file lies below it).
+        Checked only when a path is created, so it costs nothing for rewrites of a file."""
+        parts = path.split("/")
+        for end in range(1, len(parts)):
+            parent = "/".join(parts[:end])
+            if self.rev(parent) != 0:
+                raise Conflict(
+                    f"cannot create {path!r}: {parent!r} is a file",
+                    path=path,
+                    clash=parent,
+                    index=index,
+                )
+        below = path + "/"
+        # A linear scan, only when a path is created (a directory index would make the state
+        # reply and the snapshot format larger; see docs/events.md, "The workspace is a tree").
+        clash = next((k for k, rev in self.files.items() if rev and k.startswith(below)), None)
+        if clash is None:
+            clash = next(
+                (k for k in self.state.files if k.startswith(below) and self.rev(k) != 0), None
+            )
+        if clash is not None:
+            raise Conflict(
+                f"cannot create {path!r}: it is a directory (it holds {clash!r})",
+                path=path,
+                clash=clash,
+                index=index,
+            )
+
     def item(self, cid: str) -> _Item | None:
         item = self.items.get(cid)
         if item is None:
@@ -95,6 +127,8 @@ def decide(state: WorkspaceState, drafts: Sequence[Event], producer: str) -> Non
             case FileWritten(payload=p):
                 rev = overlay.rev(p.path)
                 _check_base_rev(p.path, p.base_rev, rev, index)
+                if rev == 0:
+                    overlay.check_tree(p.path, index)
                 overlay.files[p.path] = rev + 1
             case FileDeleted(payload=p):
                 rev = overlay.rev(p.path)
@@ -116,6 +150,7 @@ def decide(state: WorkspaceState, drafts: Sequence[Event], producer: str) -> Non
                         index=index,
                     )
                 overlay.files[p.from_] = 0
+                overlay.check_tree(p.to, index)
                 overlay.files[p.to] = rev + 1
             case _ if draft.kind in COLLABORATION_KINDS and draft.correlation_id is not None:
                 _decide_work(overlay, draft.kind, draft.correlation_id, producer, index)
@@ -124,17 +159,14 @@ def decide(state: WorkspaceState, drafts: Sequence[Event], producer: str) -> Non
 
 
 def reads_state(drafts: Sequence[Event]) -> bool:
-    """Whether :func:`decide` reads the state for ``drafts``: file changes with a ``baseRev``,
-    deletes, moves and work-item moves. Every other draft (messages, files written without
-    ``baseRev``, artifacts, the hub's own kinds) is accepted whatever precedes it, so it may
-    land after events another writer appended meanwhile without being decided again."""
+    """Whether :func:`decide` reads the state for ``drafts``: file changes (a new path must keep
+    the workspace a tree; ``baseRev``), deletes, moves and work-item moves. Every other draft
+    (messages, artifacts, the hub's own kinds) is accepted whatever precedes it, so it may land
+    after events another writer appended meanwhile without being decided again."""
     for draft in drafts:
         match draft:
-            case FileWritten(payload=p):
-                if p.base_rev is not None:
-                    return True
-            case FileDeleted() | FileMoved():
-                return True
+            case FileWritten() | FileDeleted() | FileMoved():
+                return True  # a new path must not clash with a file or directory
             case _ if draft.kind in COLLABORATION_KINDS and draft.correlation_id is not None:
                 return True
     return False

@@ -30,6 +30,7 @@ import msgspec
 
 from hub import __version__
 from hub.core.capability import Capability, Right
+from hub.core.decoding import check_json_depth
 from hub.core.errors import (
     AgoraError,
     BadRequest,
@@ -45,7 +46,7 @@ from hub.core.errors import (
 )
 from hub.core.events import Event
 from hub.core.records import AppendResult
-from hub.core.validation import validate_workspace
+from hub.core.validation import DEFAULT_LIMITS, validate_workspace
 from hub.core.wire.frames import (
     Ack,
     AnyClientFrame,
@@ -430,6 +431,8 @@ class SessionLimits(msgspec.Struct, frozen=True, kw_only=True):
     garbage_limit: int = 20
     max_exec_waits: int = 64
     """``execResult``/``kill``/``getExec`` requests a connection may have waiting at once."""
+    max_depth: int = DEFAULT_LIMITS.max_depth
+    """JSON nesting a frame may have (checked before it is decoded)."""
 
 
 def _expired_error() -> Unauthorized:
@@ -492,12 +495,14 @@ class Session:
         if self.closed is not None:
             return []
         try:
+            check_json_depth(data, self.limits.max_depth)
             frame = _client_decoder.decode(data)
-        except msgspec.MsgspecError as e:
+        except (msgspec.MsgspecError, BadRequest) as e:
             rid = _recover_rid(data)
             if self._expired():
                 return self._refuse(_expired_error(), rid)
-            return self._bad_frame(decode_error(e), rid)
+            error = e if isinstance(e, BadRequest) else decode_error(e)
+            return self._bad_frame(error, rid)
         if self.capability is None:
             if isinstance(frame, Hello):
                 return self._authenticate(frame.token, frame.rid)
@@ -819,5 +824,5 @@ class Session:
 def _recover_rid(data: str | bytes) -> Rid:
     try:
         return _rid_decoder.decode(data).rid
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, RecursionError):  # the frame may be nested too deep to skip
         return None

@@ -348,7 +348,7 @@ def test_a_batch_that_reads_no_state_is_accepted_after_any_history(
     ("drafts", "expected"),
     [
         ([MessagePosted()], False),
-        ([_write("a")], False),
+        ([_write("a")], True),  # a new path must keep the workspace a tree
         ([_write("a", base_rev=0)], True),
         ([_delete("a")], True),
         ([_move("a", "b")], True),
@@ -359,3 +359,37 @@ def test_a_batch_that_reads_no_state_is_accepted_after_any_history(
 )
 def test_reads_state(drafts: list[Event], expected: bool) -> None:
     assert reads_state(drafts) is expected
+
+
+# -- the workspace is a tree (issue 11) ---------------------------------------------------------
+
+
+def test_a_file_cannot_become_a_directory() -> None:
+    state = _state(("alice", _write("x")))
+    error = _refused(state, [_write("x/y")], "bob", Conflict)
+    assert error.details == {"path": "x/y", "clash": "x", "index": 0}
+    _refused(state, [_write("x/y/z")], "bob", Conflict)
+
+
+def test_a_directory_cannot_become_a_file() -> None:
+    state = _state(("alice", _write("d/e/f.txt")))
+    for path in ("d", "d/e"):
+        error = _refused(state, [_write(path)], "bob", Conflict)
+        assert error.details["clash"] == "d/e/f.txt" and error.details["path"] == path
+    decide(state, [_write("d/e/g.txt"), _write("d/e/f.txt"), _write("dd")], "bob")  # siblings
+
+
+def test_moves_keep_the_tree() -> None:
+    state = _state(("alice", _write("x")), ("alice", _write("d/f")))
+    assert _refused(state, [_move("x", "d")], "bob", Conflict).details["clash"] == "d/f"
+    assert _refused(state, [_move("d/f", "x/f")], "bob", Conflict).details["clash"] == "x"
+
+
+def test_the_tree_rule_sees_the_batch() -> None:
+    state = _state(("alice", _write("x")))
+    decide(state, [_delete("x"), _write("x/y")], "bob")  # x is gone first: now a directory
+    decide(state, [_move("x", "z"), _write("x/y")], "bob")
+    error = _refused(state, [_write("n/m"), _write("n")], "bob", Conflict)
+    assert error.details == {"path": "n", "clash": "n/m", "index": 1}
+    state2 = _state(("alice", _write("d/f")))
+    decide(state2, [_delete("d/f"), _write("d")], "bob")  # the directory emptied in the batch

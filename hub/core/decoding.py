@@ -1,0 +1,87 @@
+"""The decode policy of every door: JSON nested deeper than a limit is refused before any decoder
+or recursive walk sees it.
+
+A JSON document nested ~1,000 levels deep makes a recursive decoder, encoder or fold raise
+``RecursionError``; stored, it would break every later reader of the log. So each door
+(WebSocket frames, A2A bodies, ``agora append``/``import``, values coming back from backends,
+reads from the store) checks the nesting depth first: :func:`check_json_depth` on bytes,
+:func:`check_value_depth` on an already-built Python value. Both are iterative (no recursion
+of their own) and stop as soon as the limit is passed. The limit is ``[limits] max_depth``
+(:class:`hub.core.validation.Limits`, default 64).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+import msgspec
+
+from hub.core.errors import BadRequest
+
+__all__ = ["check_json_depth", "check_value_depth", "json_too_deep", "value_too_deep"]
+
+# A JSON string: its brackets do not nest. The unrolled form keeps the regex linear.
+_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_OPEN: Final = frozenset(b"[{")
+_CLOSE: Final = frozenset(b"]}")
+_BRACKETS: Final = bytes(range(256)).translate(None, b"[]{}")  # every byte but the brackets
+
+
+def json_too_deep(data: bytes | str, limit: int) -> bool:
+    """Whether the JSON text ``data`` nests deeper than ``limit`` (a scalar has depth 0).
+    Brackets inside strings do not count; malformed text gives a best-effort answer (the
+    decoder then refuses it)."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False  # fewer brackets than the limit: cannot nest deeper (the common case)
+    depth = 0
+    for byte in _STRING.sub(b"", raw).translate(None, _BRACKETS):
+        if byte in _OPEN:
+            depth += 1
+            if depth > limit:
+                return True
+        elif byte in _CLOSE:
+            depth -= 1
+    return False
+
+
+def value_too_deep(value: Any, limit: int) -> bool:
+    """Whether a JSON-like Python value nests deeper than ``limit`` (dicts, lists and tuples
+    nest; a scalar has depth 0). Iterative: safe on any depth."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        elif isinstance(item, msgspec.Struct):
+            children = msgspec.structs.astuple(item)  # a typed payload: its fields nest too
+        else:
+            continue
+        if depth + 1 > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _too_deep(field: str, limit: int) -> BadRequest:
+    return BadRequest(
+        f"{field} is nested deeper than the limit of {limit} levels", field=field, limit=limit
+    )
+
+
+def check_json_depth(data: bytes | str, max_depth: int, field: str = "$") -> None:
+    """Raise :class:`BadRequest` (details ``field``, ``limit``) if the JSON text ``data`` nests
+    deeper than ``max_depth``."""
+    if json_too_deep(data, max_depth):
+        raise _too_deep(field, max_depth)
+
+
+def check_value_depth(value: Any, max_depth: int, field: str) -> None:
+    """Raise :class:`BadRequest` (details ``field``, ``limit``) if ``value`` nests deeper than
+    ``max_depth``."""
+    if value_too_deep(value, max_depth):
+        raise _too_deep(field, max_depth)
