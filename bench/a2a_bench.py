@@ -46,10 +46,10 @@ from a2a.types.a2a_pb2 import (  # noqa: E402
 from google.protobuf import json_format  # noqa: E402
 
 from a2a_adapter.app import A2AService  # noqa: E402
-from hub.follow import LogFollower  # noqa: E402
 from hub.auth import TokenSigner  # noqa: E402
 from hub.config import HubConfig  # noqa: E402
 from hub.core.events import Completed, NeedWork, WorkClaimed, WorkPublished  # noqa: E402
+from hub.follow import LogFollower  # noqa: E402
 from hub.log.sqlite import SqliteEventStore  # noqa: E402
 from hub.workspaces import Workspaces  # noqa: E402
 from tests.a2a_adapter.echo_agent import echo_agent  # noqa: E402
