@@ -17,7 +17,13 @@ import msgspec
 
 from hub.core.errors import BadRequest
 from hub.core.errors import ConfigError as ConfigError  # re-exported: users catch it here
-from hub.core.validation import DEFAULT_LIMITS, Limits, validate_backend_id
+from hub.core.validation import (
+    DEFAULT_LIMITS,
+    DEFAULT_MAX_FRAME_BYTES,
+    EVENT_FRAME_RESERVE,
+    Limits,
+    validate_backend_id,
+)
 
 DEFAULT_DATA: Final = "./agora-data"
 """The data directory when neither ``--data`` nor ``[storage] data`` names one."""
@@ -51,7 +57,7 @@ class LimitsConfig(_Section, frozen=True):
     """``[limits]``: per-connection and per-event bounds. See docs/operations.md for what
     happens at each limit."""
 
-    max_frame_bytes: Positive = 1024 * 1024
+    max_frame_bytes: Positive = DEFAULT_MAX_FRAME_BYTES
     max_batch_events: Positive = 256
     publish_rate: PositiveRate = 2000.0  # events per second per connection (token bucket)
     publish_burst: Positive = 4000  # bucket size
@@ -66,7 +72,7 @@ class LimitsConfig(_Section, frozen=True):
         """The :class:`hub.core.validation.Limits` these settings imply for event drafts."""
         return Limits(
             max_file_bytes=self.max_file_bytes,
-            max_event_bytes=self.max_frame_bytes,
+            max_event_bytes=max(1024, self.max_frame_bytes - EVENT_FRAME_RESERVE),
             blob_threshold=self.blob_threshold,
         )
 

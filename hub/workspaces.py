@@ -36,13 +36,14 @@ from typing import Final
 import msgspec
 
 from hub.core.errors import BadRequest, ClientError, Conflict, Forbidden, NotFound
-from hub.core.events import HUB_KINDS, OP_KINDS, Event, FileWritten
+from hub.core.events import HUB_KINDS, OP_KINDS, ArtifactPublished, Event, FileWritten
 from hub.core.projections.workspace import FileEntry, WorkspaceState, evolve
 from hub.core.records import AppendResult
 from hub.core.rules.decide import decide, reads_state
 from hub.core.validation import (
     DEFAULT_LIMITS,
     Limits,
+    check_event_size,
     file_content,
     validate_draft,
     validate_workspace,
@@ -202,6 +203,10 @@ class Workspaces:
         if not drafts:
             raise BadRequest("a batch needs at least one event", field="events")
         prepared: list[Event] = []
+        # Content to move to the blob store: stored only once the batch is decided, so a
+        # refused publish writes nothing (a crash between the two leaves an unreferenced blob,
+        # which `agora blobs gc` removes; it is never referenced by an event).
+        pending_blobs: list[bytes] = []
         for i, draft in enumerate(drafts):
             if not trusted and (draft.kind in HUB_KINDS or draft.kind in OP_KINDS):
                 raise Forbidden(
@@ -211,7 +216,9 @@ class Workspaces:
                 )
             try:
                 validate_draft(draft, self.limits)
-                prepared.append(await self._prepare(draft, workspace, producer))
+                ready = await self._prepare(draft, workspace, producer, pending_blobs)
+                check_event_size(ready, self.limits)
+                prepared.append(ready)
             except ClientError as e:
                 e.details.setdefault("index", i)
                 raise
@@ -245,6 +252,13 @@ class Workspaces:
                 if await self.catch_up(workspace):
                     continue  # another node had moved the workspace on: decide again
                 raise
+            if pending_blobs:
+                # Decided: store the content now, then decide again (the state may have moved
+                # while the blobs were written; the next round has no await before append).
+                for content in pending_blobs:
+                    await self.store.blobs.put(content)
+                pending_blobs.clear()
+                continue
             result = await self._append(live, prepared, ordered=ordered, submitted=submitted)
             if result is not None:
                 return result
@@ -410,11 +424,25 @@ class Workspaces:
             workspace=workspace, events=tuple(found[i] for i in ids), duplicate=True
         )
 
-    async def _prepare(self, draft: Event, workspace: str, producer: str) -> Event:
-        """Set the authenticated producer; fill file hashes; move large content to blobs."""
+    async def _prepare(
+        self, draft: Event, workspace: str, producer: str, pending_blobs: list[bytes]
+    ) -> Event:
+        """Set the authenticated producer; fill file hashes; mark large content for the blob
+        store (appended to ``pending_blobs``, stored once the batch is decided); check that an
+        artifact's blob exists and fill its ``sha256`` and ``sizeBytes`` from it (the hub's
+        figures, never the client's)."""
         draft = msgspec.structs.replace(
             draft, producer=producer, workspace=workspace, seq=0, position=0, prev=None, hash=None
         )
+        if isinstance(draft, ArtifactPublished):
+            a = draft.payload
+            if not a.blob:
+                raise BadRequest("artifactPublished needs payload.blob", field="payload.blob")
+            if not await self.store.blobs.has(a.blob):
+                raise NotFound(f"blob {a.blob} is not in the blob store", field="payload.blob")
+            size = len(await self.store.blobs.get(a.blob))
+            artifact = msgspec.structs.replace(a, sha256=a.blob, size_bytes=size)
+            return msgspec.structs.replace(draft, payload=artifact)
         if not isinstance(draft, FileWritten):
             return draft
         p = draft.payload
@@ -427,9 +455,10 @@ class Workspaces:
             content = file_content(p.text, p.base64, "payload.base64")
             digest = hashlib.sha256(content).hexdigest()
             if len(content) > self.limits.blob_threshold:
-                blob = await self.store.blobs.put(content)
+                if not await self.store.blobs.has(digest):
+                    pending_blobs.append(content)
                 payload = msgspec.structs.replace(
-                    p, text=None, base64=None, blob=blob, sha256=digest, size=len(content)
+                    p, text=None, base64=None, blob=digest, sha256=digest, size=len(content)
                 )
             else:
                 payload = msgspec.structs.replace(p, sha256=digest, size=len(content))

@@ -21,6 +21,7 @@ from hub.core.events import (
     FileDeleted,
     FileMoved,
     FileWritten,
+    encode_event,
 )
 
 WORKSPACE_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,128}")
@@ -38,11 +39,25 @@ MEDIA_TYPE_RE: Final = re.compile(
 MAX_MEDIA_TYPE_BYTES: Final = 255
 
 
+ENVELOPE_RESERVE: Final = 256
+"""Bytes the log adds to a draft when it seals it (seq, position, timestamp, prev, hash): a
+draft's encoding plus this bounds the stored event's."""
+
+EVENT_FRAME_RESERVE: Final = 1024
+"""Bytes an ``event`` frame adds around a stored event (op, workspace name, keys). The hub
+keeps ``max_event_bytes`` this far below ``[limits] max_frame_bytes``, so every stored event
+reaches a reader whose frame limit is the hub's (docs/protocol.md, "Limits")."""
+
+
+DEFAULT_MAX_FRAME_BYTES: Final = 1024 * 1024
+"""``[limits] max_frame_bytes``: the largest WebSocket frame the hub reads or sends."""
+
+
 class Limits(msgspec.Struct, frozen=True, kw_only=True):
     """Size limits applied to drafts. Defaults are documented in docs/events.md."""
 
     max_file_bytes: int = 16 * 1024 * 1024
-    max_event_bytes: int = 1024 * 1024
+    max_event_bytes: int = DEFAULT_MAX_FRAME_BYTES - EVENT_FRAME_RESERVE
     # File content above this many bytes moves to the blob store; the event keeps its sha256.
     blob_threshold: int = 64 * 1024
     # JSON nested deeper than this is refused at every door (hub.core.decoding).
@@ -50,6 +65,19 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
 
 
 DEFAULT_LIMITS: Final = Limits()
+
+
+def check_event_size(draft: Event, limits: Limits = DEFAULT_LIMITS) -> None:
+    """Raise :class:`TooLarge` (details ``field``, ``limit``, ``size``) if ``draft``, once sealed
+    and stored, could encode to more than ``limits.max_event_bytes``."""
+    size = len(encode_event(draft)) + ENVELOPE_RESERVE
+    if size > limits.max_event_bytes:
+        raise TooLarge(
+            f"the event would be about {size} bytes stored; the limit is {limits.max_event_bytes}",
+            field="event",
+            limit=limits.max_event_bytes,
+            size=size,
+        )
 
 
 def validate_workspace(name: str, field: str = "workspace") -> str:

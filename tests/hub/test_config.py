@@ -16,7 +16,7 @@ from hub.config import (
     validate_backend_id,
 )
 from hub.core.errors import BadRequest
-from hub.core.validation import DEFAULT_LIMITS
+from hub.core.validation import DEFAULT_LIMITS, EVENT_FRAME_RESERVE
 
 FULL = """
 [server]
@@ -117,7 +117,8 @@ def test_draft_limits(tmp_path: Path) -> None:
     limits = load_config(write(tmp_path, FULL)).limits.draft_limits()
     assert limits.max_file_bytes == 1048576
     assert limits.blob_threshold == 4096
-    assert limits.max_event_bytes == 2097152
+    # an event frame (the stored event plus the frame around it) fits in max_frame_bytes
+    assert limits.max_event_bytes == 2097152 - EVENT_FRAME_RESERVE
 
 
 @pytest.mark.parametrize(

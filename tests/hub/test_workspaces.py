@@ -11,6 +11,8 @@ import pytest
 
 from hub.core.errors import BadRequest, Conflict, Forbidden, NotFound, TooLarge
 from hub.core.events import (
+    ArtifactPayload,
+    ArtifactPublished,
     Completed,
     Event,
     FileWritten,
@@ -22,6 +24,7 @@ from hub.core.events import (
     NeedWork,
     WorkClaimed,
     WorkPublished,
+    encode_event,
 )
 from hub.core.validation import Limits
 from hub.log.loading import rebuild_state
@@ -216,3 +219,61 @@ async def test_state_time_travel(store: SqliteEventStore) -> None:
     past = await ws.state("w", at_seq=7)
     assert past.seq == 7 and past.files["f"].text == "6"
     assert (await ws.state("w")).files["f"].text == "11"
+
+
+# -- decide before writing anything; the hub's own figures (issue 11) ---------------------------
+
+
+def _blob_files(tmp_path: Path) -> list[Path]:
+    return [p for p in (tmp_path / "blobs").rglob("*") if p.is_file()]
+
+
+async def test_a_refused_publish_stores_no_blob(store: SqliteEventStore, tmp_path: Path) -> None:
+    ws = Workspaces(store)
+    await ws.publish("w", [write("a.txt", "v1")], producer="alice")
+    big = "x" * (ws.limits.blob_threshold + 1)
+    for i in range(5):
+        with pytest.raises(Conflict):  # stale baseRev: refused by decide
+            await ws.publish("w", [write("a.txt", f"{big}{i}", base_rev=7)], producer="alice")
+        with pytest.raises(Forbidden):  # a hub-only kind after a big file: refused
+            await ws.publish(
+                "w",
+                [write(f"b{i}.txt", big), MemberJoined(payload=MemberPayload(agent="x"))],
+                producer="alice",
+            )
+    assert _blob_files(tmp_path) == []
+    r = await ws.publish("w", [write("c.txt", big)], producer="alice")  # accepted: stored
+    [blob] = _blob_files(tmp_path)
+    assert blob.name.endswith(r.events[0].payload.blob[2:])
+
+
+async def test_an_artifact_needs_a_stored_blob_and_gets_the_hubs_figures(
+    store: SqliteEventStore,
+) -> None:
+    ws = Workspaces(store)
+    missing = "0" * 64
+    with pytest.raises(NotFound) as info:
+        await ws.publish(
+            "w", [ArtifactPublished(payload=ArtifactPayload(key="k", blob=missing))], producer="a"
+        )
+    assert info.value.details["field"] == "payload.blob"
+    with pytest.raises(BadRequest):
+        await ws.publish("w", [ArtifactPublished(payload=ArtifactPayload(key="k"))], producer="a")
+    blob = await store.blobs.put(b"12345")
+    lie = ArtifactPayload(key="k", blob=blob, size_bytes=10**18, sha256="f" * 64)
+    r = await ws.publish("w", [ArtifactPublished(payload=lie)], producer="a")
+    stored = r.events[0].payload
+    assert stored.size_bytes == 5 and stored.sha256 == blob
+
+
+async def test_an_event_over_max_event_bytes_once_stored_is_refused(
+    store: SqliteEventStore,
+) -> None:
+    ws = Workspaces(store, limits=Limits(max_event_bytes=4096))
+    with pytest.raises(TooLarge) as info:
+        await ws.publish("w", [msg("x" * 4000)], producer="alice")
+    assert info.value.details["limit"] == 4096 and info.value.details["index"] == 0
+    assert (await ws.state("w")).seq == 0
+    r = await ws.publish("w", [msg("x" * 3000)], producer="alice")
+    stored = [ev async for ev in store.read("w")]
+    assert len(encode_event(stored[0])) <= 4096 and r.events[0].seq == 1
