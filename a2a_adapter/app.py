@@ -50,11 +50,13 @@ from starlette.applications import Starlette
 from a2a_adapter.auth import AgoraContextBuilder, BearerAuth
 from a2a_adapter.bridge import Bridge
 from a2a_adapter.handler import AgoraRequestHandler
+from a2a_adapter.limits import BodyLimits
 from a2a_adapter.runtime import Runtime
 from a2a_adapter.store import LogTaskEventStream, LogTaskStore, TaskLocator
 from hub import __version__
 from hub.auth import TokenSigner
 from hub.config import HubConfig
+from hub.core.validation import DEFAULT_LIMITS, Limits
 from hub.follow import LogFollower
 from hub.workspaces import Workspaces
 
@@ -143,8 +145,11 @@ def build_card(base_url: str, *, executions: bool = False) -> AgentCard:
     )
 
 
-def create_app(handler: AgoraRequestHandler, signer: TokenSigner) -> BearerAuth:
-    """The ASGI app: the SDK's card, JSON-RPC and REST routes behind bearer authentication."""
+def create_app(
+    handler: AgoraRequestHandler, signer: TokenSigner, *, limits: Limits = DEFAULT_LIMITS
+) -> BodyLimits:
+    """The ASGI app: the SDK's card, JSON-RPC and REST routes behind bearer authentication,
+    behind the body limits (size before reading, nesting before parsing)."""
     builder = AgoraContextBuilder()
     routes = [
         *create_agent_card_routes(handler.card, cache_control=CARD_CACHE_CONTROL),
@@ -153,7 +158,15 @@ def create_app(handler: AgoraRequestHandler, signer: TokenSigner) -> BearerAuth:
         *create_jsonrpc_routes(handler, JSONRPC_PATH + "/", context_builder=builder),
         *create_rest_routes(handler, context_builder=builder, path_prefix=REST_PREFIX),
     ]
-    return BearerAuth(Starlette(routes=routes), signer, public_paths={AGENT_CARD_WELL_KNOWN_PATH})
+    authenticated = BearerAuth(
+        Starlette(routes=routes), signer, public_paths={AGENT_CARD_WELL_KNOWN_PATH}
+    )
+    return BodyLimits(
+        authenticated,
+        max_body_bytes=limits.max_event_bytes,
+        max_depth=limits.max_depth,
+        jsonrpc_paths=frozenset({JSONRPC_PATH, JSONRPC_PATH + "/"}),
+    )
 
 
 class _Server(uvicorn.Server):
@@ -259,7 +272,7 @@ class A2AService:
             runtime=self.runtime,
             blocking_timeout=self.blocking_timeout,
         )
-        app = create_app(self.handler, self.signer)
+        app = create_app(self.handler, self.signer, limits=self.workspaces.limits)
         server_config = uvicorn.Config(
             app,
             log_config=None,
