@@ -33,7 +33,10 @@ import msgspec
 from a2a.server.cluster import ConcurrentTaskModificationError, TaskVersion
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event as SdkEvent
-from a2a.server.request_handlers.request_handler import RequestHandler
+from a2a.server.request_handlers.request_handler import (
+    RequestHandler,
+    validate_request_params,
+)
 from a2a.types.a2a_pb2 import (
     AgentCard,
     CancelTaskRequest,
@@ -184,6 +187,7 @@ class AgoraRequestHandler(RequestHandler):
 
     # -- reads ------------------------------------------------------------------------------
 
+    @validate_request_params  # the SDK's own required-field and enum checks
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task:
         """The task folded from the log. Raises TaskNotFoundError (also for a task in a
         workspace the caller may not read)."""
@@ -192,6 +196,7 @@ class AgoraRequestHandler(RequestHandler):
         length = params.history_length if params.HasField("history_length") else None
         return view.task(history_length=length)
 
+    @validate_request_params  # the SDK's own required-field and enum checks
     async def on_list_tasks(
         self, params: ListTasksRequest, context: ServerCallContext
     ) -> ListTasksResponse:
@@ -209,6 +214,7 @@ class AgoraRequestHandler(RequestHandler):
 
     # -- writes -----------------------------------------------------------------------------
 
+    @validate_request_params  # the SDK's own required-field and enum checks
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task:
         """Append ``workCancelled`` (or ask the runtime to kill an execution). Raises
         TaskNotFoundError, TaskNotCancelableError (terminal, or the caller is neither the
@@ -247,6 +253,7 @@ class AgoraRequestHandler(RequestHandler):
         _, view = await self._find(params.id, cap)
         return view.task()
 
+    @validate_request_params  # the SDK's own required-field and enum checks
     async def on_message_send(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Task | Message:
@@ -274,6 +281,7 @@ class AgoraRequestHandler(RequestHandler):
                             break
         return view.task(history_length=length)
 
+    @validate_request_params  # the SDK's own required-field and enum checks
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[SdkEvent, None]:
@@ -290,6 +298,7 @@ class AgoraRequestHandler(RequestHandler):
             async for event in events:
                 yield event
 
+    @validate_request_params  # the SDK's own required-field and enum checks
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[SdkEvent, None]:
