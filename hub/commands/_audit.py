@@ -30,10 +30,11 @@ from hub.commands.common import (
     fail,
     store_from_args,
 )
+from hub.core.decoding import check_json_depth
 from hub.core.errors import AgoraError, BadRequest, ConfigError, NotFound, Unavailable
 from hub.core.events import Event, decode_event
 from hub.core.records import Head
-from hub.core.validation import validate_id, validate_workspace
+from hub.core.validation import DEFAULT_LIMITS, validate_id, validate_workspace
 from hub.log.base import EventStore
 
 EXIT_OK: Final = 0
@@ -268,12 +269,17 @@ def decode_error(line: int, error: msgspec.DecodeError) -> str:
 
 
 def decode_lines(
-    data: bytes, check: Callable[[Event], object] | None = None
+    data: bytes,
+    check: Callable[[Event], object] | None = None,
+    *,
+    max_depth: int = DEFAULT_LIMITS.max_depth,
 ) -> tuple[list[tuple[int, Event]], list[str]]:
     """Decode JSON Lines of events: ``([(line number, event)], [error messages])``.
 
     Blank lines are skipped; line numbers are 1-based and count them. Every line is decoded,
-    so all bad lines are reported at once. ``check`` may refuse a decoded event by raising an
+    so all bad lines are reported at once. A line whose payload nests deeper than
+    ``max_depth`` is refused before it is decoded (the door's decode policy,
+    :mod:`hub.core.decoding`). ``check`` may refuse a decoded event by raising an
     :class:`AgoraError`.
     """
     events: list[tuple[int, Event]] = []
@@ -282,6 +288,7 @@ def decode_lines(
         if not raw.strip():
             continue
         try:
+            check_json_depth(raw, max_depth + 1)  # + 1: the event around its payload
             event = decode_event(raw)
             if check is not None:
                 check(event)

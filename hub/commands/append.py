@@ -91,7 +91,7 @@ async def run(args: argparse.Namespace) -> int:
             )
         validate_draft(ev, draft_limits)
 
-    numbered, errors = decode_lines(data, check)
+    numbered, errors = decode_lines(data, check, max_depth=draft_limits.max_depth)
     if errors:
         return report_all(COMMAND, errors)
     if not numbered:

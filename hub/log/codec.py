@@ -8,10 +8,11 @@ when that fails are the bodies decoded one by one, to name the damaged row.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import msgspec
 
+from hub.core.decoding import json_too_deep
 from hub.core.errors import IntegrityError
 from hub.core.events import Event, decode_event, decode_events
 from hub.core.records import Head
@@ -23,19 +24,56 @@ def as_bytes(body: bytes | str) -> bytes:
     return body if isinstance(body, bytes) else str(body).encode("utf-8", "surrogatepass")
 
 
+READ_MAX_DEPTH: Final = 256
+"""The deepest stored event a reader accepts. The hub writes none deeper than ``[limits]
+max_depth`` + 1; a deeper one (written before the limit existed) would break recursive
+readers, so reading it raises :class:`IntegrityError` naming its row instead."""
+
+
+class TooDeep(ValueError):
+    """A stored body nests deeper than :data:`READ_MAX_DEPTH`."""
+
+
+def decode_body(body: bytes) -> Event:
+    """Decode one stored body. Raises ``msgspec.DecodeError``/``ValidationError`` or
+    :class:`TooDeep`."""
+    if json_too_deep(body, READ_MAX_DEPTH):
+        raise TooDeep(f"nested deeper than {READ_MAX_DEPTH} levels")
+    try:
+        return decode_event(body)
+    except RecursionError as e:  # belt and braces: the decoder's own recursion guard
+        raise TooDeep(f"nested too deep to decode: {e}") from e
+
+
+def decode_joined(joined: bytes) -> list[Event]:
+    """Decode ``[body,body,…]`` in one call. Raises ``msgspec.DecodeError``/``ValidationError``
+    or :class:`TooDeep` (the array adds one level)."""
+    if json_too_deep(joined, READ_MAX_DEPTH + 1):
+        raise TooDeep(f"nested deeper than {READ_MAX_DEPTH} levels")
+    try:
+        return decode_events(joined)
+    except RecursionError as e:
+        raise TooDeep(f"nested too deep to decode: {e}") from e
+
+
+UNDECODABLE: Final = (msgspec.DecodeError, msgspec.ValidationError, TooDeep)
+"""What :func:`decode_body` and :func:`decode_joined` raise for a damaged body."""
+
+
 def decode_page(bodies: Sequence[bytes | str], keys: Iterable[int], key_name: str) -> list[Event]:
     """Decode stored bodies in one call; ``keys`` name their rows (``key_name`` is ``seq`` or
-    ``position``). Raises :class:`IntegrityError` naming the first undecodable row."""
+    ``position``). Raises :class:`IntegrityError` naming the first undecodable row (or one
+    nested deeper than :data:`READ_MAX_DEPTH`)."""
     if not bodies:
         return []
     raw = [as_bytes(b) for b in bodies]
     try:
-        return decode_events(b"[" + b",".join(raw) + b"]")
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        return decode_joined(b"[" + b",".join(raw) + b"]")
+    except UNDECODABLE as e:
         for key, body in zip(keys, raw, strict=True):
             try:
-                decode_event(body)
-            except (msgspec.DecodeError, msgspec.ValidationError) as bad:
+                decode_body(body)
+            except UNDECODABLE as bad:
                 raise IntegrityError(
                     f"stored event at {key_name} {key} cannot be decoded: {bad}",
                     **{key_name: key},

@@ -48,11 +48,11 @@ import msgspec
 
 from hub.core.chain import GENESIS
 from hub.core.errors import AgoraError, IntegrityError, Internal, Unavailable
-from hub.core.events import Event, decode_events
+from hub.core.events import Event
 from hub.core.records import AppendResult, Head, Snapshot
 from hub.log.base import EventStore
 from hub.log.blobs import FileBlobStore
-from hub.log.codec import as_bytes, decode_page, head_from_row
+from hub.log.codec import UNDECODABLE, as_bytes, decode_joined, decode_page, head_from_row
 from hub.log.writer import (
     EMPTY_TIP,
     Append,
@@ -627,8 +627,8 @@ class SqliteEventStore(EventStore):
         if not count:
             return []
         try:
-            events = decode_events(b"[" + blob + b"]")
-        except (msgspec.DecodeError, msgspec.ValidationError):
+            events = decode_joined(b"[" + blob + b"]")
+        except UNDECODABLE:
             return None  # the row-wise path names the damaged row
         if len(events) != count or not _increasing(events, key):
             return None
