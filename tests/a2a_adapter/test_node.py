@@ -1,6 +1,7 @@
 """Interop with @a2a-js/sdk (1.x) under Node: a small script sends, streams and asks for an
 unknown task. Skipped, with the reason, when node or npm is missing or the package cannot be
-installed (it is installed once into tests/.node, which git ignores)."""
+installed (it is installed once into tests/.node, which git ignores) — and failed instead when
+``AGORA_REQUIRE`` names ``node`` (CI does)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from a2a_adapter.app import A2AService
 from hub.workspaces import Workspaces
 from tests.a2a_adapter.conftest import WORKSPACE, TokenFactory, Worker
+from tests.conftest import require
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_DIR = ROOT / "tests" / ".node" / "a2a-js"
@@ -26,10 +26,10 @@ def _node_peer() -> Path:
     """The directory holding node_modules/@a2a-js/sdk and the script (installed once)."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
-        pytest.skip("node/npm are not installed")
+        require("node", False, "node/npm are not installed")
     version = subprocess.run([node, "--version"], capture_output=True, text=True, check=False)
     if not version.stdout.startswith("v") or int(version.stdout[1:].split(".")[0]) < 20:
-        pytest.skip(f"@a2a-js/sdk needs node >= 20, found {version.stdout.strip()}")
+        require("node", False, f"@a2a-js/sdk needs node >= 20, found {version.stdout.strip()}")
     if not (NODE_DIR / "node_modules" / "@a2a-js" / "sdk" / "package.json").exists():
         NODE_DIR.mkdir(parents=True, exist_ok=True)
         (NODE_DIR / "package.json").write_text('{"private": true, "type": "module"}\n')
@@ -42,7 +42,7 @@ def _node_peer() -> Path:
             check=False,
         )
         if done.returncode != 0:
-            pytest.skip(f"npm install {PACKAGE} failed: {done.stderr.strip()[-300:]}")
+            require("node", False, f"npm install {PACKAGE} failed: {done.stderr.strip()[-300:]}")
     shutil.copy(SCRIPT, NODE_DIR / SCRIPT.name)
     return NODE_DIR
 
