@@ -584,3 +584,23 @@ def test_the_depth_limit_is_a_session_limit() -> None:
     s, _ = session()
     actions = s.receive(_deep(6))  # within the default: decoded and handed on as a request
     assert not any(isinstance(a, Send) and isinstance(a.frame, Error) for a in actions)
+
+
+@settings(max_examples=200)
+@given(
+    st.integers(0, 3000),
+    st.sampled_from(["[", "{\"a\":", "[{\"b\":"]),
+    st.text(alphabet='[]{}",:\\ax1', max_size=40),
+    st.booleans(),
+)
+def test_any_nesting_gets_actions_never_an_exception(
+    depth: int, opener: str, tail: str, authenticated: bool
+) -> None:
+    s, _ = session("good" if authenticated else None)
+    closer = {"[": "]", '{"a":': "}", '[{"b":': "}]"}[opener]
+    text = '{"op":"publish","rid":1,"workspace":"w","event":' + opener * depth + tail
+    actions = s.receive(text + closer * depth + "}")
+    assert actions
+    for action in actions:
+        if isinstance(action, Send):
+            msgspec.json.decode(encode_frame(action.frame))
