@@ -1,8 +1,11 @@
 """Shared test fixtures.
 
 ``require(service)`` skips a test whose service (docker, postgres) is missing on this machine,
-but fails it when ``AGORA_REQUIRE`` lists the service (CI sets ``AGORA_REQUIRE=docker,postgres``
-so a missing service can never turn into a silent skip there).
+but fails it when ``AGORA_REQUIRE`` lists the service (CI sets it to every service the suite
+uses, so a missing service can never turn into a silent skip there).
+
+Hypothesis runs without its wall-clock checks (no ``deadline``, no ``too_slow`` health check):
+on a loaded 2-core machine they fail tests for the machine's speed, not for a bug.
 """
 
 from __future__ import annotations
@@ -10,6 +13,12 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "agora", deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+settings.load_profile("agora")
 
 
 def required_services() -> set[str]:
