@@ -410,7 +410,7 @@ class Connection:
             del self.subscriptions[workspace]
             return await self._perform(self._failed(request, e))
         start = head if request.after_seq is None else request.after_seq
-        subscription.last_seq = start
+        subscription.cursor.advance(start)
         self.last_sent[workspace] = start
         if not await self._perform(self.session.completed(request, head)):
             return False
@@ -427,12 +427,12 @@ class Connection:
     async def _catch_up(
         self, subscription: Subscription, head: int, request: SubscribeRequest
     ) -> None:
-        """Queue the events after ``subscription.last_seq`` up to ``head`` from the store,
+        """Queue the events after ``subscription.cursor`` up to ``head`` from the store,
         then switch the subscription to live (no gap, no duplicate: see hub.server.fanout)."""
         workspace = subscription.workspace
         try:
-            last = subscription.last_seq
-            while last < head:
+            cursor = subscription.cursor
+            while (last := cursor.last) < head:
                 page = await self.hub.store.read_raw(
                     workspace, after_seq=last, limit=min(CATCH_UP_PAGE, head - last)
                 )
@@ -442,7 +442,7 @@ class Connection:
                     if seq > head:
                         break
                     await self.queue.put((encode_event_frame(workspace, body), workspace, seq))
-                    subscription.last_seq = last = seq
+                    cursor.advance(seq)
             subscription.go_live()
         except Exception as e:
             # The subscription ends; the error (with the subscribe's rid) says so.
