@@ -50,7 +50,7 @@ class SendQueue(Generic[T]):
     connection's publishes in flight, admitted with :meth:`wait_room`).
 
     The writer takes frames with :meth:`wait` then :meth:`popleft` (everything queued at once,
-    see ``hub.server.app``; :meth:`peek` looks first) or with :meth:`get`.
+    see ``hub.server.connection``; :meth:`peek` looks first) or with :meth:`get`.
     """
 
     def __init__(self, maxsize: int, low_water: int | None = None) -> None:
