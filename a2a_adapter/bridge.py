@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from typing import Any, Final
@@ -64,6 +63,7 @@ from a2a_adapter.mapping import (
     plain,
 )
 from hub.config import PeerConfig
+from hub.core.backoff import Backoff
 from hub.core.errors import AgoraError, Conflict
 from hub.core.events import (
     Blocked,
@@ -88,6 +88,12 @@ __all__ = ["Bridge", "PeerLink"]
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF: Final = 30.0
+FAILURE_BACKOFF: Final = Backoff(initial=0.2, maximum=MAX_BACKOFF, give_up_after=None)
+"""Before retrying a peer that failed (``delay(n)`` after the n-th failure in a row)."""
+RESUBSCRIBE_BACKOFF: Final = Backoff(
+    initial=0.1, maximum=MAX_BACKOFF, jitter=0.0, give_up_after=None
+)
+"""Before resubscribing to a task whose stream ended while it still runs."""
 
 
 class PeerLink(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -341,7 +347,7 @@ class Bridge:
                 if item.done:
                     return
                 attempt += 1
-                delay = min(MAX_BACKOFF, 0.2 * 2**attempt) * (0.5 + random.random() / 2)
+                delay = FAILURE_BACKOFF.delay(attempt)
                 log.warning("bridge: peer %s: %s; retrying in %.1fs", item.peer.name, e, delay)
                 await asyncio.sleep(delay)
                 continue
@@ -354,7 +360,7 @@ class Bridge:
                 attempt = 0
                 continue
             attempt += 1  # the stream ended with the task still running: resubscribe
-            await asyncio.sleep(min(MAX_BACKOFF, 0.1 * 2**attempt))
+            await asyncio.sleep(RESUBSCRIBE_BACKOFF.delay(attempt))
 
     async def _until_done(self, item: _Item, consume: Any) -> TaskState | None:
         """Run ``consume`` until it returns or the item ends in the log."""

@@ -24,17 +24,21 @@ from hub.core.validation import (
     Limits,
     validate_backend_id,
 )
+from hub.core.wire.session import Positive, SessionLimits
 
 DEFAULT_DATA: Final = "./agora-data"
 """The data directory when neither ``--data`` nor ``[storage] data`` names one."""
+
+NODE_ID_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,128}")
+"""A node id (``[cluster] node_id``, ``AGORA_NODE_ID``): what ``execStarted.payload.node``
+records and the ``nodes`` table is keyed by."""
 
 
 BackendKind = Literal["process", "container", "wasm", "python", "rust"]
 Access = Literal["read", "read-write"]
 
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]  # 0: let the OS choose (tests)
-Positive = Annotated[int, msgspec.Meta(ge=1)]
-PositiveRate = Annotated[float, msgspec.Meta(gt=0)]
+Seconds = Annotated[float, msgspec.Meta(gt=0, le=86400)]  # at most a day: a typo, not a plan
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 
 
@@ -53,17 +57,15 @@ class ServerConfig(_Section, frozen=True):
     compression: Literal["deflate"] | None = None
 
 
-class LimitsConfig(_Section, frozen=True):
+class LimitsConfig(SessionLimits, _Section, frozen=True):
     """``[limits]``: per-connection and per-event bounds. See docs/operations.md for what
-    happens at each limit."""
+    happens at each limit. The per-connection ones the protocol session enforces (batch size,
+    publish rate and burst, subscriptions, bad frames, execution waits) are inherited from
+    :class:`hub.core.wire.session.SessionLimits` with their defaults: this *is* the session's
+    limits, passed to every session as it is."""
 
     max_frame_bytes: Positive = DEFAULT_MAX_FRAME_BYTES
-    max_batch_events: Positive = 256
-    publish_rate: PositiveRate = 2000.0  # events per second per connection (token bucket)
-    publish_burst: Positive = 4000  # bucket size
     send_queue: Positive = 4096  # frames queued per connection before close 4408
-    max_subscriptions: Positive = 64  # per connection
-    garbage_limit: Positive = 20  # bad frames before close 1008
     max_file_bytes: Positive = DEFAULT_LIMITS.max_file_bytes
     blob_threshold: Positive = DEFAULT_LIMITS.blob_threshold
     snapshot_every: Positive = 1000  # events between projection snapshots
@@ -74,6 +76,7 @@ class LimitsConfig(_Section, frozen=True):
             max_file_bytes=self.max_file_bytes,
             max_event_bytes=max(1024, self.max_frame_bytes - EVENT_FRAME_RESERVE),
             blob_threshold=self.blob_threshold,
+            max_depth=self.max_depth,
         )
 
 
@@ -115,6 +118,19 @@ class RuntimeConfig(_Section, frozen=True):
     retention_window_s: Positive = 3600  # older finished ones beyond the newest N are disposed
 
 
+class ClusterConfig(_Section, frozen=True):
+    """``[cluster]``: this node's id and the cluster's timing, used when the store is shared
+    (PostgreSQL; docs/operations.md, "Running several nodes"). ``agora serve`` lets the
+    environment override each key (``AGORA_NODE_ID``, ``AGORA_HEARTBEAT_S``,
+    ``AGORA_NODE_TIMEOUT_S``)."""
+
+    # None: a fresh ``<host>-<pid>-<8 hex>`` per process, so a restarted node is a new node
+    # and its predecessor is reaped like any dead one. Pinned, one running process may use it.
+    node_id: str | None = None
+    heartbeat_s: Seconds = 2.0  # between beats, and between looks for dead nodes
+    timeout_s: Seconds = 10.0  # a node whose last beat is older is dead
+
+
 class A2AConfig(_Section, frozen=True):
     """``[a2a]``."""
 
@@ -130,6 +146,7 @@ class HubConfig(_Section, frozen=True):
     backends: tuple[BackendConfig, ...] = ()
     a2a: A2AConfig = msgspec.field(default_factory=A2AConfig)
     runtime: RuntimeConfig = msgspec.field(default_factory=RuntimeConfig)
+    cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)
 
     def with_overrides(
         self,
@@ -139,11 +156,17 @@ class HubConfig(_Section, frozen=True):
         a2a_port: int | None = None,
         data: str | Path | None = None,
         store: str | None = None,
+        node_id: str | None = None,
+        heartbeat_s: float | None = None,
+        timeout_s: float | None = None,
+        source: str = "command line",
     ) -> HubConfig:
         """A copy with each given (non-``None``) value replacing the file's; command-line flags
-        win over the file. Raises :class:`ConfigError` for an out-of-range value."""
+        and environment overrides win over the file. Raises :class:`ConfigError` naming
+        ``source`` for an out-of-range value."""
         server = self.server
         storage = self.storage
+        cluster = self.cluster
         if host is not None or port is not None or a2a_port is not None:
             server = msgspec.structs.replace(
                 server,
@@ -157,11 +180,16 @@ class HubConfig(_Section, frozen=True):
                 data=storage.data if data is None else str(data),
                 store=storage.store if store is None else store,
             )
+        if node_id is not None or heartbeat_s is not None or timeout_s is not None:
+            cluster = msgspec.structs.replace(
+                cluster,
+                node_id=cluster.node_id if node_id is None else node_id,
+                heartbeat_s=cluster.heartbeat_s if heartbeat_s is None else heartbeat_s,
+                timeout_s=cluster.timeout_s if timeout_s is None else timeout_s,
+            )
+        replaced = msgspec.structs.replace(self, server=server, storage=storage, cluster=cluster)
         # Re-validate: replace() does not check Meta constraints.
-        return parse_config(
-            msgspec.to_builtins(msgspec.structs.replace(self, server=server, storage=storage)),
-            source="command line",
-        )
+        return parse_config(msgspec.to_builtins(replaced), source=source)
 
 
 def parse_config(raw: object, source: str = "<config>") -> HubConfig:
@@ -194,6 +222,19 @@ def parse_config(raw: object, source: str = "<config>") -> HubConfig:
                 source=source,
             )
         names.add(peer.name)
+    cluster = config.cluster
+    if cluster.node_id is not None and not NODE_ID_RE.fullmatch(cluster.node_id):
+        raise ConfigError(
+            f"{source}: invalid node id {cluster.node_id!r} at cluster.node_id: "
+            "use 1-128 of [A-Za-z0-9._-]",
+            source=source,
+        )
+    if not cluster.heartbeat_s < cluster.timeout_s:
+        raise ConfigError(
+            f"{source}: cluster.heartbeat_s ({cluster.heartbeat_s:g}) must be less than "
+            f"cluster.timeout_s ({cluster.timeout_s:g})",
+            source=source,
+        )
     return config
 
 

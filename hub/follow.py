@@ -5,7 +5,9 @@ in seq order, with each committed batch). :meth:`LogFollower.follow` registers a
 buffer *before* it reads the store, reads everything after ``after_seq``, then drains the
 buffer skipping what it already yielded. When a slow reader's buffer overflows it is not
 dropped: the buffer is cleared and the reader catches up from the store again (the log is the
-truth; the buffer is only a shortcut), so a follower never loses an event.
+truth; the buffer is only a shortcut), so a follower never loses an event. Its reading
+position is a :class:`hub.core.cursor.SeqCursor`, the same one the fan-out's subscriptions keep
+(:mod:`hub.server.fanout`).
 
 Only events committed through this process's :class:`~hub.workspaces.Workspaces` wake a
 follower; it also polls the store every ``poll_interval`` seconds while idle, so events
@@ -20,6 +22,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, Sequence
 from typing import Final
 
+from hub.core.cursor import DUPLICATE, GAP, SeqCursor
 from hub.core.events import Event
 from hub.workspaces import Workspaces
 
@@ -118,7 +121,7 @@ class LogFollower:
             raise FollowerClosed("the log follower is closed")
         reader = _Reader(workspace, self.buffer)
         self._readers.setdefault(workspace, set()).add(reader)
-        last = after_seq
+        cursor = SeqCursor(after_seq)
         store = self.workspaces.store
         try:
             catch_up = True
@@ -128,21 +131,24 @@ class LogFollower:
                 if catch_up:
                     reader.overflowed = False
                     reader.buffer.clear()
-                    page = await store.read_batch(workspace, after_seq=last, limit=READ_BATCH)
+                    page = await store.read_batch(
+                        workspace, after_seq=cursor.last, limit=READ_BATCH
+                    )
                     for ev in page:
-                        last = ev.seq
+                        cursor.advance(ev.seq)
                         yield ev
                     if len(page) == READ_BATCH:
                         continue
                     catch_up = False
                 while reader.buffer and not reader.overflowed:
                     ev = reader.buffer.popleft()
-                    if ev.seq <= last:
+                    step = cursor.step(ev.seq)
+                    if step is DUPLICATE:
                         continue
-                    if ev.seq != last + 1:
-                        catch_up = True  # a gap: read it from the store
+                    if step is GAP:
+                        catch_up = True  # read it from the store
                         break
-                    last = ev.seq
+                    cursor.advance(ev.seq)
                     yield ev
                 if reader.overflowed:
                     catch_up = True

@@ -29,12 +29,12 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import random
 from collections.abc import Callable, Sequence
 from typing import Final
 
 import msgspec
 
+from hub.core.backoff import Backoff
 from hub.core.errors import BadRequest, ClientError, Conflict, Forbidden, NotFound
 from hub.core.events import HUB_KINDS, OP_KINDS, ArtifactPublished, Event, FileWritten
 from hub.core.projections.workspace import FileEntry, WorkspaceState, evolve
@@ -57,8 +57,11 @@ Listener = Callable[[str, Sequence[Event]], None]
 
 # How often a batch is decided again after its workspace resynced under it.
 MAX_REDECIDE = 8
-# The first random back-off before deciding again after another writer's append (doubling).
-REDECIDE_BACKOFF_S: Final = 0.0005
+# The random back-off before deciding again after another writer's append: from 0.5 ms,
+# doubling, each a uniform fraction of it (full jitter), bounded by the attempts.
+REDECIDE_BACKOFF: Final = Backoff(
+    initial=0.0005, maximum=0.0005 * 2 ** (MAX_REDECIDE - 1), jitter=1.0, give_up_after=None
+)
 # Events read from the store per page by a catch-up.
 CATCH_UP_PAGE: Final = 1000
 # How long a catch-up waits for this node's own in-flight batch before reading the store.
@@ -224,7 +227,7 @@ class Workspaces:
                 raise
 
         ordered = expected_seq is not None or reads_state(prepared)
-        for _attempt in range(MAX_REDECIDE):
+        for attempt in range(MAX_REDECIDE):
             live = await self._open(workspace)
             # A batch decided without reading the state need not wait for the tentative state
             # to be repaired, unless a publish that needs it is repairing it (which waits for
@@ -264,7 +267,7 @@ class Workspaces:
                 return result
             # Another writer got there first: back off a random moment (two nodes busy on
             # one workspace would otherwise keep colliding in step).
-            await asyncio.sleep(random.random() * REDECIDE_BACKOFF_S * 2**_attempt)
+            await asyncio.sleep(REDECIDE_BACKOFF.delay(attempt))
         raise Conflict(
             f"workspace {workspace!r} kept changing under this batch; retry",
             head=self._live[workspace].committed.seq if workspace in self._live else 0,

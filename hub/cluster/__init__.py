@@ -2,7 +2,8 @@
 
 One concept per module:
 
-- :mod:`hub.cluster.settings`: a node's id and cluster timing (pure; read from the environment).
+- :mod:`hub.cluster.settings`: a node's id (the timing is ``[cluster]`` in
+  :class:`hub.config.ClusterConfig`).
 - :mod:`hub.cluster.follower`: events other nodes commit, delivered to this node's subscribers
   (LISTEN/NOTIFY hints, coalesced per workspace, read back from the log).
 - :mod:`hub.cluster.heartbeat`: the ``nodes`` table: beats, dead nodes, reaping each dead node

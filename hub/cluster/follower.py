@@ -28,6 +28,7 @@ import logging
 from collections import deque
 from typing import Final
 
+from hub.core.backoff import Backoff
 from hub.core.errors import AgoraError
 from hub.log.base import EventStore
 from hub.workspaces import Workspaces
@@ -38,7 +39,8 @@ log = logging.getLogger("agora.cluster")
 
 DEFAULT_CONCURRENCY: Final = 4
 DEFAULT_MAX_PENDING: Final = 65536
-RETRY_BACKOFF_S: Final = (0.05, 5.0)
+RETRY_BACKOFF: Final = Backoff(initial=0.05, maximum=5.0, give_up_after=None)
+"""Between a worker's failed catch-ups (the store is down): retried until it is back."""
 
 _ANY: Final = -1
 """A pending target meaning "whatever the log has" (a re-check, no announced head)."""
@@ -128,7 +130,7 @@ class Follower:
                 tg.create_task(self._work(), name=f"agora-follow:worker-{i}")
 
     async def _work(self) -> None:
-        backoff = RETRY_BACKOFF_S[0]
+        failures = 0
         while True:
             while not self._ready:
                 self._wake.clear()
@@ -154,10 +156,10 @@ class Follower:
                 self._running.discard(workspace)
             if failed:
                 self._schedule(workspace, _ANY)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, RETRY_BACKOFF_S[1])
+                await asyncio.sleep(RETRY_BACKOFF.delay(failures))
+                failures += 1
                 continue
-            backoff = RETRY_BACKOFF_S[0]
+            failures = 0
             if workspace in self._pending:
                 self._ready.append(workspace)  # hinted again while it was being caught up
                 self._wake.set()

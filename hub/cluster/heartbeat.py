@@ -40,6 +40,7 @@ from typing import Any, Final
 import asyncpg
 import msgspec
 
+from hub.core.backoff import Backoff
 from hub.core.errors import Unavailable
 from hub.log.migrations import quote
 
@@ -51,7 +52,7 @@ DEFAULT_INTERVAL_S: Final = 2.0
 DEFAULT_TIMEOUT_S: Final = 10.0
 DEFAULT_CLAIM_LEASE_S: Final = 60.0
 DEFAULT_RETENTION_S: Final = 86400.0
-BACKOFF_S: Final = (0.1, 5.0)
+BEAT_BACKOFF: Final = Backoff(initial=0.1, maximum=5.0, give_up_after=None)
 
 _DRIVER_ERRORS: Final = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
 
@@ -334,16 +335,21 @@ class Heartbeat:
     # -- the loops --------------------------------------------------------------------------
 
     async def _beat_forever(self) -> None:
-        backoff = BACKOFF_S[0]
+        # A retry never waits longer than a beat: a missed beat is what makes a node dead.
+        backoff = msgspec.structs.replace(
+            BEAT_BACKOFF, maximum=min(BEAT_BACKOFF.maximum, self.interval)
+        )
+        failures = 0
         while True:
             try:
                 await self.beat()
-                backoff = BACKOFF_S[0]
+                failures = 0
                 await asyncio.sleep(self.interval)
             except Unavailable as e:
-                log.warning("node %s: %s; retrying in %.1fs", self.node_id, e.message, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, BACKOFF_S[1], self.interval)
+                delay = backoff.delay(failures)
+                failures += 1
+                log.warning("node %s: %s; retrying in %.1fs", self.node_id, e.message, delay)
+                await asyncio.sleep(delay)
 
     async def _reap_forever(self) -> None:
         while True:

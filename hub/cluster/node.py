@@ -18,7 +18,7 @@ from typing import Any
 from hub.cluster.follower import Follower
 from hub.cluster.heartbeat import Heartbeat, NodeHook, NodeInfo
 from hub.cluster.interrupted import InterruptedExecutions
-from hub.cluster.settings import NodeSettings
+from hub.config import ClusterConfig
 from hub.log.base import EventStore
 from hub.log.postgres import PostgresEventStore
 from hub.workspaces import Workspaces
@@ -31,6 +31,7 @@ log = logging.getLogger("agora.cluster")
 class ClusterNode:
     """One node's cluster duties over ``store``, for ``workspaces``.
 
+    ``settings``: ``[cluster]`` (the heartbeat timing; ``node_id`` is already resolved).
     With ``close_executions`` (the default) the node closes the executions of the dead nodes it
     reaps (:class:`InterruptedExecutions`); a runtime that does it itself passes False and
     registers its own hook with :meth:`on_node_dead`.
@@ -41,11 +42,11 @@ class ClusterNode:
         store: EventStore,
         workspaces: Workspaces,
         node_id: str,
-        settings: NodeSettings | None = None,
+        settings: ClusterConfig | None = None,
         *,
         close_executions: bool = True,
     ) -> None:
-        settings = settings or NodeSettings()
+        settings = settings or ClusterConfig()
         self.node_id = node_id
         self.follower = Follower(store, workspaces)
         self.heartbeat: Heartbeat | None = None

@@ -4,6 +4,10 @@ Prints ``agora serving ws://HOST:PORT (data DIR)`` on stdout once the socket lis
 scripts wait for that line), then logs one line per connection to stderr. On SIGTERM/SIGINT it
 stops accepting, closes clients with 1001, finishes pending appends, closes the store and exits
 0. Exit 2 for bad configuration or an address that cannot be bound.
+
+The configuration is built here, once: the file (``--config``), then the flags, then the
+cluster's environment overrides (:data:`CLUSTER_ENV`, read only here), and passed to the hub
+as one :class:`hub.config.HubConfig`.
 """
 
 from __future__ import annotations
@@ -14,15 +18,24 @@ import logging
 import os
 import signal
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 from hub.auth import TokenSigner, load_or_create_secret
 from hub.commands.common import add_config_arg, add_data_args, config_from_args, fail
-from hub.core.errors import AgoraError
+from hub.core.errors import AgoraError, ConfigError
 
 if TYPE_CHECKING:
     from hub.config import HubConfig
     from hub.server.app import Hub
+
+CLUSTER_ENV: Final = {
+    "AGORA_NODE_ID": "node_id",
+    "AGORA_HEARTBEAT_S": "heartbeat_s",
+    "AGORA_NODE_TIMEOUT_S": "timeout_s",
+}
+"""Environment variables that override ``[cluster]`` keys (docs/operations.md); an empty one
+counts as unset."""
 
 
 def register(subparsers: Any) -> None:
@@ -64,19 +77,17 @@ def register(subparsers: Any) -> None:
 async def serve_command(args: argparse.Namespace) -> int:
     """Run the hub; 0 after a clean shutdown, 2 for bad configuration or a bind failure."""
     # Imported here so that `agora --help` does not pull in websockets and the store drivers.
-    from hub.cluster.settings import NodeSettings
     from hub.log.factory import open_store
     from hub.runtime import RuntimeSettings
     from hub.server.app import Hub
 
     _configure_logging()
     try:
-        config = config_from_args(args)
+        config = with_cluster_env(config_from_args(args), os.environ)
         data_dir = config.storage.data_dir
         secret = load_or_create_secret(data_dir, os.environ)
         signer = TokenSigner(secret)
         store = open_store(config.storage.store, data_dir)
-        node = NodeSettings.from_env(os.environ)
     except AgoraError as e:
         return fail("serve", e)
     except OSError as e:
@@ -94,7 +105,7 @@ async def serve_command(args: argparse.Namespace) -> int:
         retention_window_ms=bounds.retention_window_s * 1000,
     )
     try:
-        hub = Hub(config, store, signer, node=node, runtime=runtime)
+        hub = Hub(config, store, signer, runtime=runtime)
     except AgoraError as e:
         return fail("serve", e)
     if not args.no_a2a:
@@ -121,6 +132,29 @@ async def serve_command(args: argparse.Namespace) -> int:
             loop.remove_signal_handler(sig)
     logging.getLogger("agora.server").info("stopped")
     return 0
+
+
+def with_cluster_env(config: HubConfig, env: Mapping[str, str]) -> HubConfig:
+    """``config`` with the ``[cluster]`` keys that :data:`CLUSTER_ENV` variables set in ``env``
+    replaced. Raises :class:`ConfigError` naming the variable (not a number, out of range,
+    a bad node id, a heartbeat not below the timeout)."""
+    given = {name: env[name] for name in CLUSTER_ENV if env.get(name)}
+    if not given:
+        return config
+    values: dict[str, Any] = {}
+    for name, text in given.items():
+        key = CLUSTER_ENV[name]
+        if key == "node_id":
+            values[key] = text
+            continue
+        try:
+            values[key] = float(text)
+        except ValueError:
+            raise ConfigError(
+                f"{name} must be a number of seconds, not {text!r}", source=name
+            ) from None
+    source = "environment (" + ", ".join(given) + ")"
+    return config.with_overrides(source=source, **values)
 
 
 async def _serve_a2a(hub: Hub, signer: TokenSigner, config: HubConfig, stop: asyncio.Event) -> None:

@@ -56,6 +56,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg
 import asyncpg.pool
 
+from hub.core.backoff import Backoff
 from hub.core.chain import GENESIS
 from hub.core.errors import (
     AgoraError,
@@ -95,7 +96,7 @@ DEFAULT_LOCK_TIMEOUT_S: Final = 10.0
 DEFAULT_COMMAND_TIMEOUT_S: Final = 60.0
 # ``follow``: how often the LISTEN connection is checked, and the reconnect backoff bounds.
 FOLLOW_KEEPALIVE_S: Final = 5.0
-FOLLOW_BACKOFF_S: Final = (0.1, 5.0)
+FOLLOW_BACKOFF: Final = Backoff(initial=0.1, maximum=5.0, give_up_after=None)
 URL_SCHEMES: Final = ("postgresql", "postgres")
 # URL query options the store takes for itself (the rest of the URL goes to asyncpg as is).
 _STORE_OPTIONS: Final = ("schema", "pool_size")
@@ -483,11 +484,11 @@ class PostgresEventStore(EventStore):
         connection (not one of the pool's, so a busy pool never delays the hints).
 
         Every ``FOLLOW_KEEPALIVE_S`` the connection is checked with a query; a lost one is
-        reopened with exponential backoff (``FOLLOW_BACKOFF_S``), and ``resumed()`` is called
+        reopened with exponential backoff (``FOLLOW_BACKOFF``), and ``resumed()`` is called
         once LISTEN is active again (so nothing committed after that can be missed). Runs
         until cancelled; never raises a database error.
         """
-        backoff = FOLLOW_BACKOFF_S[0]
+        failures = 0
 
         def hint(_conn: object, _pid: int, _channel: str, payload: object) -> None:
             workspace, sep, seq = str(payload).rpartition(":")
@@ -506,7 +507,7 @@ class PostgresEventStore(EventStore):
                 lost = asyncio.Event()
                 conn.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await conn.add_listener(self.channel, hint)
-                backoff = FOLLOW_BACKOFF_S[0]
+                failures = 0
                 resumed()
                 while not lost.is_set():
                     with contextlib.suppress(TimeoutError):
@@ -517,16 +518,15 @@ class PostgresEventStore(EventStore):
                 log.warning("LISTEN %s: connection closed; reconnecting", self.channel)
             except _DRIVER_ERRORS as e:
                 log.warning(
-                    "LISTEN %s: %s; reconnecting in %.1fs",
+                    "LISTEN %s: %s; reconnecting",
                     self.channel,
                     _translate(e, "following the log").message,
-                    backoff,
                 )
             finally:
                 if conn is not None:
                     conn.terminate()
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, FOLLOW_BACKOFF_S[1])
+            await asyncio.sleep(FOLLOW_BACKOFF.delay(failures))
+            failures += 1
 
     # -- the writer task (hub.log.writer.GroupCommit) calls this with each batch ------------
 

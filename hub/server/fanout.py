@@ -10,7 +10,11 @@ it with 4408) and the others, and the writer, never wait for it.
 A :class:`Subscription` starts *buffering*: it is registered before the subscriber's head is
 read, so every event committed from then on reaches it; the server sends the catch-up from the
 store, then :meth:`Subscription.go_live` drains the buffer skipping seqs already sent. That is
-what makes the catch-up → live switch free of gaps and duplicates.
+what makes the catch-up → live switch free of gaps and duplicates: each subscription keeps a
+:class:`hub.core.cursor.SeqCursor`, the same reading position :class:`hub.follow.LogFollower`
+keeps. (The fan-out does not read through the follower: it encodes each frame once for all
+subscribers and catches up from the stored JSON without decoding it, which the follower's
+per-reader event stream would give up.)
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Final, Generic, Protocol, TypeVar
 
+from hub.core.cursor import DUPLICATE, NEXT, SeqCursor
 from hub.core.events import Event, encode_event
 from hub.core.wire.session import encode_event_frame
 
@@ -45,7 +50,7 @@ class SendQueue(Generic[T]):
     connection's publishes in flight, admitted with :meth:`wait_room`).
 
     The writer takes frames with :meth:`wait` then :meth:`popleft` (everything queued at once,
-    see ``hub.server.app``; :meth:`peek` looks first) or with :meth:`get`.
+    see ``hub.server.connection``; :meth:`peek` looks first) or with :meth:`get`.
     """
 
     def __init__(self, maxsize: int, low_water: int | None = None) -> None:
@@ -130,15 +135,16 @@ class Outlet(Protocol):
 class Subscription:
     """One connection following one workspace. Touched only from the event loop.
 
-    ``last_seq``: the seq of the last event queued for the subscriber (starts at the
-    subscription's ``afterSeq``, or the head for a live-only one). ``pending_limit``: how many
-    live events may wait while the catch-up runs before the subscriber counts as too slow.
+    ``cursor``: the seq of the last event queued for the subscriber (the connection sets it to
+    the subscription's ``afterSeq``, or the head for a live-only one, and the catch-up moves
+    it). ``pending_limit``: how many live events may wait while the catch-up runs before the
+    subscriber counts as too slow.
     """
 
     __slots__ = (
         "agent",
         "closed",
-        "last_seq",
+        "cursor",
         "live",
         "outlet",
         "pending",
@@ -153,7 +159,7 @@ class Subscription:
         self.pending_limit = pending_limit
         self.live = False
         self.closed = False
-        self.last_seq = 0
+        self.cursor = SeqCursor()
         self.pending: list[tuple[int, bytes]] = []
 
     def deliver(self, frames: Sequence[tuple[int, bytes]]) -> None:
@@ -165,16 +171,20 @@ class Subscription:
             if len(self.pending) > self.pending_limit:
                 self._overflow()
             return
+        cursor = self.cursor
         for seq, data in frames:
-            if seq <= self.last_seq:
+            step = cursor.step(seq)
+            if step is DUPLICATE:
                 continue  # already sent by the catch-up
-            if not self.outlet.offer((data, self.workspace, seq)):
+            # A gap cannot come from Workspaces (it announces a workspace's events contiguously);
+            # were there one, closing (4408 names the cursor) sends the client back to the log.
+            if step is not NEXT or not self.outlet.offer((data, self.workspace, seq)):
                 self._overflow()
                 return
-            self.last_seq = seq
+            cursor.advance(seq)
 
     def go_live(self) -> None:
-        """The catch-up has queued every event up to ``last_seq``: queue the buffered events
+        """The catch-up has queued every event up to the cursor: queue the buffered events
         after it and deliver directly from now on."""
         pending, self.pending = self.pending, []
         self.live = True

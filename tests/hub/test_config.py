@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from hub.config import (
@@ -15,8 +16,10 @@ from hub.config import (
     parse_config,
     validate_backend_id,
 )
+from hub.core.capability import Capability
 from hub.core.errors import BadRequest
 from hub.core.validation import DEFAULT_LIMITS, EVENT_FRAME_RESERVE
+from hub.core.wire.session import Session, SessionLimits
 
 FULL = """
 [server]
@@ -32,6 +35,7 @@ publish_burst = 1000
 send_queue = 128
 max_subscriptions = 8
 garbage_limit = 5
+max_exec_waits = 7
 max_file_bytes = 1048576
 blob_threshold = 4096
 snapshot_every = 50
@@ -92,6 +96,7 @@ def test_full_file(tmp_path: Path) -> None:
     assert config.server.port == 9000 and config.server.a2a_port == 9001
     assert config.limits.publish_rate == 500.0
     assert config.limits.send_queue == 128
+    assert config.limits.max_exec_waits == 7
     assert config.storage.data_dir == Path("/var/lib/agora")
     assert config.storage.store == "postgresql://agora@db/agora"
     assert config.backends == (
@@ -240,3 +245,25 @@ def test_runtime_table(tmp_path: Path) -> None:
     path.write_text("[runtime]\nmax_execution = 3\n")
     with pytest.raises(ConfigError, match="max_execution"):
         load_config(path)
+
+
+def test_limits_are_the_session_limits(tmp_path: Path) -> None:
+    """``[limits]`` is a :class:`SessionLimits` (one set of defaults, no copy): what the file
+    says is what every session enforces, ``max_exec_waits`` included."""
+    assert isinstance(HubConfig().limits, SessionLimits)
+    defaults = HubConfig().limits
+    for field in msgspec.structs.fields(SessionLimits):
+        assert getattr(defaults, field.name) == field.default, field.name
+    path = write(tmp_path, "[limits]\nmax_exec_waits = 3\nmax_subscriptions = 2\n")
+    limits = load_config(path).limits
+    session = Session(_never_verified, limits=limits)
+    assert session.limits is limits  # passed down as it is, not copied field by field
+    assert session.limits.max_exec_waits == 3
+    assert session.limits.max_subscriptions == 2
+    path.write_text("[limits]\nmax_exec_waits = 0\n")
+    with pytest.raises(ConfigError, match=r"limits\.max_exec_waits"):
+        load_config(path)
+
+
+def _never_verified(token: str) -> Capability:
+    raise AssertionError("no token is checked here")

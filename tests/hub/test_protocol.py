@@ -589,7 +589,7 @@ def test_the_depth_limit_is_a_session_limit() -> None:
 @settings(max_examples=200)
 @given(
     st.integers(0, 3000),
-    st.sampled_from(["[", "{\"a\":", "[{\"b\":"]),
+    st.sampled_from(["[", '{"a":', '[{"b":']),
     st.text(alphabet='[]{}",:\\ax1', max_size=40),
     st.booleans(),
 )

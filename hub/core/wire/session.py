@@ -5,7 +5,7 @@ A :class:`Session` takes what arrived (:meth:`Session.open` with the handshake's
 ``Authorization`` header, :meth:`Session.receive` for each text frame,
 :meth:`Session.receive_binary`) and the outcome of the work it asked for
 (:meth:`Session.completed`, :meth:`Session.failed`, :meth:`Session.too_slow`), and returns
-*actions* for the I/O shell (:mod:`hub.server.app`) to perform: :class:`Send` a frame,
+*actions* for the I/O shell (:mod:`hub.server.connection`) to perform: :class:`Send` a frame,
 :class:`Close` the connection, or one of the requests (:class:`SubscribeRequest`,
 :class:`UnsubscribeRequest`, :class:`PublishRequest`, :class:`StateRequest`) that need the log.
 It owns the authentication state, the subscription bookkeeping, rights checks, frame
@@ -24,7 +24,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import msgspec
 
@@ -88,6 +88,8 @@ __all__ = [
     "ExecResultRequest",
     "GetExecRequest",
     "KillRequest",
+    "Positive",
+    "PositiveRate",
     "PublishRequest",
     "Request",
     "Send",
@@ -420,19 +422,25 @@ class TokenBucket:
 # The session
 
 
-class SessionLimits(msgspec.Struct, frozen=True, kw_only=True):
-    """The per-connection limits the session enforces (defaults: ``[limits]`` in
-    hub/config.py; behaviour at each in docs/protocol.md)."""
+Positive = Annotated[int, msgspec.Meta(ge=1)]
+PositiveRate = Annotated[float, msgspec.Meta(gt=0)]
 
-    max_batch_events: int = 256
-    publish_rate: float = 2000.0
-    publish_burst: int = 4000
-    max_subscriptions: int = 64
-    garbage_limit: int = 20
-    max_exec_waits: int = 64
+
+class SessionLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """The per-connection limits the session enforces. These are the one set of defaults:
+    ``[limits]`` (:class:`hub.config.LimitsConfig`) extends this type, so the configuration
+    *is* the session's limits (behaviour at each in docs/protocol.md and docs/operations.md)."""
+
+    max_batch_events: Positive = 256
+    publish_rate: PositiveRate = 2000.0  # events per second per connection (token bucket)
+    publish_burst: Positive = 4000  # bucket size
+    max_subscriptions: Positive = 64  # per connection
+    garbage_limit: Positive = 20  # bad frames before close 1008
+    max_exec_waits: Positive = 64
     """``execResult``/``kill``/``getExec`` requests a connection may have waiting at once."""
-    max_depth: int = DEFAULT_LIMITS.max_depth
-    """JSON nesting a frame may have (checked before it is decoded)."""
+    max_depth: Annotated[int, msgspec.Meta(ge=2, le=128)] = DEFAULT_LIMITS.max_depth
+    """JSON nesting a frame or payload may have (checked before decoding). At most 128, so a
+    stored event always stays within what readers accept (hub.log.codec.READ_MAX_DEPTH)."""
 
 
 def _expired_error() -> Unauthorized:

@@ -45,7 +45,7 @@ def test_buffers_until_live_then_skips_what_the_catch_up_sent() -> None:
     fanout("w", events(4, 5))  # committed while the catch-up runs
     fanout("w", events(6))
     assert outlet.items == []
-    sub.last_seq = 5  # the catch-up sent up to 5 (it raced with 4 and 5)
+    sub.cursor.advance(5)  # the catch-up sent up to 5 (it raced with 4 and 5)
     sub.go_live()
     fanout("w", events(7, 8))
     assert outlet.seqs() == [6, 7, 8]

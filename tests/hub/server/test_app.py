@@ -1,5 +1,7 @@
-"""Process lifecycle over real sockets: SIGTERM (close 1001, exit 0, pending appends finished),
-SIGKILL (every acknowledged event survives, the chain verifies), and presence in the log."""
+"""hub.server.app, the composition root: the one configuration reaches every part it builds
+(``[limits]`` every session, ``[cluster]`` the node id the runtime records); the process
+lifecycle over real sockets: SIGTERM (close 1001, exit 0, pending appends finished), SIGKILL
+(every acknowledged event survives, the chain verifies), and presence in the log."""
 
 from __future__ import annotations
 
@@ -15,9 +17,49 @@ from typing import Any
 import pytest
 from websockets.exceptions import ConnectionClosed
 
+from hub.auth import TokenSigner
+from hub.config import HubConfig
 from hub.core.events import MemberJoined, MemberLeft
 from hub.log.factory import open_store
-from tests.hub.server.conftest import HubProcess, Peer, message, mint, peer
+from hub.log.sqlite import SqliteEventStore
+from hub.server.app import Hub
+from hub.server.owner import container_owner
+from tests.hub.server.conftest import SECRET, HubProcess, Peer, message, mint, peer
+
+
+async def test_the_configured_limits_reach_every_connection(
+    start_hub: Callable[..., HubProcess],
+) -> None:
+    """``[limits]`` from agora.toml is what each session enforces (one type, not a copy)."""
+    hub = start_hub("[limits]\nmax_subscriptions = 1\nmax_batch_events = 2\n")
+    async with peer(hub.url, mint()) as p:
+        assert (await p.call("subscribe", workspace="one"))["op"] == "subscribed"
+        busy = await p.call("subscribe", workspace="two")
+        assert (busy["op"], busy["code"], busy["details"]["limit"]) == ("error", "busy", 1)
+        too_many = await p.call("publish", workspace="one", events=[message()] * 3)
+        assert (too_many["op"], too_many["code"]) == ("error", "tooLarge")
+        assert (await p.call("publish", workspace="one", events=[message()] * 2))["op"] == "ack"
+
+
+def test_the_root_builds_its_parts_from_the_one_configuration(tmp_path: Path) -> None:
+    config = HubConfig().with_overrides(data=tmp_path / "data", node_id="pinned-node")
+    hub = Hub(config, SqliteEventStore(tmp_path / "agora.db"), TokenSigner(SECRET.encode()))
+    assert hub.node_id == "pinned-node"
+    unpinned = Hub(
+        HubConfig().with_overrides(data=tmp_path / "data"),
+        SqliteEventStore(tmp_path / "other.db"),
+        TokenSigner(SECRET.encode()),
+    )
+    assert unpinned.node_id != "pinned-node" and unpinned.node_id
+
+
+def test_container_owner_is_one_per_data_directory(tmp_path: Path) -> None:
+    one = HubConfig().with_overrides(data=tmp_path / "one")
+    again = HubConfig().with_overrides(data=tmp_path / "sub" / ".." / "one")
+    other = HubConfig().with_overrides(data=tmp_path / "two")
+    assert container_owner(one) == container_owner(again)
+    assert container_owner(one) != container_owner(other)
+    assert container_owner(one).startswith("agora-") and len(container_owner(one)) == 18
 
 
 async def _publish_forever(

@@ -1,7 +1,7 @@
-"""Pipelined publishes: one connection's publishes to a workspace land in the order they were
-sent however many are in flight; the number in flight per connection is bounded (the reader
-waits: back-pressure, not an error); a publish the hub accepted is written on shutdown, before
-the store closes; and the batched writer sends frames in order (many frames per write)."""
+"""hub.server.connection: one connection's publishes to a workspace land in the order they
+were sent however many are in flight; the number in flight per connection is bounded (the
+reader waits: back-pressure, not an error); a publish the hub accepted is written on shutdown,
+before the store closes; and the batched writer sends frames in order (many frames per write)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from hub.config import HubConfig
 from hub.core.events import Event
 from hub.core.records import AppendResult
 from hub.log.sqlite import SqliteEventStore
-from hub.server.app import PUBLISHES_IN_FLIGHT, Hub
+from hub.server.app import Hub
+from hub.server.connection import PUBLISHES_IN_FLIGHT
 from tests.hub.server.conftest import SECRET, HubProcess, Peer, message, mint, peer
 
 BIG = "y" * (80 * 1024)  # above blob_threshold (64 KiB): its publish awaits a blob put
@@ -208,16 +209,16 @@ async def test_shutdown_writes_the_publishes_in_flight(tmp_path: Path) -> None:
 async def test_writer_sends_queued_frames_in_order_with_few_writes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import hub.server.app
+    import hub.server.connection
 
     connections: list[Any] = []
-    original = hub.server.app._Connection.__init__
+    original = hub.server.connection.Connection.__init__
 
     def record(self: Any, *args: Any) -> None:
         original(self, *args)
         connections.append(self)
 
-    monkeypatch.setattr(hub.server.app._Connection, "__init__", record)
+    monkeypatch.setattr(hub.server.connection.Connection, "__init__", record)
     store = SqliteEventStore(tmp_path / "writer.db")
     async with _running(store, tmp_path) as running:
         assert running.url is not None

@@ -1,0 +1,543 @@
+"""One client connection: the thin websockets shell around the pure session.
+
+:class:`Connection` feeds what arrives on the socket to :class:`hub.core.wire.session.Session`
+and carries out the actions it returns. In a TaskGroup of its own it holds a reader (frames in
+→ the session → actions), a writer (the bounded send queue → the socket) and one catch-up task
+per subscription that is still reading history. Any of them may stop the connection; the
+others are then cancelled, and the connection is torn down: its subscriptions leave the
+fan-out, presence is updated, and the close frame goes out.
+
+Publishes are pipelined: the reader starts each one as a task of the hub's group
+(:class:`hub.server.tasks.OwnedTasks`) and reads on, up to :data:`PUBLISHES_IN_FLIGHT` per
+connection (then it waits: back-pressure). Each publish waits until the connection's previous
+publish to the same workspace has been handed to the store (the ``submitted`` hook of
+:meth:`hub.workspaces.Workspaces.publish`), so one connection's publishes to a workspace are
+appended in the order they were sent; the ack is queued when the append completes (acks carry
+the ``rid``, so they may come in completion order). Every other request waits for the
+connection's publishes in flight first.
+
+Requests that wait for an execution (``execResult``, ``kill``, ``getExec``) run as tasks of the
+connection, beside the reader.
+
+The writer takes every frame queued at once, frames each with the ``websockets`` protocol
+object and writes them with one ``transport.write`` (RFC 6455 frames, one syscall for many).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, Final
+
+from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
+
+from hub.core.errors import AgoraError, BadRequest, CloseCode, Internal, Unavailable
+from hub.core.events import encode_event
+from hub.core.wire.session import (
+    Action,
+    Close,
+    DisposeRequest,
+    ExecRequest,
+    ExecResultRequest,
+    GetExecRequest,
+    KillRequest,
+    PublishRequest,
+    Request,
+    Send,
+    Session,
+    StateRequest,
+    SubscribeRequest,
+    UnsubscribeRequest,
+    encode_event_frame,
+    encode_exec_event_frame,
+    encode_frame,
+)
+from hub.server.fanout import NOT_AN_EVENT, Outgoing, SendQueue, Subscription
+from hub.server.tasks import InFlight
+
+if TYPE_CHECKING:
+    from hub.server.app import Hub
+
+__all__ = ["CATCH_UP_PAGE", "PUBLISHES_IN_FLIGHT", "WRITE_BYTES", "Connection"]
+
+log = logging.getLogger("agora.server")
+
+CATCH_UP_PAGE: Final = 256
+"""Events read from the store per page while a subscriber catches up."""
+
+PUBLISHES_IN_FLIGHT: Final = 64
+"""Publishes one connection may have in flight; the reader then waits for one to finish."""
+
+WRITE_BYTES: Final = 64 * 1024
+"""The writer hands the transport at most this much per write (then drains if it must)."""
+
+
+class Connection:
+    """One client connection: the session, its send queue, subscriptions and tasks.
+
+    ``hub``: the composition root, for the services the connection uses (signer, fan-out,
+    presence, workspaces, runtime, the owned tasks) and the settings built there."""
+
+    def __init__(self, hub: Hub, ws: ServerConnection) -> None:
+        self.hub = hub
+        self.ws = ws
+        self.peer = _peer(ws)
+        self.session = Session(
+            hub.signer.verify,
+            limits=hub.config.limits,
+            clock=hub.clock,
+            monotonic=hub.monotonic,
+            default_backend=hub.runtime.default_backend,
+        )
+        self.queue: SendQueue[Outgoing | Close] = SendQueue(hub.config.limits.send_queue)
+        self.subscriptions: dict[str, Subscription] = {}
+        self.catch_ups: dict[str, asyncio.Task[None]] = {}
+        self.present: set[str] = set()  # workspaces this connection counts in Presence
+        self.last_sent: dict[str, int] = {}  # per subscribed workspace: last seq to the socket
+        self.close_code: int | None = None
+        self.close_reason = ""
+        self.publishes = InFlight(PUBLISHES_IN_FLIGHT)
+        # Per workspace: the ``submitted`` future of the connection's last publish in flight.
+        self._publish_tails: dict[str, asyncio.Future[None]] = {}
+        self._stopping = False
+        self._announced = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._tg: asyncio.TaskGroup | None = None
+
+    # -- Outlet (called synchronously by the fan-out) ------------------------------------------
+
+    def offer(self, item: Outgoing) -> bool:
+        if self._stopping:
+            return True  # going away: drop silently, the close tells the client where it was
+        return self.queue.offer(item)
+
+    def overflow(self) -> None:
+        self.stop(CloseCode.TOO_SLOW)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def stop(self, code: int | None, reason: str = "") -> None:
+        """Stop the connection's tasks; close with ``code`` (None: it is closed already)."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self.close_code, self.close_reason = code, reason
+        current = asyncio.current_task()
+        for task in self._tasks:
+            if task is not current:
+                task.cancel()
+
+    async def run(self) -> None:
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self._tg = tg
+                self._spawn(self._read(), "reader")
+                self._spawn(self._write(), "writer")
+        finally:
+            self._tg = None
+            await self._teardown()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], role: str) -> asyncio.Task[None] | None:
+        if self._tg is None or self._stopping:
+            coro.close()
+            return None
+        task = self._tg.create_task(self._guard(coro, role), name=f"agora-conn:{role}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _guard(self, coro: Coroutine[Any, Any, None], role: str) -> None:
+        """Run a connection task; an unexpected failure closes the connection with 1011."""
+        try:
+            await coro
+        except ConnectionClosed:
+            self.stop(None)
+        except Exception:
+            log.exception("connection %s failed (agent=%s peer=%s)", role, self._agent, self.peer)
+            self.stop(CloseCode.INTERNAL, "internal error")
+
+    async def _teardown(self) -> None:
+        self._stopping = True
+        for subscription in self.subscriptions.values():
+            self.hub.fanout.remove(subscription)
+        agent = self.session.agent
+        if agent is not None:
+            for workspace in sorted(self.present):
+                self.hub.presence.exit(agent, workspace, self._leave_reason())
+        self.present.clear()
+        code, reason = self.close_code, self.close_reason
+        if code == CloseCode.TOO_SLOW:
+            close = self.session.too_slow(self.last_sent)
+            code, reason = close.code, close.reason
+        self.subscriptions.clear()
+        if code is not None:
+            await self.ws.close(code, reason)
+        sent, by = _close_code(self.ws)
+        log.info(
+            "close agent=%s peer=%s code=%s by=%s%s",
+            self._agent,
+            self.peer,
+            sent,
+            by,
+            f" reason={reason}" if reason else "",
+        )
+
+    @property
+    def _agent(self) -> str:
+        return self.session.agent or "-"
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    async def _read(self) -> None:
+        request = self.ws.request
+        authorization = request.headers.get("Authorization") if request is not None else None
+        actions = self.session.open(authorization)
+        while True:
+            if not await self._perform(actions):
+                return
+            if not self._announced and self.session.agent is not None:
+                self._announced = True
+                log.info("open agent=%s peer=%s", self.session.agent, self.peer)
+            data = await self.ws.recv()  # ConnectionClosed ends the connection (see _guard)
+            if isinstance(data, str):
+                actions = self.session.receive(data)
+            else:
+                actions = self.session.receive_binary(data)
+
+    async def _perform(self, actions: list[Action]) -> bool:
+        """Carry out the session's actions; False once a ``Close`` was queued.
+
+        A publish is started and left running (see :meth:`_publish`); anything else but a
+        plain frame first waits for the publishes in flight, so that it sees their effects
+        and their acks go out before a close."""
+        for action in actions:
+            match action:
+                case Send(frame=frame):
+                    await self.queue.put((encode_frame(frame), None, NOT_AN_EVENT))
+                    continue
+                case PublishRequest():
+                    await self._publish(action)
+                    continue
+            if self.publishes.count:
+                await self.publishes.wait_below(1)
+            match action:
+                case Close():
+                    await self.queue.put(action)
+                    return False
+                case SubscribeRequest():
+                    if not await self._subscribe(action):
+                        return False
+                case UnsubscribeRequest():
+                    await self._unsubscribe(action)
+                    if not await self._perform(self.session.completed(action, None)):
+                        return False
+                case StateRequest():
+                    coro = self.hub.workspaces.state(action.workspace, at_seq=action.at_seq)
+                    if not await self._answer(action, coro):
+                        return False
+                case ExecRequest() | DisposeRequest():
+                    work = self.hub.tasks.owned(self._runtime_op(action))
+                    if not await self._answer(action, work):
+                        return False
+                case ExecResultRequest() | KillRequest():
+                    self._beside(action)
+                case GetExecRequest():
+                    if self._spawn(self._follow(action), f"getExec:{action.exec_id}") is None:
+                        self.session.failed(action, Unavailable("the connection is closing"))
+        return True
+
+    # -- publishing -------------------------------------------------------------------------------
+
+    async def _publish(self, request: PublishRequest) -> None:
+        """Start appending ``request`` as a task of the hub's group (a publish the hub accepted
+        is written even if the connection goes away) and return. Waits first while the
+        connection has :data:`PUBLISHES_IN_FLIGHT` publishes in flight, or while its send
+        queue is at the low-water mark (each publish in flight may push one ack)."""
+        queue, publishes = self.queue, self.publishes
+        if len(queue) >= queue.low_water:
+            await queue.wait_room()
+        if publishes.count >= publishes.limit:
+            await publishes.wait_below(publishes.limit)
+        workspace = request.workspace
+        after = self._publish_tails.get(workspace)
+        submitted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._publish_tails[workspace] = submitted
+        publishes.count += 1
+        if self.hub.tasks.spawn(self._append(request, after, submitted), "agora-publish") is None:
+            # The hub is stopping (spawn closed the coroutine, whose finally never ran).
+            stopping = Unavailable("the hub is stopping; retry later")
+            self._published(request, submitted, self._failed(request, stopping))
+
+    async def _append(
+        self,
+        request: PublishRequest,
+        after: asyncio.Future[None] | None,
+        submitted: asyncio.Future[None],
+    ) -> None:
+        """One publish, in the hub's group: wait for the connection's previous publish to the
+        workspace to be handed to the store (``after``), append, queue the ack. Never raises
+        (but CancelledError)."""
+        actions: list[Action] = []
+        try:
+            if after is not None and not after.done():
+                await after  # only ever gets a result (see Workspaces.publish)
+            result = await self.hub.workspaces.publish(
+                request.workspace,
+                request.events,
+                producer=request.agent,
+                expected_seq=request.expected_seq,
+                submitted=submitted,
+            )
+            actions = self.session.completed(request, result)
+        except Exception as e:
+            actions = self._failed(request, e)
+        finally:
+            self._published(request, submitted, actions)
+
+    def _published(
+        self, request: PublishRequest, submitted: asyncio.Future[None], actions: list[Action]
+    ) -> None:
+        """A publish ended: release the next one's turn and its slot, queue its reply. The
+        reply is pushed without waiting: the slot bounds how many there are (see _publish)."""
+        if not submitted.done():
+            submitted.set_result(None)
+        if self._publish_tails.get(request.workspace) is submitted:
+            del self._publish_tails[request.workspace]
+        if not self._stopping:
+            for action in actions:
+                if isinstance(action, Send):
+                    self.queue.push((encode_frame(action.frame), None, NOT_AN_EVENT))
+                elif isinstance(action, Close):
+                    self.queue.push(action)
+        self.publishes.release()
+
+    # -- executions -------------------------------------------------------------------------------
+
+    async def _runtime_op(self, request: ExecRequest | DisposeRequest) -> Any:
+        runtime = self.hub.runtime
+        if isinstance(request, ExecRequest):
+            return await runtime.exec(
+                request.workspace, request.frame, capability=request.capability
+            )
+        await runtime.dispose(request.workspace, request.exec_id, capability=request.capability)
+        return None
+
+    def _beside(self, request: ExecResultRequest | KillRequest) -> None:
+        """Answer ``request`` from a task of the connection: it waits for an execution."""
+
+        async def answer() -> None:
+            runtime = self.hub.runtime
+            work: Coroutine[Any, Any, Any]
+            if isinstance(request, KillRequest):
+                # Owned by the hub: a kill the hub accepted completes even if this connection
+                # goes away.
+                work = self.hub.tasks.owned(
+                    runtime.kill(request.workspace, request.exec_id, capability=request.capability)
+                )
+            else:
+                work = runtime.result(
+                    request.workspace, request.exec_id, capability=request.capability
+                )
+            await self._answer(request, work)
+
+        if self._spawn(answer(), f"{type(request).__name__}:{request.exec_id}") is None:
+            self.session.failed(request, Unavailable("the connection is closing"))
+
+    async def _follow(self, request: GetExecRequest) -> None:
+        """Stream an execution's events as ``execEvent`` frames, then ``execEnd``."""
+        try:
+            stream = await self.hub.runtime.follow(
+                request.workspace, request.exec_id, request.resume, capability=request.capability
+            )
+        except Exception as e:
+            await self._perform(self._failed(request, e))
+            return
+        async with stream:
+            try:
+                async for event, text in stream.items():
+                    frame = encode_exec_event_frame(
+                        request.rid, request.workspace, request.exec_id, encode_event(event), text
+                    )
+                    await self.queue.put((frame, None, NOT_AN_EVENT))
+            except Exception as e:
+                await self._perform(self._failed(request, e))
+                return
+        await self._perform(self.session.completed(request, stream.status))
+
+    async def _answer(self, request: Request, work: Coroutine[Any, Any, Any]) -> bool:
+        try:
+            result = await work
+        except Exception as e:
+            return await self._perform(self._failed(request, e))
+        return await self._perform(self.session.completed(request, result))
+
+    def _failed(self, request: Request, exc: Exception) -> list[Action]:
+        if not isinstance(exc, AgoraError) or exc.code == "internal":
+            log.error(
+                "request failed (agent=%s peer=%s): %r",
+                self._agent,
+                self.peer,
+                request,
+                exc_info=exc,
+            )
+        return self.session.failed(request, exc)
+
+    # -- subscriptions ------------------------------------------------------------------------
+
+    async def _subscribe(self, request: SubscribeRequest) -> bool:
+        agent = self.session.agent
+        assert agent is not None
+        workspace = request.workspace
+        subscription = Subscription(
+            self, workspace, agent, pending_limit=self.hub.config.limits.send_queue
+        )
+        # Registered before the head is read: every later commit reaches the buffer.
+        self.hub.fanout.add(subscription)
+        self.subscriptions[workspace] = subscription
+        try:
+            # at_least: a client resuming here may have seen a later seq on another node.
+            head = await self.hub.workspaces.head(workspace, at_least=request.after_seq)
+            if request.after_seq is not None and request.after_seq > head:
+                raise BadRequest(
+                    f"afterSeq {request.after_seq} is beyond the head {head}",
+                    field="$.afterSeq",
+                    head=head,
+                )
+        except Exception as e:
+            self.hub.fanout.remove(subscription)
+            del self.subscriptions[workspace]
+            return await self._perform(self._failed(request, e))
+        start = head if request.after_seq is None else request.after_seq
+        subscription.cursor.advance(start)
+        self.last_sent[workspace] = start
+        if not await self._perform(self.session.completed(request, head)):
+            return False
+        self.present.add(workspace)
+        self.hub.presence.enter(agent, workspace)
+        if start < head:
+            task = self._spawn(self._catch_up(subscription, head, request), f"catch-up:{workspace}")
+            if task is not None:
+                self.catch_ups[workspace] = task
+        else:
+            subscription.go_live()
+        return True
+
+    async def _catch_up(
+        self, subscription: Subscription, head: int, request: SubscribeRequest
+    ) -> None:
+        """Queue the events after ``subscription.cursor`` up to ``head`` from the store,
+        then switch the subscription to live (no gap, no duplicate: see hub.server.fanout)."""
+        workspace = subscription.workspace
+        try:
+            cursor = subscription.cursor
+            while (last := cursor.last) < head:
+                page = await self.hub.store.read_raw(
+                    workspace, after_seq=last, limit=min(CATCH_UP_PAGE, head - last)
+                )
+                if not page:
+                    raise Internal(f"the log of {workspace!r} ends at {last}, before {head}")
+                for seq, body in page:
+                    if seq > head:
+                        break
+                    await self.queue.put((encode_event_frame(workspace, body), workspace, seq))
+                    cursor.advance(seq)
+            subscription.go_live()
+        except Exception as e:
+            # The subscription ends; the error (with the subscribe's rid) says so.
+            self._end_subscription(workspace, "closed")
+            self.session.ended(workspace)
+            await self._perform(self._failed(request, e))
+        finally:
+            if self.catch_ups.get(workspace) is asyncio.current_task():
+                del self.catch_ups[workspace]
+
+    async def _unsubscribe(self, request: UnsubscribeRequest) -> None:
+        task = self.catch_ups.pop(request.workspace, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task])
+        self._end_subscription(request.workspace, "unsubscribed")
+
+    def _leave_reason(self) -> str:
+        if self.close_code == CloseCode.TOO_SLOW:
+            return "tooSlow"
+        if self.close_code == CloseCode.UNAUTHORIZED:
+            return "unauthorized"
+        return "shutdown" if self.hub.stopping else "closed"
+
+    def _end_subscription(self, workspace: str, reason: str) -> None:
+        subscription = self.subscriptions.pop(workspace, None)
+        if subscription is not None:
+            self.hub.fanout.remove(subscription)
+        self.last_sent.pop(workspace, None)
+        agent = self.session.agent
+        if workspace in self.present and agent is not None:
+            self.present.discard(workspace)
+            self.hub.presence.exit(agent, workspace, reason)
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    async def _write(self) -> None:
+        """Send what is queued, in order: every frame queued (up to :data:`WRITE_BYTES`) is
+        framed by the protocol object and the lot written with ONE ``transport.write``; the
+        writer waits only when the transport is above its high-water mark (``drain``).
+
+        It writes inside ``ws.send_context()``, as ``ws.send`` does: that checks the
+        connection is open, and on exit writes anything else pending, drains, and on a
+        failure or a close under way waits for the connection to end and raises
+        ``ConnectionClosed``. Between entering it and the write nothing yields, so a ping,
+        pong or close frame (each written by websockets the same way) only ever comes
+        between whole frames (RFC 6455 §5.4), never inside the batch."""
+        queue, ws, last_sent = self.queue, self.ws, self.last_sent
+        protocol = ws.protocol
+        while True:
+            await queue.wait()
+            head = queue.peek()
+            if isinstance(head, Close):  # nothing to send before it
+                queue.popleft()
+                self.stop(head.code, head.reason)
+                return
+            while ws.send_in_progress is not None:  # a fragmented send (we make none)
+                await asyncio.shield(ws.send_in_progress)
+            close: Close | None = None
+            async with ws.send_context():
+                size = 0
+                while queue and size < WRITE_BYTES:
+                    item = queue.popleft()
+                    if isinstance(item, Close):
+                        close = item
+                        break
+                    data, workspace, seq = item
+                    if workspace is not None and workspace in last_sent:
+                        # Recorded as the frame goes into the transport, ahead of any close
+                        # frame: the 4408 reason names the last seq the client will get.
+                        last_sent[workspace] = seq
+                    protocol.send_text(data)
+                    size += len(data)
+                # send_text only adds frames (never the EOF marker b"").
+                ws.transport.write(b"".join(protocol.data_to_send()))
+            if close is not None:
+                self.stop(close.code, close.reason)
+                return
+
+
+def _peer(ws: ServerConnection) -> str:
+    try:
+        address = ws.remote_address
+    except Exception:  # the transport is already gone
+        return "?"
+    if isinstance(address, tuple) and len(address) >= 2:
+        return f"{address[0]}:{address[1]}"
+    return str(address)
+
+
+def _close_code(ws: ServerConnection) -> tuple[int, str]:
+    """The close code of a finished connection and who sent it first (hub/client/network)."""
+    protocol = ws.protocol
+    if protocol.close_sent is not None and protocol.close_rcvd_then_sent is not True:
+        return protocol.close_sent.code, "hub"
+    if protocol.close_rcvd is not None:
+        return protocol.close_rcvd.code, "client"
+    return 1006, "network"

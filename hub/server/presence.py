@@ -1,0 +1,121 @@
+"""Presence: ``memberJoined``/``memberLeft`` per (agent, workspace), across connections.
+
+The connections (:mod:`hub.server.connection`) count their subscriptions in and out of the one
+:class:`Presence` of the hub; the events are written by tasks of the hub's top-level group
+(:class:`hub.server.tasks.OwnedTasks`). On a store this hub has to itself, :meth:`Presence.recover`
+closes the presence a crashed predecessor left open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from hub.core.events import MemberJoined, MemberLeft, MemberPayload
+from hub.server.tasks import OwnedTasks
+from hub.workspaces import Workspaces
+
+__all__ = ["Presence"]
+
+log = logging.getLogger("agora.server")
+
+
+class Presence:
+    """``memberJoined``/``memberLeft``, per (agent, workspace) across connections.
+
+    ``tasks``: the hub's top-level group, which runs the writes (shutdown waits for them).
+
+    An agent joins a workspace when its first subscription to it (on any connection) starts,
+    and leaves when its last one ends (unsubscribe or disconnect). :meth:`enter` and
+    :meth:`exit` never wait: the events are appended by tasks of the hub's TaskGroup, chained
+    per (agent, workspace) so that they reach the log in the order of the transitions.
+    """
+
+    def __init__(self, workspaces: Workspaces, tasks: OwnedTasks) -> None:
+        self._workspaces = workspaces
+        self._tasks = tasks
+        self._count: dict[tuple[str, str], int] = {}
+        self._tail: dict[tuple[str, str], asyncio.Task[None]] = {}
+
+    def count(self, agent: str, workspace: str) -> int:
+        return self._count.get((agent, workspace), 0)
+
+    def enter(self, agent: str, workspace: str) -> None:
+        key = (agent, workspace)
+        self._count[key] = self._count.get(key, 0) + 1
+        if self._count[key] == 1:
+            self._record(key, joined=True)
+
+    def exit(self, agent: str, workspace: str, reason: str) -> None:
+        """``reason`` (for ``memberLeft``): unsubscribed, closed, tooSlow, unauthorized,
+        shutdown."""
+        key = (agent, workspace)
+        left = self._count.get(key, 0) - 1
+        if left > 0:
+            self._count[key] = left
+            return
+        self._count.pop(key, None)
+        self._record(key, joined=False, reason=reason)
+
+    def _record(self, key: tuple[str, str], *, joined: bool, reason: str | None = None) -> None:
+        previous = self._tail.get(key)
+        kind = "joined" if joined else "left"
+        task = self._tasks.spawn(
+            self._append(previous, key, joined=joined, reason=reason),
+            name=f"agora-presence:{kind}:{key}",
+        )
+        if task is None:
+            log.warning("presence not recorded (hub stopping): %s %s %s", key[0], kind, key[1])
+            return
+        self._tail[key] = task
+
+        def forget(t: asyncio.Task[None]) -> None:
+            if self._tail.get(key) is t:
+                del self._tail[key]
+
+        task.add_done_callback(forget)
+
+    async def recover(self) -> int:
+        """Record as gone every member a crash left present (``memberLeft`` with reason
+        ``interrupted``), so an audit never shows an agent in a workspace after the hub that
+        served it died. Only for a store this hub has to itself: on a shared store, members
+        present may be connected to another node. Returns how many were closed."""
+        closed = 0
+        for head in await self._workspaces.store.heads():
+            state = await self._workspaces.state(head.workspace)
+            for agent, member in sorted(state.members.items()):
+                if not member.present:
+                    continue
+                payload = MemberPayload(agent=agent, via=member.via, reason="interrupted")
+                try:
+                    await self._workspaces.publish(
+                        head.workspace, [MemberLeft(payload=payload)], producer=agent, trusted=True
+                    )
+                    closed += 1
+                except Exception:  # a damaged workspace must not keep the hub from starting
+                    log.exception("could not close the presence of %s in %s", agent, head.workspace)
+        if closed:
+            log.info("recorded %d member(s) left present by the previous run", closed)
+        return closed
+
+    async def _append(
+        self,
+        previous: asyncio.Task[None] | None,
+        key: tuple[str, str],
+        *,
+        joined: bool,
+        reason: str | None,
+    ) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])
+        agent, workspace = key
+        event: MemberJoined | MemberLeft
+        if joined:
+            event = MemberJoined(payload=MemberPayload(agent=agent, via="websocket"))
+        else:
+            payload = MemberPayload(agent=agent, via="websocket", reason=reason)
+            event = MemberLeft(payload=payload)
+        try:
+            await self._workspaces.publish(workspace, [event], producer=agent, trusted=True)
+        except Exception:
+            log.exception("could not record %s of %s in %s", event.kind, agent, workspace)
