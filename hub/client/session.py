@@ -330,6 +330,11 @@ class Session:
         try:
             async for raw in ws:
                 self._dispatch(raw)
+                # websockets hands over buffered frames without suspending: without this a
+                # burst (a catch-up) runs through a feed's window before its readers get to
+                # run, every reader rewinds, and each rewind's unsubscribe/subscribe appends
+                # presence events that lengthen the next catch-up (a livelock under load).
+                await asyncio.sleep(0)
         except ConnectionClosed:
             pass
         finally:
