@@ -12,17 +12,38 @@ One module per concept: :mod:`~hub.client.session` (connect, hello, reconnect, r
 :mod:`~hub.client.feed` (subscriptions), :mod:`~hub.client.workspace` (publish, state, files,
 adk-code's verbs, waiters), :mod:`~hub.client.exec` (``ws.runtime``) and
 :mod:`~hub.client.errors`; the protocol itself, without I/O, is :mod:`hub.core.wire.client`.
-Every public name is importable from ``hub.client``.
+Every public name (and tunable default) of the former ``hub/client.py`` is importable from
+``hub.client``.
 """
 
 from hub.client.errors import SessionClosed, error_from_frame
 from hub.client.exec import ExecHandle, ExecResult, ExecUpdate, WorkspaceRuntime
-from hub.client.feed import Subscription
-from hub.client.session import Session, connect
-from hub.client.workspace import Ack, BatchAck, Workspace
+from hub.client.feed import CATCH_UP_RETRIES, Subscription
+from hub.client.session import (
+    DEFAULT_HISTORY,
+    DEFAULT_HISTORY_BYTES,
+    DEFAULT_MAX_FRAME,
+    Session,
+    connect,
+)
+from hub.client.workspace import (
+    INDEX_SIZE,
+    MAX_RATE_LIMIT_WAIT,
+    RATE_LIMIT_RETRIES,
+    Ack,
+    BatchAck,
+    Workspace,
+)
 from hub.core.backoff import Backoff
 
 __all__ = [
+    "CATCH_UP_RETRIES",
+    "DEFAULT_HISTORY",
+    "DEFAULT_HISTORY_BYTES",
+    "DEFAULT_MAX_FRAME",
+    "INDEX_SIZE",
+    "MAX_RATE_LIMIT_WAIT",
+    "RATE_LIMIT_RETRIES",
     "Ack",
     "Backoff",
     "BatchAck",
