@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import random
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -26,6 +25,7 @@ import msgspec
 from hub.client.errors import SessionClosed
 from hub.client.exec import WorkspaceRuntime
 from hub.client.feed import Subscription
+from hub.core.backoff import Backoff
 from hub.core.errors import BadRequest, Internal, NotFound, RateLimited
 from hub.core.events import (
     COLLABORATION_KINDS,
@@ -166,8 +166,8 @@ class Workspace:
 
     async def _publish(self, frame: frames.Publish) -> frames.ServerFrame:
         """Send a publish; on ``rateLimited`` wait (the ``retryAfterMs`` the hub asked for,
-        doubled on each attempt, with jitter) and send it again, at most
-        ``RATE_LIMIT_RETRIES`` times unless the session says not to retry."""
+        doubled on each attempt, with :class:`~hub.core.backoff.Backoff`'s jitter) and send it
+        again, at most ``RATE_LIMIT_RETRIES`` times unless the session says not to retry."""
         attempt = 0
         while True:
             try:
@@ -179,8 +179,10 @@ class Workspace:
                 wait_ms = e.details.get("retryAfterMs", 100)
                 wait = wait_ms / 1000 if isinstance(wait_ms, int | float) else 0.1
                 # Publishers refused together must not come back together: back off, jitter.
-                wait = min(MAX_RATE_LIMIT_WAIT, max(0.001, wait) * 2 ** (attempt - 1))
-                await asyncio.sleep(wait * (0.5 + random.random()))  # jitter, not crypto
+                backoff = Backoff(
+                    initial=max(0.001, wait), maximum=MAX_RATE_LIMIT_WAIT, give_up_after=None
+                )
+                await asyncio.sleep(backoff.delay(attempt - 1))
 
     async def _emit(self, draft: E, *, opens: bool = False) -> E:
         """Publish ``draft``; return it as stored (id, seq, workspace, producer filled in;
