@@ -240,7 +240,7 @@ def _armed() -> ClientProtocol[str]:
     return protocol
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(st.binary(max_size=64) | _frame_like | _json.map(msgspec.json.encode), max_size=8))
 def test_any_bytes_from_the_hub_give_only_typed_outcomes(frames_in: list[bytes]) -> None:
     protocol = _armed()
@@ -256,7 +256,7 @@ def test_any_bytes_from_the_hub_give_only_typed_outcomes(frames_in: list[bytes])
             assert isinstance(got.error, Internal)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.integers(0, 40), st.lists(st.integers(-3, 60), max_size=80))
 def test_a_cursor_never_repeats_nor_skips_silently(start: int, seqs: list[int]) -> None:
     cursor = ResumeCursor()
@@ -276,7 +276,7 @@ def test_a_cursor_never_repeats_nor_skips_silently(start: int, seqs: list[int]) 
     assert delivered == list(range(start + 1, start + 1 + len(delivered)))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.integers(1, 40), st.data())
 def test_resubscribing_on_gaps_delivers_the_log_exactly_once(
     head: int, data: st.DataObject
