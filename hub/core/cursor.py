@@ -11,6 +11,10 @@ the fan-out's subscriptions (:mod:`hub.server.fanout`) and the log follower
   the log (the follower reads the store; a subscription is closed with 4408, naming the
   cursor, and its client resumes from the log).
 
+The Python client's resume cursor (:class:`hub.core.wire.client.ResumeCursor`) is the same
+cursor on the other side of the wire, with :data:`UNSTARTED` before its subscription is
+confirmed.
+
 Pure: plain integers, no I/O.
 """
 
@@ -19,7 +23,7 @@ from __future__ import annotations
 import enum
 from typing import Final
 
-__all__ = ["DUPLICATE", "GAP", "NEXT", "SeqCursor", "Step"]
+__all__ = ["DUPLICATE", "GAP", "NEXT", "UNSTARTED", "SeqCursor", "Step"]
 
 
 class Step(enum.Enum):
@@ -28,11 +32,14 @@ class Step(enum.Enum):
     DUPLICATE = "duplicate"
     NEXT = "next"
     GAP = "gap"
+    UNSTARTED = "unstarted"
+    """The reader does not know where it stands yet (a client before ``subscribed``)."""
 
 
 DUPLICATE: Final = Step.DUPLICATE
 NEXT: Final = Step.NEXT
 GAP: Final = Step.GAP
+UNSTARTED: Final = Step.UNSTARTED
 
 
 class SeqCursor:

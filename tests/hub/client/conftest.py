@@ -13,12 +13,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from hub.auth import TokenSigner
+from hub.client import Session, connect
 
 ROOT = Path(__file__).resolve().parents[3]
 SECRET = "client-tests-secret-0123456789abcdef0123456789"
@@ -152,3 +153,15 @@ publish_burst = 5
 def limited_hub(tmp_path: Path) -> Iterator[HubProcess]:
     """A hub that lets each connection publish 5 events at once, then 20 per second."""
     yield from _hub(tmp_path, RATE_LIMITED_CONFIG)
+
+
+@pytest.fixture
+async def alice(hub: HubProcess) -> AsyncIterator[Session]:
+    async with connect(hub.url, hub.token("alice")) as session:
+        yield session
+
+
+@pytest.fixture
+async def bob(hub: HubProcess) -> AsyncIterator[Session]:
+    async with connect(hub.url, hub.token("bob")) as session:
+        yield session

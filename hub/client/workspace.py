@@ -1,0 +1,570 @@
+"""The workspace API of a session: publish, read, state, files, adk-code's work-item verbs and
+the waiters.
+
+Design (the weak points of adk-code's collaboration API that this fixes):
+
+- **Waiters read the log first.** Every waiter subscribes with ``afterSeq`` (0, a seq the caller
+  knows, or the seq that opened the work item) and scans history before following live events,
+  so an event published just before the wait is never missed.
+- **Retries are idempotent.** Publishes carry client-minted UUID ids; requests in flight when a
+  connection drops are sent again on the next one, and the hub answers a repeated id with the
+  original seq and ``duplicate: true``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
+
+import msgspec
+
+from hub.client.errors import SessionClosed
+from hub.client.exec import WorkspaceRuntime
+from hub.client.feed import Subscription
+from hub.core.backoff import Backoff
+from hub.core.errors import BadRequest, Internal, NotFound, RateLimited
+from hub.core.events import (
+    COLLABORATION_KINDS,
+    AnyEvent,
+    Blocked,
+    Completed,
+    Event,
+    FeedbackProvided,
+    FeedbackRequested,
+    FileDeleted,
+    FileDeletedPayload,
+    FileMoved,
+    FileMovedPayload,
+    FileWritten,
+    FileWrittenPayload,
+    MessagePayload,
+    MessagePosted,
+    NeedWork,
+    WorkCancelled,
+    WorkClaimed,
+    WorkPublished,
+)
+from hub.core.projections.workspace import WorkspaceState
+from hub.core.wire import frames
+
+if TYPE_CHECKING:
+    from hub.client.session import Session
+
+__all__ = [
+    "INDEX_SIZE",
+    "MAX_RATE_LIMIT_WAIT",
+    "RATE_LIMIT_RETRIES",
+    "Ack",
+    "BatchAck",
+    "Workspace",
+]
+
+E = TypeVar("E", bound=Event)
+
+RATE_LIMIT_RETRIES: Final = 8
+"""How often a rate-limited publish is sent again (after the wait the hub asked for)."""
+
+MAX_RATE_LIMIT_WAIT: Final = 5.0
+"""Seconds: the longest wait before sending a rate-limited publish again."""
+
+INDEX_SIZE: Final = 4096
+"""Work items whose topic and opening seq a :class:`Workspace` handle remembers."""
+
+# Work-item kinds after which an item is no longer up for grabs (``wait_for_work``).
+_TAKEN: Final = frozenset({"workClaimed", "completed", "workCancelled"})
+
+
+class Ack(msgspec.Struct, frozen=True):
+    """A single publish was appended (or, ``duplicate``, had been appended before) at ``seq``."""
+
+    workspace: str
+    seq: int
+    id: str
+    duplicate: bool = False
+
+
+class BatchAck(msgspec.Struct, frozen=True):
+    """An atomic batch was appended at ``seqs`` (one per event, in order)."""
+
+    workspace: str
+    seqs: list[int]
+    ids: list[str]
+    duplicate: bool = False
+
+
+class Workspace:
+    """One workspace through a session: publish, subscribe, state, files, work items.
+
+    Every call raises what ended the session (:class:`~hub.core.errors.Unauthorized`,
+    :class:`~hub.core.errors.Unavailable`, :class:`SessionClosed`) besides the errors it lists.
+    """
+
+    def __init__(self, session: Session, name: str) -> None:
+        self.session = session
+        self.name = name
+        self.runtime = WorkspaceRuntime(self)
+        """Executions in this workspace (docs/execution.md, "Runtime")."""
+        # correlationId -> (topic, seq of the item's first event or 0 if unknown); bounded.
+        self._items: OrderedDict[str, tuple[str | None, int]] = OrderedDict()
+
+    def __repr__(self) -> str:
+        return f"Workspace({self.name!r}, agent={self.session.agent!r})"
+
+    # -- publishing ------------------------------------------------------------------------
+
+    def _draft(self, event: Event | Mapping[str, Any]) -> Event:
+        if isinstance(event, Mapping):
+            try:
+                event = msgspec.convert(dict(event), AnyEvent)
+            except msgspec.ValidationError as e:
+                raise BadRequest(f"not a valid event: {e}", field="event") from e
+        if not isinstance(event, Event):
+            raise BadRequest(f"expected an Event, got {type(event).__name__}", field="event")
+        if event.seq:
+            raise BadRequest("a draft must not carry a seq (the log assigns it)", field="seq")
+        return msgspec.structs.replace(event, id=event.id or str(uuid.uuid4()), workspace=self.name)
+
+    async def publish(
+        self, event: Event | Mapping[str, Any], expected_seq: int | None = None
+    ) -> Ack:
+        """Append one event (a draft, or its JSON as a dict) and return its :class:`Ack`.
+
+        A missing ``id`` is minted here (UUID), so a retry is idempotent. ``expected_seq``: the
+        head this write is based on. Raises :class:`~hub.core.errors.BadRequest`/``TooLarge``
+        (invalid), ``Forbidden`` (no write right, a hub-only kind, not the owner),
+        ``Conflict`` (stale ``expected_seq``/``baseRev``, terminal or foreign work item;
+        ``details['head']``), ``NotFound``, ``RateLimited`` (still limited after the
+        retries, or at once when the session does not retry).
+        """
+        draft = self._draft(event)
+        reply = await self._publish(
+            frames.Publish(workspace=self.name, event=cast(Any, draft), expected_seq=expected_seq)
+        )
+        if not isinstance(reply, frames.Ack) or reply.seq is None:
+            raise Internal(f"unexpected reply to publish: {type(reply).__name__}")
+        return Ack(self.name, reply.seq, reply.id or draft.id, reply.duplicate)
+
+    async def publish_batch(
+        self, events: Iterable[Event | Mapping[str, Any]], expected_seq: int | None = None
+    ) -> BatchAck:
+        """Append ``events`` atomically (all or none). Raises as :meth:`publish`; an error's
+        ``details['index']`` names the offending event."""
+        drafts = [self._draft(e) for e in events]
+        if not drafts:
+            raise BadRequest("a batch needs at least one event", field="events")
+        reply = await self._publish(
+            frames.Publish(workspace=self.name, events=cast(Any, drafts), expected_seq=expected_seq)
+        )
+        if not isinstance(reply, frames.Ack) or reply.seqs is None:
+            raise Internal(f"unexpected reply to publish: {type(reply).__name__}")
+        ids = reply.ids if reply.ids is not None else [d.id for d in drafts]
+        return BatchAck(self.name, list(reply.seqs), list(ids), reply.duplicate)
+
+    async def _publish(self, frame: frames.Publish) -> frames.ServerFrame:
+        """Send a publish; on ``rateLimited`` wait (the ``retryAfterMs`` the hub asked for,
+        doubled on each attempt, with :class:`~hub.core.backoff.Backoff`'s jitter) and send it
+        again, at most ``RATE_LIMIT_RETRIES`` times unless the session says not to retry."""
+        attempt = 0
+        while True:
+            try:
+                return await self.session.request(frame)
+            except RateLimited as e:
+                attempt += 1
+                if not self.session.retry_rate_limited or attempt > RATE_LIMIT_RETRIES:
+                    raise
+                wait_ms = e.details.get("retryAfterMs", 100)
+                wait = wait_ms / 1000 if isinstance(wait_ms, int | float) else 0.1
+                # Publishers refused together must not come back together: back off, jitter.
+                backoff = Backoff(
+                    initial=max(0.001, wait), maximum=MAX_RATE_LIMIT_WAIT, give_up_after=None
+                )
+                await asyncio.sleep(backoff.delay(attempt - 1))
+
+    async def _emit(self, draft: E, *, opens: bool = False) -> E:
+        """Publish ``draft``; return it as stored (id, seq, workspace, producer filled in;
+        timestamp and hash are in the log). ``opens``: it is the first event of its item."""
+        prepared = cast(E, self._draft(draft))
+        ack = await self.publish(prepared)
+        stored = msgspec.structs.replace(
+            prepared, id=ack.id, seq=ack.seq, producer=self.session.agent
+        )
+        self._note(stored, complete=opens)
+        return stored
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def subscribe(self, after_seq: int | None = None) -> Subscription:
+        """Every event with ``seq > after_seq`` in order, then live ones; ``after_seq`` None =
+        live only. Raises :class:`~hub.core.errors.BadRequest` for a negative ``after_seq``; while
+        iterating, ``Forbidden`` without the read right.
+
+        The session follows the workspace from then on (one wire subscription, shared by every
+        subscriber and waiter) until it closes or :meth:`leave` is called."""
+        return Subscription(self, after_seq)
+
+    def leave(self) -> None:
+        """Stop following the workspace (unsubscribe); its subscriptions stop."""
+        feed = self.session._feeds.get(self.name)
+        if feed is not None:
+            feed.leave()
+
+    async def state(self, at_seq: int | None = None) -> WorkspaceState:
+        """The workspace state (files, work items, executions, artifacts, members), now or at
+        ``at_seq``. Raises ``Forbidden`` (no read right), ``BadRequest``."""
+        reply = await self.session.request(frames.GetState(workspace=self.name, at_seq=at_seq))
+        if not isinstance(reply, frames.StateFrame):
+            raise Internal(f"unexpected reply to state: {type(reply).__name__}")
+        try:
+            state: WorkspaceState = msgspec.convert(reply.state, WorkspaceState)
+        except msgspec.ValidationError as e:
+            raise Internal(f"the hub sent a state this client cannot read: {e}") from e
+        return state
+
+    async def head(self) -> int:
+        """The seq of the workspace's last event (0 when empty). Raises ``Forbidden``."""
+        async with self.subscribe(None) as sub:
+            return await sub.head()
+
+    async def events(self, after_seq: int = 0) -> list[Event]:
+        """The whole history (every event with ``seq > after_seq`` up to the current head)."""
+        out: list[Event] = []
+        async with self.subscribe(after_seq) as sub:
+            head = await sub.head()
+            if head <= after_seq:
+                return out
+            async for ev in sub:
+                out.append(ev)
+                if ev.seq >= head:
+                    return out
+        raise SessionClosed("the session closed while reading the history")
+
+    # -- files -----------------------------------------------------------------------------
+
+    async def write_file(
+        self,
+        path: str,
+        content: str | bytes,
+        base_rev: int | None = None,
+        *,
+        media_type: str | None = None,
+    ) -> FileWritten:
+        """Write ``path`` (text as UTF-8, bytes as base64). ``base_rev``: the rev this write
+        replaces (0: the file must not exist; None: no check). Raises ``Conflict`` (stale
+        ``base_rev``, ``details['rev']``), ``BadRequest`` (bad path), ``TooLarge``."""
+        if isinstance(content, str):
+            payload = FileWrittenPayload(
+                path=path, text=content, base_rev=base_rev, media_type=media_type
+            )
+        else:
+            payload = FileWrittenPayload(
+                path=path,
+                base64=base64.b64encode(content).decode("ascii"),
+                base_rev=base_rev,
+                media_type=media_type,
+            )
+        return await self._emit(FileWritten(payload=payload))
+
+    async def read_file(self, path: str) -> str | bytes:
+        """The current content of ``path`` from the state: ``str`` if it was written as text,
+        else ``bytes``. Raises ``NotFound`` (no such file, or the content lives in the blob
+        store, which ``agora.v1`` cannot read: ``details['blob']``)."""
+        entry = (await self.state()).files.get(path)
+        if entry is None:
+            raise NotFound(f"no file {path!r} in workspace {self.name!r}", path=path)
+        if entry.text is not None:
+            return entry.text
+        if entry.base64 is not None:
+            return base64.b64decode(entry.base64)
+        raise NotFound(
+            f"{path!r} is in the blob store ({entry.size} bytes); its content is not inline",
+            path=path,
+            blob=entry.blob,
+        )
+
+    async def delete_file(self, path: str, base_rev: int | None = None) -> FileDeleted:
+        """Delete ``path``. Raises ``NotFound`` (no such file), ``Conflict`` (stale
+        ``base_rev``)."""
+        return await self._emit(
+            FileDeleted(payload=FileDeletedPayload(path=path, base_rev=base_rev))
+        )
+
+    async def move_file(self, src: str, dst: str, base_rev: int | None = None) -> FileMoved:
+        """Move ``src`` to ``dst``. Raises ``NotFound`` (no ``src``), ``Conflict`` (``dst``
+        exists, stale ``base_rev``)."""
+        return await self._emit(
+            FileMoved(payload=FileMovedPayload(from_=src, to=dst, base_rev=base_rev))
+        )
+
+    async def post_message(self, text: str | None = None, data: Any = None) -> MessagePosted:
+        """Post a conversation message."""
+        return await self._emit(MessagePosted(payload=MessagePayload(text=text, data=data)))
+
+    # -- work items (adk-code's verbs) -----------------------------------------------------
+
+    def _note(self, ev: Event, *, complete: bool) -> None:
+        """Remember a work item's topic (to default it in later verbs) and, when ``complete``
+        (``ev`` is certainly the item's first event), its seq (waiters start there)."""
+        cid = ev.correlation_id
+        if cid is None or ev.kind not in COLLABORATION_KINDS:
+            return
+        known = self._items.get(cid)
+        if known is not None and (known[1] or not complete) and (known[0] or not ev.topic):
+            return
+        topic = known[0] if known is not None and known[0] else ev.topic
+        first = known[1] if known is not None and known[1] else (ev.seq if complete else 0)
+        self._items[cid] = (topic, first)
+        if len(self._items) > INDEX_SIZE:
+            self._items.popitem(last=False)
+
+    def _topic(self, correlation_id: str, topic: str | None) -> str | None:
+        if topic is not None:
+            return topic
+        known = self._items.get(correlation_id)
+        return known[0] if known is not None else None
+
+    async def _work(
+        self,
+        cls: type[E],
+        correlation_id: str,
+        payload: Any,
+        *,
+        topic: str | None,
+        consumer: str | None = None,
+        causation_id: str | None = None,
+    ) -> E:
+        draft = cls(
+            correlation_id=correlation_id,
+            topic=self._topic(correlation_id, topic),
+            consumer=consumer,
+            causation_id=causation_id,
+            payload=payload,  # type: ignore[call-arg]
+        )
+        return await self._emit(draft)
+
+    async def request_work(
+        self, topic: str, payload: Any = None, consumer: str | None = None
+    ) -> NeedWork:
+        """Open a work item (``needWork``) under a new correlationId; returns the stored event
+        (``.correlation_id``, ``.seq``)."""
+        draft = NeedWork(
+            correlation_id=str(uuid.uuid4()), topic=topic, consumer=consumer, payload=payload
+        )
+        return await self._emit(draft, opens=True)
+
+    async def claim_work(
+        self,
+        correlation_id: str,
+        payload: Any = None,
+        *,
+        topic: str | None = None,
+        causation_id: str | None = None,
+    ) -> WorkClaimed:
+        """Take ownership (``workClaimed``). Raises ``Conflict`` (claimed by another agent, or
+        the item is completed/cancelled)."""
+        return await self._work(
+            WorkClaimed, correlation_id, payload, topic=topic, causation_id=causation_id
+        )
+
+    async def publish_work(
+        self,
+        correlation_id: str,
+        payload: Any = None,
+        *,
+        consumer: str | None = None,
+        topic: str | None = None,
+        causation_id: str | None = None,
+    ) -> WorkPublished:
+        """Announce a work product (``workPublished``). Raises ``Forbidden`` (not the owner),
+        ``Conflict`` (item finished)."""
+        return await self._work(
+            WorkPublished,
+            correlation_id,
+            payload,
+            topic=topic,
+            consumer=consumer,
+            causation_id=causation_id,
+        )
+
+    async def request_feedback(
+        self,
+        correlation_id: str,
+        payload: Any = None,
+        *,
+        consumer: str | None = None,
+        topic: str | None = None,
+        causation_id: str | None = None,
+    ) -> FeedbackRequested:
+        """Ask for feedback (``feedbackRequested``). Raises ``Conflict`` (item finished)."""
+        return await self._work(
+            FeedbackRequested,
+            correlation_id,
+            payload,
+            topic=topic,
+            consumer=consumer,
+            causation_id=causation_id,
+        )
+
+    async def provide_feedback(
+        self,
+        correlation_id: str,
+        payload: Any = None,
+        *,
+        consumer: str | None = None,
+        topic: str | None = None,
+        causation_id: str | None = None,
+    ) -> FeedbackProvided:
+        """Give feedback (``feedbackProvided``). Raises ``Conflict`` (item finished)."""
+        return await self._work(
+            FeedbackProvided,
+            correlation_id,
+            payload,
+            topic=topic,
+            consumer=consumer,
+            causation_id=causation_id,
+        )
+
+    async def signal_blocked(
+        self,
+        correlation_id: str,
+        payload: Any = None,
+        *,
+        topic: str | None = None,
+        causation_id: str | None = None,
+    ) -> Blocked:
+        """Say the item cannot progress (``blocked``). Raises ``Conflict`` (item finished)."""
+        return await self._work(
+            Blocked, correlation_id, payload, topic=topic, causation_id=causation_id
+        )
+
+    async def signal_completed(
+        self,
+        correlation_id: str,
+        payload: Any = None,
+        *,
+        topic: str | None = None,
+        causation_id: str | None = None,
+    ) -> Completed:
+        """Close the item (``completed``, terminal). Raises ``Forbidden`` (an owned item
+        closed by a non-owner), ``Conflict`` (already finished)."""
+        return await self._work(
+            Completed, correlation_id, payload, topic=topic, causation_id=causation_id
+        )
+
+    async def cancel_work(
+        self, correlation_id: str, payload: Any = None, *, topic: str | None = None
+    ) -> WorkCancelled:
+        """Cancel the item (``workCancelled``, terminal). Raises ``Forbidden`` (neither the
+        requester nor the owner), ``Conflict`` (already finished)."""
+        return await self._work(WorkCancelled, correlation_id, payload, topic=topic)
+
+    # -- waiters ---------------------------------------------------------------------------
+
+    def _start(self, correlation_id: str | None, after_seq: int | None) -> int:
+        """Where a waiter starts reading: ``after_seq``, else just before the item's first
+        event if this handle knows it, else the beginning of the log."""
+        if after_seq is not None:
+            return after_seq
+        if correlation_id is not None:
+            known = self._items.get(correlation_id)
+            if known is not None and known[1] > 0:
+                return known[1] - 1
+        return 0
+
+    async def wait_for(
+        self,
+        correlation_id: str,
+        timeout: float | None = None,  # noqa: ASYNC109 (adk-code's API)
+        *,
+        after_seq: int | None = None,
+        kinds: Iterable[str] | None = None,
+        exclude_self: bool = False,
+    ) -> Event:
+        """The first event of work item ``correlation_id`` with ``seq > after_seq`` (of one of
+        ``kinds`` if given; not produced by this agent if ``exclude_self``).
+
+        Reads the log first, from ``after_seq`` (default: the item's first event, or the start
+        of the log), then waits for live events, so an event published before the call is
+        found. Raises ``TimeoutError`` after ``timeout`` seconds, ``SessionClosed``.
+        """
+        wanted = frozenset(kinds) if kinds is not None else None
+        me = self.session.agent
+        start = self._start(correlation_id, after_seq)
+        async with asyncio.timeout(timeout), self.subscribe(start) as sub:
+            async for ev in sub:
+                if ev.correlation_id != correlation_id:
+                    continue
+                if wanted is not None and ev.kind not in wanted:
+                    continue
+                if exclude_self and ev.producer == me:
+                    continue
+                return ev
+        raise SessionClosed("the session closed while waiting")
+
+    async def wait_for_kind(
+        self,
+        correlation_id: str,
+        kind: str | type[Event],
+        timeout: float | None = None,  # noqa: ASYNC109 (adk-code's API)
+        *,
+        after_seq: int | None = None,
+    ) -> Event:
+        """The first event of ``kind`` (``"workPublished"`` or the class) in work item
+        ``correlation_id`` with ``seq > after_seq``; see :meth:`wait_for`. Raises
+        ``TimeoutError``."""
+        name = kind if isinstance(kind, str) else kind.kind
+        return await self.wait_for(correlation_id, timeout, after_seq=after_seq, kinds=(name,))
+
+    async def wait_for_feedback(
+        self,
+        correlation_id: str,
+        timeout: float | None = None,  # noqa: ASYNC109 (adk-code's API)
+        *,
+        after_seq: int | None = None,
+    ) -> FeedbackProvided:
+        """The first ``feedbackProvided`` of the item after ``after_seq``. Raises
+        ``TimeoutError``."""
+        ev = await self.wait_for_kind(
+            correlation_id, FeedbackProvided, timeout, after_seq=after_seq
+        )
+        assert isinstance(ev, FeedbackProvided)
+        return ev
+
+    async def wait_for_work(
+        self,
+        topic: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (adk-code's API)
+        *,
+        after_seq: int = 0,
+    ) -> NeedWork:
+        """An open work request (``needWork``) on ``topic`` (any topic if None) addressed to
+        this agent or to anyone, that nobody has claimed, completed or cancelled yet.
+
+        Reads the log from ``after_seq`` to the head first and returns the oldest such request;
+        otherwise the next one published. Raises ``TimeoutError``, ``SessionClosed``.
+        """
+        me = self.session.agent
+        open_items: dict[str, NeedWork] = {}
+        async with asyncio.timeout(timeout), self.subscribe(after_seq) as sub:
+            head = await sub.head()
+            caught_up = head <= after_seq
+            async for ev in sub:
+                cid = ev.correlation_id
+                if isinstance(ev, NeedWork):
+                    if (
+                        cid is not None
+                        and (topic is None or ev.topic == topic)
+                        and (ev.consumer is None or ev.consumer == me)
+                        and cid not in open_items
+                    ):
+                        open_items[cid] = ev
+                elif cid is not None and ev.kind in _TAKEN:
+                    open_items.pop(cid, None)
+                if ev.seq >= head:
+                    caught_up = True
+                if caught_up and open_items:
+                    return next(iter(open_items.values()))
+        raise SessionClosed("the session closed while waiting")
