@@ -35,6 +35,7 @@ from typing import Final
 
 import msgspec
 
+from hub.core.capability import SYSTEM_WORKSPACE
 from hub.core.errors import BadRequest, ClientError, Conflict, Forbidden, NotFound
 from hub.core.events import HUB_KINDS, OP_KINDS, Event, FileWritten
 from hub.core.projections.workspace import FileEntry, WorkspaceState, evolve
@@ -201,6 +202,11 @@ class Workspaces:
         validate_workspace(workspace)
         if not drafts:
             raise BadRequest("a batch needs at least one event", field="events")
+        if not trusted and workspace == SYSTEM_WORKSPACE:
+            raise Forbidden(
+                f"{SYSTEM_WORKSPACE!r} is the hub's system workspace; only the hub writes there",
+                workspace=workspace,
+            )
         prepared: list[Event] = []
         for i, draft in enumerate(drafts):
             if not trusted and (draft.kind in HUB_KINDS or draft.kind in OP_KINDS):
