@@ -216,6 +216,29 @@ async def test_expiry_closes_a_connection_that_only_streams(hub: HubProcess) -> 
     print(f"closed {closed_at - exp:.3f}s after exp")
 
 
+async def test_expiry_ends_a_getexec_stream(start_hub: Callable[..., HubProcess]) -> None:
+    """A connection that only reads a running execution's output (``getExec``) is closed
+    when its token expires, while the execution is still producing output."""
+    hub = start_hub(config='[[backends]]\nid = "sh"\nkind = "process"\n')
+    signer = TokenSigner(SECRET.encode())
+    token = signer.issue("runner", ["*"], ["read", "exec"], backends=["*"], ttl_seconds=4)
+    exp = signer.verify(token).expires_at
+    loop = "while true; do echo tick; sleep 0.2; done"
+    async with peer(hub.url, token) as p:
+        accepted = await p.call("exec", workspace="w", source=loop, execId="x", encoding="utf8")
+        assert accepted["op"] == "execAccepted", accepted
+        await p.send({"op": "getExec", "rid": "g", "workspace": "w", "execId": "x"})
+        frames, code, reason = await closed_with(p)
+    assert (code, reason) == (UNAUTHORIZED, "unauthorized: expired")
+    assert any(f.get("op") == "execEvent" and f.get("rid") == "g" for f in frames)
+    assert not any(f.get("op") == "execEnd" for f in frames)  # still running at the close
+    assert time.time() >= exp
+    fresh = signer.issue("runner", ["*"], ["read", "exec"], backends=["*"], ttl_seconds=60)
+    async with peer(hub.url, fresh) as again:  # the execution outlives the connection
+        reply = await again.call("kill", workspace="w", execId="x")
+        assert reply["op"] == "killed", reply
+
+
 async def test_a_fresh_hello_moves_the_end(hub: HubProcess) -> None:
     async with peer(hub.url, mint("alice", ttl=2)) as p:
         refreshed = await p.call("hello", token=mint("alice", ttl=3600))
