@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from hub import auth
 from hub.auth import TokenSigner, load_or_create_secret, load_secret
 from hub.config import ConfigError
-from hub.core.capability import RIGHTS, Capability
+from hub.core.capability import RIGHTS, SYSTEM_WORKSPACE, Capability, RevocationList
 from hub.core.errors import BadRequest, Forbidden, Unauthorized
+from hub.core.events import TokenRevokedPayload
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 OTHER_SECRET = b"fedcba9876543210fedcba9876543210"
@@ -556,3 +557,32 @@ def test_signers_share_a_secret_through_the_data_dir(tmp_path: Path) -> None:
         "a", ["w"], ["read"], ttl_seconds=60
     )
     assert TokenSigner(load_secret(tmp_path, {})).verify(token).agent == "a"
+
+
+# -- revocation list (pure) --------------------------------------------------------------------
+
+
+def test_revocation_list_by_token_id_and_by_agent(signer: TokenSigner, clock: Clock) -> None:
+    first = signer.verify(signer.issue("mallory", ["w"], ["read"], ttl_seconds=600))
+    other = signer.verify(signer.issue("alice", ["w"], ["read"], ttl_seconds=600))
+    revoked = RevocationList()
+    assert not revoked.revokes(first) and len(revoked) == 0
+    revoked.add(TokenRevokedPayload(token_id=first.token_id), at=NOW)
+    assert revoked.revokes(first) and not revoked.revokes(other)
+
+    clock.now = NOW + 10
+    later = signer.verify(signer.issue("mallory", ["w"], ["read"], ttl_seconds=600))
+    revoked.add(TokenRevokedPayload(agent="mallory", before=NOW + 9), at=NOW + 9)
+    assert not revoked.revokes(later)  # issued after `before`
+    revoked.add(TokenRevokedPayload(agent="mallory"), at=NOW + 10)  # before = the event's time
+    assert revoked.revokes(later)  # iat == before: covered (whole seconds)
+    revoked.add(TokenRevokedPayload(agent="mallory", before=NOW), at=NOW + 11)
+    assert revoked.revokes(later)  # an older `before` never narrows a revocation
+    assert not revoked.revokes(other)
+
+
+def test_star_does_not_cover_the_system_workspace(signer: TokenSigner) -> None:
+    star = signer.verify(signer.issue("ops", ["*"], ["admin"], ttl_seconds=60))
+    assert star.has("read", "anything") and not star.has("read", SYSTEM_WORKSPACE)
+    named = signer.verify(signer.issue("ops", [SYSTEM_WORKSPACE], ["read"], ttl_seconds=60))
+    assert named.has("read", SYSTEM_WORKSPACE)
