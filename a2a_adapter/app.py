@@ -58,6 +58,7 @@ from hub.auth import TokenSigner
 from hub.config import HubConfig
 from hub.core.validation import DEFAULT_LIMITS, Limits
 from hub.follow import LogFollower
+from hub.revocations import Revocations
 from hub.workspaces import Workspaces
 
 __all__ = [
@@ -146,10 +147,15 @@ def build_card(base_url: str, *, executions: bool = False) -> AgentCard:
 
 
 def create_app(
-    handler: AgoraRequestHandler, signer: TokenSigner, *, limits: Limits = DEFAULT_LIMITS
+    handler: AgoraRequestHandler,
+    signer: TokenSigner,
+    revocations: Revocations,
+    *,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> BodyLimits:
-    """The ASGI app: the SDK's card, JSON-RPC and REST routes behind bearer authentication,
-    behind the body limits (size before reading, nesting before parsing)."""
+    """The ASGI app: the SDK's card, JSON-RPC and REST routes behind bearer authentication
+    (tokens ``signer`` verifies and ``revocations`` has not revoked), behind the body limits
+    (size before reading, nesting before parsing)."""
     builder = AgoraContextBuilder()
     routes = [
         *create_agent_card_routes(handler.card, cache_control=CARD_CACHE_CONTROL),
@@ -159,7 +165,7 @@ def create_app(
         *create_rest_routes(handler, context_builder=builder, path_prefix=REST_PREFIX),
     ]
     authenticated = BearerAuth(
-        Starlette(routes=routes), signer, public_paths={AGENT_CARD_WELL_KNOWN_PATH}
+        Starlette(routes=routes), signer, {AGENT_CARD_WELL_KNOWN_PATH}, revocations
     )
     return BodyLimits(
         authenticated,
@@ -193,7 +199,9 @@ class A2AService:
     ``host``/``port`` default to ``config.server.host``/``a2a_port``; port 0 picks a free one
     (:attr:`port` tells which). ``public_url`` is the base URL the card advertises (default
     ``http://host:port``). Closing stops accepting, ends open streams, waits up to
-    ``shutdown_timeout`` for requests in flight, then stops the bridge.
+    ``shutdown_timeout`` for requests in flight, then stops the bridge. ``revocations``: the
+    hub's revoked tokens (``agora serve`` shares the WebSocket hub's); without, the service
+    loads and follows the system workspace itself.
     """
 
     def __init__(
@@ -209,8 +217,12 @@ class A2AService:
         blocking_timeout: float = 60.0,
         shutdown_timeout: float = 3.0,
         bridge: bool = True,
+        revocations: Revocations | None = None,
     ) -> None:
         self.workspaces = workspaces
+        self.revocations = revocations or Revocations(workspaces)
+        self._own_revocations = revocations is None
+        self._revocations_stop = asyncio.Event()
         self.signer = signer
         self.config = config
         self.host = host if host is not None else config.server.host
@@ -259,6 +271,8 @@ class A2AService:
             raise
         self._socket = sock
         self.port = sock.getsockname()[1]
+        if self._own_revocations:
+            await self.revocations.load()
         self.follower.install()
         self.locator.install()
         store = LogTaskStore(self.workspaces, self.locator)
@@ -269,10 +283,11 @@ class A2AService:
             store,
             stream,
             card,
+            revocations=self.revocations,
             runtime=self.runtime,
             blocking_timeout=self.blocking_timeout,
         )
-        app = create_app(self.handler, self.signer, limits=self.workspaces.limits)
+        app = create_app(self.handler, self.signer, self.revocations, limits=self.workspaces.limits)
         server_config = uvicorn.Config(
             app,
             log_config=None,
@@ -289,6 +304,9 @@ class A2AService:
                 task.result()  # startup failed: raise its error
                 raise RuntimeError("the A2A listener stopped during startup")
             await asyncio.sleep(0.01)
+        if self._own_revocations:  # after the server's task: _tasks[0] is the server
+            stop = self._revocations_stop
+            self._tasks.append(asyncio.create_task(self.revocations.run(stop)))
         if self.with_bridge:
             self.bridge = Bridge(self.workspaces, self.config.a2a.peers, follower=self.follower)
             self._tasks.append(asyncio.create_task(self.bridge.run()))
@@ -300,6 +318,7 @@ class A2AService:
 
     async def _close(self) -> None:
         await self.follower.aclose()  # ends every open stream
+        self._revocations_stop.set()
         self.locator.uninstall()
         if self._server is not None:
             self._server.should_exit = True
@@ -332,12 +351,20 @@ async def serve_a2a(
     stop: asyncio.Event | None = None,
     runtime: Runtime | None = None,
     on_ready: Callable[[str], None] | None = None,
+    revocations: Revocations | None = None,
 ) -> None:
     """Serve A2A on ``host:port`` (default ``config.server.host``/``a2a_port``) until ``stop``
     is set or the task is cancelled; once listening, set ``ready`` and call ``on_ready`` with
-    the base URL. Raises ``OSError`` if the port cannot be bound."""
+    the base URL. ``revocations``: see :class:`A2AService`. Raises ``OSError`` if the port
+    cannot be bound."""
     async with A2AService(
-        workspaces, signer, config, host=host, port=port, runtime=runtime
+        workspaces,
+        signer,
+        config,
+        host=host,
+        port=port,
+        runtime=runtime,
+        revocations=revocations,
     ) as service:
         if ready is not None:
             ready.set()

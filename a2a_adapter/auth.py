@@ -7,13 +7,28 @@ handler never runs. The verified :class:`~hub.auth.Capability` goes into the ASG
 :class:`AgoraContextBuilder` hands it to the request handler in the A2A call context; the
 token's workspaces and rights then apply to every call (a workspace it does not name is an
 A2A error, a task in such a workspace does not exist for the caller).
+
+A revoked token (:mod:`hub.revocations`) is refused like an invalid one, with ``reason:
+"revoked"`` in the 401 body. A stream (``SendStreamingMessage``, ``SubscribeToTask``) lasts no
+longer than its token: :func:`until_token_ends` ends it with the stream's error event (an
+``InvalidParamsError`` whose ``data`` is ``{"agoraCode": "unauthorized", "reason": "expired"
+| "revoked"}``) when the token expires or is revoked.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from collections.abc import Awaitable, Callable, Collection, MutableMapping
-from typing import Any, Final
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    MutableMapping,
+)
+from typing import Any, Final, TypeVar, cast
 
 from a2a.auth.user import User
 from a2a.server.context import ServerCallContext
@@ -24,8 +39,11 @@ from a2a_adapter.store import CAPABILITY_KEY
 from hub.auth import TokenSigner
 from hub.core.capability import Capability
 from hub.core.errors import Unauthorized
+from hub.revocations import Revocations
 
-__all__ = ["AgoraContextBuilder", "AgoraUser", "BearerAuth"]
+__all__ = ["AgoraContextBuilder", "AgoraUser", "BearerAuth", "until_token_ends"]
+
+T = TypeVar("T")
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -51,11 +69,17 @@ class AgoraUser(User):
 
 
 class BearerAuth:
-    """Require a valid capability token on every path but ``public_paths``."""
+    """Require a valid, unrevoked capability token on every path but ``public_paths``."""
 
-    def __init__(self, app: ASGIApp, signer: TokenSigner, public_paths: Collection[str]):
+    def __init__(
+        self,
+        app: ASGIApp,
+        signer: TokenSigner,
+        public_paths: Collection[str],
+        revocations: Revocations,
+    ):
         self.app = app
-        self.signer = signer
+        self.verify = revocations.verifier(signer.verify)
         self.public_paths = frozenset(public_paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -69,9 +93,9 @@ class BearerAuth:
             )
             return
         try:
-            capability = self.signer.verify(token)
+            capability = self.verify(token)
         except Unauthorized as e:
-            await _unauthorized(send, "invalid_token", e.message)
+            await _unauthorized(send, "invalid_token", e.message, e.details.get("reason"))
             return
         scope[SCOPE_KEY] = capability
         await self.app(scope, receive, send)
@@ -105,10 +129,44 @@ def _bearer(scope: Scope) -> str | None:
     return None
 
 
-async def _unauthorized(send: Send, error: str, message: str) -> None:
-    body = json.dumps(
-        {"error": {"code": 401, "status": "UNAUTHENTICATED", "message": message}}
-    ).encode()
+async def until_token_ends(
+    items: AsyncIterator[T],
+    capability: Capability,
+    revocations: Revocations,
+    refusal: Callable[[Unauthorized], Exception],
+) -> AsyncGenerator[T, None]:
+    """``items`` until the token ``capability`` came from expires or is revoked; then raise
+    ``refusal(error)`` (the SDK turns an A2A error raised by a stream into its error event)."""
+    ended = asyncio.ensure_future(revocations.until_ended(capability))
+    try:
+        while True:
+            step = asyncio.ensure_future(_step(items))
+            await asyncio.wait((step, ended), return_when=asyncio.FIRST_COMPLETED)
+            if not step.done():
+                step.cancel()  # ends ``items`` (the caller closes it)
+                with contextlib.suppress(asyncio.CancelledError):
+                    await step
+                raise refusal(ended.result())
+            more, item = step.result()
+            if not more:
+                return
+            yield cast(T, item)
+    finally:
+        ended.cancel()
+
+
+async def _step(items: AsyncIterator[T]) -> tuple[bool, T | None]:
+    try:
+        return True, await anext(items)
+    except StopAsyncIteration:
+        return False, None
+
+
+async def _unauthorized(send: Send, error: str, message: str, reason: object = None) -> None:
+    detail: dict[str, Any] = {"code": 401, "status": "UNAUTHENTICATED", "message": message}
+    if isinstance(reason, str):
+        detail["reason"] = reason  # expired, revoked, lifetime, future, invalid_signature, …
+    body = json.dumps({"error": detail}).encode()
     await send(
         {
             "type": "http.response.start",

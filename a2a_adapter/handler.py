@@ -69,6 +69,7 @@ from a2a.utils.errors import (
 from a2a.utils.task import apply_history_length, validate_history_length, validate_page_size
 from google.protobuf import json_format
 
+from a2a_adapter.auth import until_token_ends
 from a2a_adapter.mapping import (
     INTERRUPTED_STATES,
     TERMINAL_STATES,
@@ -97,6 +98,7 @@ from hub.core.events import (
     NeedWork,
 )
 from hub.follow import FollowerClosed
+from hub.revocations import Revocations
 from hub.workspaces import Workspaces
 
 __all__ = ["RESUME_HEADER", "AgoraRequestHandler", "a2a_error"]
@@ -162,7 +164,8 @@ def _optional_id(meta: dict[str, Any], key: str) -> str | None:
 class AgoraRequestHandler(RequestHandler):
     """Serves A2A calls from the log. ``blocking_timeout``: how long a blocking
     ``SendMessage`` waits for the task to end or ask for input before returning it as it is;
-    ``max_streams``: open streams (``SendStreamingMessage``/``SubscribeToTask``) at once."""
+    ``max_streams``: open streams (``SendStreamingMessage``/``SubscribeToTask``) at once;
+    ``revocations``: a stream ends (its error event) when its token expires or is revoked."""
 
     def __init__(
         self,
@@ -171,6 +174,7 @@ class AgoraRequestHandler(RequestHandler):
         stream: LogTaskEventStream,
         card: AgentCard,
         *,
+        revocations: Revocations,
         runtime: Runtime | None = None,
         blocking_timeout: float = 60.0,
         max_streams: int = 512,
@@ -179,6 +183,7 @@ class AgoraRequestHandler(RequestHandler):
         self.store = store
         self.stream = stream
         self.card = card
+        self.revocations = revocations
         self.runtime = runtime
         self.blocking_timeout = blocking_timeout
         self.max_streams = max_streams
@@ -294,7 +299,8 @@ class AgoraRequestHandler(RequestHandler):
             if params.configuration.HasField("history_length")
             else None
         )
-        async with aclosing(self._task_stream(ref, view, view.version, length)) as events:
+        stream = self._task_stream(ref, view, view.version, length, capability_of(context))
+        async with aclosing(stream) as events:
             async for event in events:
                 yield event
 
@@ -315,15 +321,21 @@ class AgoraRequestHandler(RequestHandler):
                 message=f"task {params.id} is in terminal state {TaskState.Name(view.state)}"
             )
         after = view.version if resume is None else min(resume, view.version)
-        async with aclosing(self._task_stream(ref, view, after, None)) as events:
+        async with aclosing(self._task_stream(ref, view, after, None, cap)) as events:
             async for event in events:
                 yield event
 
     async def _task_stream(
-        self, ref: TaskRef, view: TaskView, after: int, history_length: int | None
+        self,
+        ref: TaskRef,
+        view: TaskView,
+        after: int,
+        history_length: int | None,
+        cap: Capability,
     ) -> AsyncGenerator[SdkEvent, None]:
         """The Task as of ``view``, then every update after seq ``after``; ends after a
-        terminal or interrupted status newer than the snapshot."""
+        terminal or interrupted status newer than the snapshot, or with an error when the
+        token ``cap`` came from expires or is revoked."""
         if self._streams >= self.max_streams:
             raise UnsupportedOperationError(
                 message=f"too many open streams ({self.max_streams}); retry later"
@@ -343,14 +355,16 @@ class AgoraRequestHandler(RequestHandler):
                 async with aclosing(
                     self.stream.updates(ref, view.task_id, after, view=replay)
                 ) as updates:
-                    async for seq, update in updates:
-                        yield update
-                        if (
-                            seq > base
-                            and isinstance(update, TaskStatusUpdateEvent)
-                            and update.status.state in TERMINAL_STATES | INTERRUPTED_STATES
-                        ):
-                            return
+                    bounded = until_token_ends(updates, cap, self.revocations, a2a_error)
+                    async with aclosing(bounded) as items:
+                        async for seq, update in items:
+                            yield update
+                            if (
+                                seq > base
+                                and isinstance(update, TaskStatusUpdateEvent)
+                                and update.status.state in TERMINAL_STATES | INTERRUPTED_STATES
+                            ):
+                                return
         finally:
             self._streams -= 1
 

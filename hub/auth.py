@@ -4,7 +4,11 @@ A token is a JWT (RFC 7519) signed with HMAC-SHA256 under the hub's secret. Veri
 ``HS256`` (so ``alg: none`` and algorithm-substitution tokens are refused), requires ``sub``,
 ``iat``, ``exp`` and ``jti``, checks expiry with no leeway against an injectable clock, and then
 checks every claim's type strictly; an unknown claim is refused rather than ignored, since it
-could be a restriction this hub does not understand. The claims:
+could be a restriction this hub does not understand. A token's lifetime (``exp - iat``) may not
+exceed the signer's ``max_ttl`` (``[auth] max_token_ttl``, default 30 days), at issue and at
+use, and ``iat`` may not be more than :data:`IAT_LEEWAY_SECONDS` in the future (clock skew
+between hub nodes): a correctly signed token minted with a stolen secret and a far-off ``exp``
+is still refused. The claims:
 
 ==============  ==========================================================
 ``sub``         the agent id (1-256 bytes, no control characters)
@@ -39,6 +43,8 @@ import jwt
 import msgspec
 
 from hub.core.capability import (
+    DEFAULT_MAX_TOKEN_TTL,
+    MAX_TTL_SECONDS,
     Capability,
     Right,
     agent_id,
@@ -52,11 +58,12 @@ ALGORITHM: Final = "HS256"
 MIN_SECRET_BYTES: Final = 32
 MAX_SECRET_BYTES: Final = 4096
 MAX_TOKEN_BYTES: Final = 8192
-MAX_TTL_SECONDS: Final = 366 * 86400
+IAT_LEEWAY_SECONDS: Final = 60
+"""How far in the future a token's ``iat`` may be (clock skew); further is refused."""
 SECRET_ENV: Final = "AGORA_SECRET"
 SECRET_FILE: Final = "secret"
 
-TokenFailure = Literal["expired", "invalid_signature", "malformed"]
+TokenFailure = Literal["expired", "invalid_signature", "malformed", "lifetime", "future"]
 
 
 class _Claims(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -74,14 +81,28 @@ class _Claims(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class TokenSigner:
     """Issues and verifies capability tokens under one secret.
 
-    ``clock`` returns epoch seconds (``time.time``); tests inject their own.
+    ``clock`` returns epoch seconds (``time.time``); tests inject their own. ``max_ttl``: the
+    longest lifetime a token may have, in seconds (``[auth] max_token_ttl``).
     """
 
-    def __init__(self, secret: bytes, *, clock: Callable[[], float] = time.time) -> None:
-        """Raises :class:`ConfigError` for a secret shorter than 32 bytes."""
+    def __init__(
+        self,
+        secret: bytes,
+        *,
+        clock: Callable[[], float] = time.time,
+        max_ttl: int = DEFAULT_MAX_TOKEN_TTL,
+    ) -> None:
+        """Raises :class:`ConfigError` for a secret shorter than 32 bytes or a ``max_ttl``
+        outside 1 second to 366 days."""
         check_secret(secret, "secret")
+        if isinstance(max_ttl, bool) or not 0 < max_ttl <= MAX_TTL_SECONDS:
+            raise ConfigError(
+                f"max_token_ttl must be 1-{MAX_TTL_SECONDS} seconds (366 days)",
+                source="max_token_ttl",
+            )
         self._secret = secret
         self._clock = clock
+        self.max_ttl = max_ttl
 
     def issue(
         self,
@@ -97,17 +118,17 @@ class TokenSigner:
         ``backends`` defaults to none: the holder may not run code until the issuer names the
         backends (or ``"*"``). Raises :class:`BadRequest` (``details['field']``) for an invalid
         agent id, workspace, right, backend id, an empty workspace or right list, or a ttl
-        outside 1 second to 366 days.
+        outside 1 second to :attr:`max_ttl`.
         """
         if (
             isinstance(ttl_seconds, bool)
             or not isinstance(ttl_seconds, int)
-            or not 0 < ttl_seconds <= MAX_TTL_SECONDS
+            or not 0 < ttl_seconds <= self.max_ttl
         ):
             raise BadRequest(
-                f"ttl must be 1-{MAX_TTL_SECONDS} seconds (366 days)",
+                f"ttl must be 1-{self.max_ttl} seconds ([auth] max_token_ttl)",
                 field="ttl",
-                limit=MAX_TTL_SECONDS,
+                limit=self.max_ttl,
             )
         now = int(self._clock())
         claims = _Claims(
@@ -124,8 +145,9 @@ class TokenSigner:
     def verify(self, token: str) -> Capability:
         """The capability ``token`` grants. Raises :class:`Unauthorized` with
         ``details['reason']`` one of ``expired``, ``invalid_signature`` (wrong secret, tampered,
-        or an algorithm other than HS256, including ``none``) or ``malformed`` (not a JWT, a
-        missing, unknown or ill-typed claim)."""
+        or an algorithm other than HS256, including ``none``), ``malformed`` (not a JWT, a
+        missing, unknown or ill-typed claim), ``lifetime`` (``exp - iat`` over
+        :attr:`max_ttl`) or ``future`` (``iat`` more than :data:`IAT_LEEWAY_SECONDS` ahead)."""
         if not isinstance(token, str) or not token or len(token) > MAX_TOKEN_BYTES:
             raise _unauthorized("malformed", f"token must be 1-{MAX_TOKEN_BYTES} characters")
         try:
@@ -162,7 +184,18 @@ class TokenSigner:
             )
         except (msgspec.ValidationError, BadRequest) as e:
             raise _unauthorized("malformed", f"token claims are invalid: {e}") from e
-        if capability.expired(self._clock()):
+        now = self._clock()
+        if capability.issued_at > now + IAT_LEEWAY_SECONDS:
+            raise _unauthorized(
+                "future", f"token is issued in the future (iat {capability.issued_at})"
+            )
+        if capability.lifetime > self.max_ttl:
+            raise _unauthorized(
+                "lifetime",
+                f"token lifetime {capability.lifetime}s exceeds the hub's maximum of "
+                f"{self.max_ttl}s ([auth] max_token_ttl)",
+            )
+        if capability.expired(now):
             raise _unauthorized("expired", "token has expired")
         return capability
 

@@ -15,6 +15,7 @@ from typing import Annotated, Final, Literal
 
 import msgspec
 
+from hub.core.capability import DEFAULT_MAX_TOKEN_TTL, MAX_TTL_SECONDS
 from hub.core.errors import BadRequest
 from hub.core.errors import ConfigError as ConfigError  # re-exported: users catch it here
 from hub.core.validation import (
@@ -131,6 +132,14 @@ class ClusterConfig(_Section, frozen=True):
     timeout_s: Seconds = 10.0  # a node whose last beat is older is dead
 
 
+class AuthConfig(_Section, frozen=True):
+    """``[auth]``: capability token rules (docs/operations.md, "Tokens")."""
+
+    # Seconds; the longest lifetime (exp - iat) a token may have, enforced when `agora token
+    # issue` signs one and whenever the hub verifies one. At most 366 days.
+    max_token_ttl: Annotated[int, msgspec.Meta(ge=1, le=MAX_TTL_SECONDS)] = DEFAULT_MAX_TOKEN_TTL
+
+
 class A2AConfig(_Section, frozen=True):
     """``[a2a]``."""
 
@@ -147,6 +156,7 @@ class HubConfig(_Section, frozen=True):
     a2a: A2AConfig = msgspec.field(default_factory=A2AConfig)
     runtime: RuntimeConfig = msgspec.field(default_factory=RuntimeConfig)
     cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)
+    auth: AuthConfig = msgspec.field(default_factory=AuthConfig)
 
     def with_overrides(
         self,

@@ -35,6 +35,7 @@ from typing import Final
 import msgspec
 
 from hub.core.backoff import Backoff
+from hub.core.capability import SYSTEM_WORKSPACE
 from hub.core.errors import BadRequest, ClientError, Conflict, Forbidden, NotFound
 from hub.core.events import HUB_KINDS, OP_KINDS, ArtifactPublished, Event, FileWritten
 from hub.core.projections.workspace import FileEntry, WorkspaceState, evolve
@@ -205,6 +206,11 @@ class Workspaces:
         validate_workspace(workspace)
         if not drafts:
             raise BadRequest("a batch needs at least one event", field="events")
+        if not trusted and workspace == SYSTEM_WORKSPACE:
+            raise Forbidden(
+                f"{SYSTEM_WORKSPACE!r} is the hub's system workspace; only the hub writes there",
+                workspace=workspace,
+            )
         prepared: list[Event] = []
         # Content to move to the blob store: stored only once the batch is decided, so a
         # refused publish writes nothing (a crash between the two leaves an unreferenced blob,

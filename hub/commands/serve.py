@@ -86,7 +86,7 @@ async def serve_command(args: argparse.Namespace) -> int:
         config = with_cluster_env(config_from_args(args), os.environ)
         data_dir = config.storage.data_dir
         secret = load_or_create_secret(data_dir, os.environ)
-        signer = TokenSigner(secret)
+        signer = TokenSigner(secret, max_ttl=config.auth.max_token_ttl)
         store = open_store(config.storage.store, data_dir)
     except AgoraError as e:
         return fail("serve", e)
@@ -165,7 +165,13 @@ async def _serve_a2a(hub: Hub, signer: TokenSigner, config: HubConfig, stop: asy
 
     try:
         await serve_a2a(
-            hub.workspaces, signer, config, stop=stop, on_ready=ready, runtime=hub.runtime
+            hub.workspaces,
+            signer,
+            config,
+            stop=stop,
+            on_ready=ready,
+            runtime=hub.runtime,
+            revocations=hub.revocations,
         )
     except OSError as e:  # the WebSocket hub keeps serving without A2A
         logging.getLogger("agora.server").error("A2A listener not started: %s", e)

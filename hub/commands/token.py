@@ -1,8 +1,12 @@
-"""``agora token issue`` and ``agora token inspect``: capability tokens for operators.
+"""``agora token issue|inspect|revoke|revoked``: capability tokens for operators.
 
 ``issue`` signs a token with the data directory's secret (creating the secret on first use) and
-prints it as one line; ``inspect`` verifies a token and prints its claims. Exit codes: 0 done,
-1 the token did not verify (``inspect``), 2 bad input or configuration.
+prints it as one line, refusing a ttl over ``[auth] max_token_ttl``; ``inspect`` verifies a
+token and prints its claims. ``revoke`` appends a ``tokenRevoked`` event to the hub's system
+workspace through the store (like ``agora append``; a running hub picks it up within a second
+and closes the connections using the token); ``revoked`` lists the revocations. Exit codes: 0
+done, 1 the token did not verify (``inspect``) or the store failed, 2 bad input or
+configuration.
 """
 
 from __future__ import annotations
@@ -11,21 +15,29 @@ import argparse
 import os
 import re
 import sys
+import time
+from datetime import UTC, datetime
 from typing import Any, Final
 
 import msgspec
 
-from hub.auth import MAX_TTL_SECONDS, TokenSigner, load_or_create_secret, load_secret
-from hub.commands.common import add_config_arg, add_data_args, data_dir_from_args, fail
+from hub.auth import TokenSigner, load_or_create_secret, load_secret
+from hub.commands._audit import EXIT_OK, EXIT_USAGE, add_store_args, report, with_store
+from hub.commands.common import add_config_arg, add_data_args, config_from_args, fail
 from hub.core.capability import (
+    MAX_TTL_SECONDS,
     RIGHTS,
+    SYSTEM_WORKSPACE,
     Capability,
     normalize_backends,
     normalize_rights,
     normalize_workspaces,
 )
 from hub.core.errors import AgoraError, BadRequest, Unauthorized
+from hub.core.events import TokenRevoked, encode_event
 from hub.core.validation import validate_id
+from hub.log.base import EventStore
+from hub.revocations import read_revocations, revocation, revoke
 
 DEFAULT_TTL: Final = "1h"
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -83,10 +95,38 @@ def register(subparsers: Any) -> None:
     add_config_arg(inspect)
     inspect.set_defaults(func=inspect_command)
 
+    revoke = commands.add_parser(
+        "revoke",
+        help="revoke a token, or every token of an agent issued until now",
+        description=(
+            "Record a revocation (a tokenRevoked event in the hub's system workspace "
+            f"{SYSTEM_WORKSPACE!r}). Hubs on this store refuse the token from then on and close "
+            "the connections and streams using it within a second."
+        ),
+    )
+    revoke.add_argument("--token-id", metavar="ID", help="the token's id (jti; see inspect)")
+    revoke.add_argument(
+        "--agent", metavar="A", help="revoke every token of agent A issued until now"
+    )
+    revoke.add_argument("--reason", metavar="TEXT", help="why (recorded in the log)")
+    revoke.add_argument("--json", action="store_true", help="print the appended event as JSON")
+    add_store_args(revoke)
+    revoke.set_defaults(func=revoke_command)
 
-def parse_ttl(text: str) -> int:
+    revoked = commands.add_parser(
+        "revoked",
+        help="list the revocations",
+        description="List the revocations recorded in the hub's system workspace, oldest first.",
+    )
+    revoked.add_argument("--json", action="store_true", help="one JSON event per line")
+    add_store_args(revoked)
+    revoked.set_defaults(func=revoked_command)
+
+
+def parse_ttl(text: str, max_ttl: int = MAX_TTL_SECONDS) -> int:
     """Seconds in ``3600``, ``90s``, ``30m``, ``1h``, ``7d`` or ``2w``. Raises
-    :class:`BadRequest` (field ``ttl``) for anything else, zero, or more than 366 days."""
+    :class:`BadRequest` (field ``ttl``) for anything else, zero, or more than ``max_ttl``
+    seconds (``[auth] max_token_ttl``)."""
     match = _DURATION_RE.fullmatch(text.strip())
     if match is None or int(match["n"]) == 0:
         raise BadRequest(
@@ -94,11 +134,11 @@ def parse_ttl(text: str) -> int:
             field="ttl",
         )
     seconds = int(match["n"]) * _UNITS[match["unit"] or "s"]
-    if seconds > MAX_TTL_SECONDS:
+    if seconds > max_ttl:
         raise BadRequest(
-            f"ttl must be 1-{MAX_TTL_SECONDS} seconds (366 days); {text!r} is longer",
+            f"ttl {text!r} is longer than the maximum of {max_ttl} seconds ([auth] max_token_ttl)",
             field="ttl",
-            limit=MAX_TTL_SECONDS,
+            limit=max_ttl,
         )
     return seconds
 
@@ -112,13 +152,15 @@ async def issue_command(args: argparse.Namespace) -> int:
     """``agora token issue``: print a new token (and, with ``--json``, its claims)."""
     try:
         # Check every input before touching the data directory: bad input changes nothing.
-        ttl = parse_ttl(args.ttl)
+        config = config_from_args(args)
+        max_ttl = config.auth.max_token_ttl
+        ttl = parse_ttl(args.ttl, max_ttl)
         agent = validate_id(args.agent, "agent")
         workspaces = normalize_workspaces(w for arg in args.workspaces for w in split_list(arg))
         rights = normalize_rights(split_list(args.rights))
         backends = normalize_backends(split_list(args.backends))
-        data_dir = data_dir_from_args(args)
-        signer = TokenSigner(load_or_create_secret(data_dir, os.environ))
+        secret = load_or_create_secret(config.storage.data_dir, os.environ)
+        signer = TokenSigner(secret, max_ttl=max_ttl)
         token = signer.issue(agent, workspaces, rights, backends=backends, ttl_seconds=ttl)
         capability = signer.verify(token)
     except AgoraError as e:
@@ -134,7 +176,9 @@ async def inspect_command(args: argparse.Namespace) -> int:
     """``agora token inspect``: verify a token and print its capability as JSON; exit 1 if it
     does not verify."""
     try:
-        signer = TokenSigner(load_secret(data_dir_from_args(args), os.environ))
+        config = config_from_args(args)
+        secret = load_secret(config.storage.data_dir, os.environ)
+        signer = TokenSigner(secret, max_ttl=config.auth.max_token_ttl)
     except AgoraError as e:
         return fail("token inspect", e)
     try:
@@ -143,6 +187,62 @@ async def inspect_command(args: argparse.Namespace) -> int:
         return fail("token inspect", f"{e.details['reason']}: {e.message}", code=1)
     _print_json(capability)
     return 0
+
+
+async def revoke_command(args: argparse.Namespace) -> int:
+    """``agora token revoke``: append the revocation; print ``SEQ ID`` (or the event)."""
+    command = "token revoke"
+    try:
+        payload = revocation(
+            token_id=args.token_id,
+            agent=args.agent,
+            # Whole seconds, like iat: a token issued earlier in this second is revoked too.
+            before=int(time.time()) if args.agent is not None else None,
+            reason=args.reason,
+        )
+    except BadRequest as e:
+        return report(command, e, EXIT_USAGE)
+
+    async def body(store: EventStore) -> int:
+        result = await revoke(store, payload)
+        event = result.events[0]
+        if args.json:
+            sys.stdout.write(encode_event(event).decode() + "\n")
+        else:
+            print(f"{event.seq} {event.id}")
+        return EXIT_OK
+
+    return await with_store(command, args, body, read_only=False)
+
+
+async def revoked_command(args: argparse.Namespace) -> int:
+    """``agora token revoked``: one line per revocation, oldest first."""
+
+    async def body(store: EventStore) -> int:
+        for event in await read_revocations(store):
+            if args.json:
+                sys.stdout.write(encode_event(event).decode() + "\n")
+            else:
+                print(describe(event))
+        return EXIT_OK
+
+    return await with_store("token revoked", args, body, read_only=True)
+
+
+def describe(event: TokenRevoked) -> str:
+    """``SEQ TIME tokenId=… agent=… before=… reason=…`` (the fields present)."""
+    p = event.payload
+    at = datetime.fromtimestamp(event.timestamp / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    parts = [str(event.seq), at]
+    if p.token_id is not None:
+        parts.append(f"tokenId={p.token_id}")
+    if p.agent is not None:
+        parts.append(f"agent={p.agent}")
+    if p.before is not None:
+        parts.append(f"before={p.before}")
+    if p.reason is not None:
+        parts.append(f"reason={msgspec.json.encode(p.reason).decode()}")
+    return " ".join(parts)
 
 
 def _print_json(value: object) -> None:

@@ -12,6 +12,7 @@ from typing import Final, Literal, get_args
 import msgspec
 
 from hub.core.errors import BadRequest, Forbidden
+from hub.core.events import TokenRevokedPayload
 from hub.core.validation import validate_backend_id, validate_id, validate_workspace
 
 Right = Literal["read", "write", "exec", "admin"]
@@ -20,6 +21,15 @@ RIGHTS: Final[tuple[Right, ...]] = get_args(Right)
 
 ANY: Final = "*"
 """Wildcard for ``workspaces`` and ``backends``."""
+
+MAX_TTL_SECONDS: Final = 366 * 86400
+"""The ceiling of ``[auth] max_token_ttl``: no configuration allows longer-lived tokens."""
+DEFAULT_MAX_TOKEN_TTL: Final = 30 * 86400
+"""``[auth] max_token_ttl``'s default: the longest lifetime (``exp - iat``) a token may have."""
+
+SYSTEM_WORKSPACE: Final = "_agora"
+"""The hub's system workspace: its own records (``tokenRevoked``), written only by the hub and
+``agora token revoke``. ``"*"`` does not cover it; no client may publish there."""
 
 
 class Capability(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -37,8 +47,10 @@ class Capability(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     token_id: str
 
     def allows_workspace(self, workspace: str) -> bool:
-        """Whether the token names ``workspace`` (or every workspace)."""
-        return ANY in self.workspaces or workspace in self.workspaces
+        """Whether the token names ``workspace`` (or every workspace but the system one)."""
+        if workspace in self.workspaces:
+            return True
+        return ANY in self.workspaces and workspace != SYSTEM_WORKSPACE
 
     def has(self, right: Right, workspace: str) -> bool:
         """Whether the holder has ``right`` in ``workspace``; ``admin`` implies every right."""
@@ -51,6 +63,11 @@ class Capability(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     def expired(self, now: float) -> bool:
         """Whether the token has expired at epoch seconds ``now`` (for long-lived sessions)."""
         return now >= self.expires_at
+
+    @property
+    def lifetime(self) -> int:
+        """Seconds from issue to expiry (``exp - iat``)."""
+        return self.expires_at - self.issued_at
 
     def require(self, right: Right, workspace: str) -> None:
         """Raise :class:`Forbidden` (details ``right``, ``workspace``) unless :meth:`has`."""
@@ -67,6 +84,35 @@ class Capability(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
             raise Forbidden(
                 f"agent {self.agent!r} may not select backend {backend!r}", backend=backend
             )
+
+
+class RevocationList:
+    """The tokens revoked so far: token ids, and per agent the latest ``before`` (a token of
+    that agent issued at or before it is revoked). Built from ``tokenRevoked`` payloads in log
+    order; adding is idempotent, so replaying the system workspace twice changes nothing."""
+
+    def __init__(self) -> None:
+        self._token_ids: set[str] = set()
+        self._agents: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._token_ids) + len(self._agents)
+
+    def add(self, revocation: TokenRevokedPayload, at: int) -> None:
+        """Record ``revocation``; ``at`` (epoch seconds: the event's time) stands for a missing
+        ``before`` of an agent revocation."""
+        if revocation.token_id is not None:
+            self._token_ids.add(revocation.token_id)
+        if revocation.agent is not None:
+            before = revocation.before if revocation.before is not None else at
+            self._agents[revocation.agent] = max(before, self._agents.get(revocation.agent, before))
+
+    def revokes(self, capability: Capability) -> bool:
+        """Whether the token ``capability`` came from is revoked."""
+        if capability.token_id in self._token_ids:
+            return True
+        before = self._agents.get(capability.agent)
+        return before is not None and capability.issued_at <= before
 
 
 def normalize_workspaces(workspaces: Iterable[str]) -> tuple[str, ...]:

@@ -167,6 +167,17 @@ class ExecDisposedPayload(Payload, frozen=True):
     reason: str | None = None
 
 
+class TokenRevokedPayload(Payload, frozen=True):
+    """``tokenRevoked`` (in the hub system workspace only): the token ``tokenId``, and/or
+    every token of ``agent`` issued at or before ``before`` (epoch seconds), is refused from
+    now on. At least one of ``tokenId`` and ``agent`` is set; ``before`` goes with ``agent``."""
+
+    token_id: str | None = None
+    agent: str | None = None
+    before: int | None = None
+    reason: str | None = None
+
+
 # ---------------------------------------------------------------------------------------------
 # The envelope
 
@@ -311,6 +322,14 @@ class ExecDisposed(Event, tag="execDisposed", frozen=True):
     payload: ExecDisposedPayload
 
 
+# The hub's own records, in the system workspace (``hub.core.capability.SYSTEM_WORKSPACE``).
+
+
+class TokenRevoked(Event, tag="tokenRevoked", frozen=True):
+    kind: ClassVar[str] = "tokenRevoked"
+    payload: TokenRevokedPayload
+
+
 AnyEvent = (
     NeedWork
     | WorkClaimed
@@ -333,6 +352,7 @@ AnyEvent = (
     | ExecOutput
     | ExecFinished
     | ExecDisposed
+    | TokenRevoked
 )
 
 EVENT_TYPES: Final[tuple[type[Event], ...]] = (
@@ -357,6 +377,7 @@ EVENT_TYPES: Final[tuple[type[Event], ...]] = (
     ExecOutput,
     ExecFinished,
     ExecDisposed,
+    TokenRevoked,
 )
 KINDS: Final[dict[str, type[Event]]] = {t.kind: t for t in EVENT_TYPES}
 
@@ -372,9 +393,18 @@ COLLABORATION_KINDS: Final[frozenset[str]] = frozenset(
         "workCancelled",
     }
 )
-# Kinds only the hub (runtime, presence) may write; clients get ``forbidden``.
+# Kinds only the hub (runtime, presence, ``agora token revoke``) may write; clients get
+# ``forbidden``.
 HUB_KINDS: Final[frozenset[str]] = frozenset(
-    {"memberJoined", "memberLeft", "execStarted", "execOutput", "execFinished", "execDisposed"}
+    {
+        "memberJoined",
+        "memberLeft",
+        "execStarted",
+        "execOutput",
+        "execFinished",
+        "execDisposed",
+        "tokenRevoked",
+    }
 )
 # Kinds a client may only produce through a dedicated op (``exec``, ``kill``), not ``publish``.
 OP_KINDS: Final[frozenset[str]] = frozenset({"execRequested", "execCancelRequested"})

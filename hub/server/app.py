@@ -45,6 +45,7 @@ from hub.config import HubConfig
 from hub.core.wire.frames import SUBPROTOCOL
 from hub.core.wire.session import SERVER_NAME
 from hub.log.base import EventStore
+from hub.revocations import Revocations
 from hub.runtime import BackendRegistry, Runtime, RuntimeSettings
 from hub.server.connection import Connection
 from hub.server.fanout import Fanout
@@ -120,6 +121,8 @@ class Hub:
         )
         self.workspaces.add_listener(self.fanout)
         self.node_id = resolve_node_id(config.cluster)
+        # Revoked tokens (hub.revocations): refused at hello, and they end live connections.
+        self.revocations = Revocations(self.workspaces, clock=clock)
         self.cluster: ClusterNode | None = None
         self.presence = Presence(self.workspaces, self.tasks)
         registry = BackendRegistry.from_config(
@@ -145,11 +148,13 @@ class Hub:
                 )
                 await self.cluster.start()
             try:
+                await self.revocations.load()  # before the first connection is accepted
                 if not self.store.shared:  # shared: the cluster closes dead nodes' executions
                     await self.runtime.recover()
                     await self.presence.recover()
                 async with asyncio.TaskGroup() as tg:
                     self.tasks.attach(tg)
+                    tg.create_task(self.revocations.run(stop), name="agora-revocations")
                     runtime = tg.create_task(self.runtime.run(stop), name="agora-runtime")
                     server = tg.create_task(self._serve(stop, on_ready), name="agora-server")
                     if self.cluster is not None:

@@ -73,6 +73,10 @@ PUBLISHES_IN_FLIGHT: Final = 64
 WRITE_BYTES: Final = 64 * 1024
 """The writer hands the transport at most this much per write (then drains if it must)."""
 
+TOKEN_CLOSE_GRACE_S: Final = 0.5
+"""After a token ended (expired, revoked), how long the writer has to send the error and the
+4401 close behind what is queued before the connection is closed without them."""
+
 
 class Connection:
     """One client connection: the session, its send queue, subscriptions and tasks.
@@ -85,7 +89,7 @@ class Connection:
         self.ws = ws
         self.peer = _peer(ws)
         self.session = Session(
-            hub.signer.verify,
+            hub.revocations.verifier(hub.signer.verify),
             limits=hub.config.limits,
             clock=hub.clock,
             monotonic=hub.monotonic,
@@ -200,11 +204,35 @@ class Connection:
             if not self._announced and self.session.agent is not None:
                 self._announced = True
                 log.info("open agent=%s peer=%s", self.session.agent, self.peer)
+                self._spawn(self._end_with_token(), "token")
             data = await self.ws.recv()  # ConnectionClosed ends the connection (see _guard)
             if isinstance(data, str):
                 actions = self.session.receive(data)
             else:
                 actions = self.session.receive_binary(data)
+
+    async def _end_with_token(self) -> None:
+        """Close the connection (error ``unauthorized``, then 4401) once its token expires or
+        is revoked, even while the client only reads (subscriptions, ``getExec``). A second
+        ``hello`` with a fresh token moves the end."""
+        while True:
+            capability = self.session.capability
+            assert capability is not None
+            error = await self.hub.revocations.until_ended(capability)
+            if self.session.capability is not capability:
+                continue  # refreshed meanwhile: wait on the new token
+            reason = error.details.get("reason")
+            log.info("token ended agent=%s peer=%s reason=%s", self._agent, self.peer, reason)
+            close: Close | None = None
+            for action in self.session.failed(None, error):
+                if isinstance(action, Send):
+                    self.queue.push((encode_frame(action.frame), None, NOT_AN_EVENT))
+                elif isinstance(action, Close):
+                    self.queue.push(close := action)
+            await asyncio.sleep(TOKEN_CLOSE_GRACE_S)
+            if close is not None:  # the writer is stuck behind a slow reader: close now
+                self.stop(close.code, close.reason)
+            return
 
     async def _perform(self, actions: list[Action]) -> bool:
         """Carry out the session's actions; False once a ``Close`` was queued.

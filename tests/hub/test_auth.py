@@ -16,8 +16,10 @@ from hypothesis import strategies as st
 from hub import auth
 from hub.auth import TokenSigner, load_or_create_secret, load_secret
 from hub.config import ConfigError
-from hub.core.capability import RIGHTS, Capability
+from hub.core.capability import RIGHTS, SYSTEM_WORKSPACE, Capability, RevocationList
 from hub.core.errors import BadRequest, Forbidden, Unauthorized
+from hub.core.events import TokenRevokedPayload
+from hub.core.validation import UNSAFE_CHARS_RE
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 OTHER_SECRET = b"fedcba9876543210fedcba9876543210"
@@ -143,7 +145,7 @@ def test_capability_json_is_camel_case(signer: TokenSigner) -> None:
         ({"ttl_seconds": -5}, "ttl"),
         ({"ttl_seconds": True}, "ttl"),
         ({"ttl_seconds": 1.5}, "ttl"),
-        ({"ttl_seconds": auth.MAX_TTL_SECONDS + 1}, "ttl"),
+        ({"ttl_seconds": auth.DEFAULT_MAX_TOKEN_TTL + 1}, "ttl"),
     ],
 )
 def test_issue_rejects_bad_input(
@@ -164,8 +166,52 @@ def test_issue_rejects_bad_input(
 
 
 def test_longest_ttl(signer: TokenSigner) -> None:
-    cap = signer.verify(signer.issue("a", ["w"], ["read"], ttl_seconds=auth.MAX_TTL_SECONDS))
-    assert cap.expires_at == NOW + auth.MAX_TTL_SECONDS
+    assert signer.max_ttl == auth.DEFAULT_MAX_TOKEN_TTL == 30 * 86400
+    ttl = auth.DEFAULT_MAX_TOKEN_TTL
+    cap = signer.verify(signer.issue("a", ["w"], ["read"], ttl_seconds=ttl))
+    assert cap.expires_at == NOW + ttl
+
+
+def test_max_ttl_is_configurable_up_to_366_days(clock: Clock) -> None:
+    short = TokenSigner(SECRET, clock=clock, max_ttl=600)
+    with pytest.raises(BadRequest) as excinfo:
+        short.issue("a", ["w"], ["read"], ttl_seconds=601)
+    assert excinfo.value.details == {"field": "ttl", "limit": 600}
+    long = TokenSigner(SECRET, clock=clock, max_ttl=auth.MAX_TTL_SECONDS)
+    token = long.issue("a", ["w"], ["read"], ttl_seconds=auth.MAX_TTL_SECONDS)
+    assert long.verify(token).expires_at == NOW + auth.MAX_TTL_SECONDS
+    for bad in (0, auth.MAX_TTL_SECONDS + 1):
+        with pytest.raises(ConfigError, match="max_token_ttl"):
+            TokenSigner(SECRET, max_ttl=bad)
+
+
+def test_lifetime_over_the_maximum_refused_at_use(signer: TokenSigner, clock: Clock) -> None:
+    """A correctly signed token whose exp - iat exceeds max_ttl (minted with a stolen secret,
+    or by a hub configured more loosely) is refused, even while it has not expired."""
+    at_limit = sign(good_claims(exp=NOW + auth.DEFAULT_MAX_TOKEN_TTL))
+    assert signer.verify(at_limit).lifetime == auth.DEFAULT_MAX_TOKEN_TTL
+    for exp in (NOW + auth.DEFAULT_MAX_TOKEN_TTL + 1, 2**70):
+        with pytest.raises(Unauthorized) as excinfo:
+            signer.verify(sign(good_claims(exp=exp)))
+        assert reason(excinfo) in {"lifetime", "malformed"}
+    with pytest.raises(Unauthorized) as excinfo:
+        signer.verify(sign(good_claims(exp=NOW + auth.DEFAULT_MAX_TOKEN_TTL + 1)))
+    assert reason(excinfo) == "lifetime"
+    # A signer with a shorter maximum refuses what the default accepts.
+    strict = TokenSigner(SECRET, clock=clock, max_ttl=30)
+    with pytest.raises(Unauthorized) as excinfo:
+        strict.verify(sign(good_claims()))  # 60 s
+    assert reason(excinfo) == "lifetime"
+
+
+def test_iat_in_the_future_refused_beyond_the_leeway(signer: TokenSigner) -> None:
+    leeway = auth.IAT_LEEWAY_SECONDS
+    assert leeway == 60
+    ok = sign(good_claims(iat=NOW + leeway, exp=NOW + leeway + 60))
+    assert signer.verify(ok).issued_at == NOW + leeway
+    with pytest.raises(Unauthorized) as excinfo:
+        signer.verify(sign(good_claims(iat=NOW + leeway + 1, exp=NOW + leeway + 61)))
+    assert reason(excinfo) == "future"
 
 
 def test_agent_at_the_byte_limit_is_fine(signer: TokenSigner) -> None:
@@ -384,7 +430,11 @@ def test_backends(signer: TokenSigner) -> None:
 # -- property: random claims round-trip ---------------------------------------------------------
 
 agents = st.text(
-    st.characters(min_codepoint=0x20, exclude_categories=["Cs"]), min_size=1, max_size=64
+    st.characters(min_codepoint=0x20, exclude_categories=["Cs"]).filter(
+        lambda c: not UNSAFE_CHARS_RE.match(c)  # ids refuse DEL, C1 and bidi controls too
+    ),
+    min_size=1,
+    max_size=64,
 )
 names = st.from_regex(r"[A-Za-z0-9._-]{1,20}", fullmatch=True).filter(
     lambda n: n not in {".", ".."}
@@ -396,7 +446,7 @@ names = st.from_regex(r"[A-Za-z0-9._-]{1,20}", fullmatch=True).filter(
     workspaces=st.lists(names, min_size=1, max_size=5) | st.just(["*"]),
     rights=st.sets(st.sampled_from(RIGHTS), min_size=1),
     backends=st.lists(names, max_size=4) | st.just(["*"]),
-    ttl=st.integers(min_value=1, max_value=auth.MAX_TTL_SECONDS),
+    ttl=st.integers(min_value=1, max_value=auth.DEFAULT_MAX_TOKEN_TTL),
 )
 def test_random_claims_round_trip(
     agent: str, workspaces: list[str], rights: set[str], backends: list[str], ttl: int
@@ -512,3 +562,32 @@ def test_signers_share_a_secret_through_the_data_dir(tmp_path: Path) -> None:
         "a", ["w"], ["read"], ttl_seconds=60
     )
     assert TokenSigner(load_secret(tmp_path, {})).verify(token).agent == "a"
+
+
+# -- revocation list (pure) --------------------------------------------------------------------
+
+
+def test_revocation_list_by_token_id_and_by_agent(signer: TokenSigner, clock: Clock) -> None:
+    first = signer.verify(signer.issue("mallory", ["w"], ["read"], ttl_seconds=600))
+    other = signer.verify(signer.issue("alice", ["w"], ["read"], ttl_seconds=600))
+    revoked = RevocationList()
+    assert not revoked.revokes(first) and len(revoked) == 0
+    revoked.add(TokenRevokedPayload(token_id=first.token_id), at=NOW)
+    assert revoked.revokes(first) and not revoked.revokes(other)
+
+    clock.now = NOW + 10
+    later = signer.verify(signer.issue("mallory", ["w"], ["read"], ttl_seconds=600))
+    revoked.add(TokenRevokedPayload(agent="mallory", before=NOW + 9), at=NOW + 9)
+    assert not revoked.revokes(later)  # issued after `before`
+    revoked.add(TokenRevokedPayload(agent="mallory"), at=NOW + 10)  # before = the event's time
+    assert revoked.revokes(later)  # iat == before: covered (whole seconds)
+    revoked.add(TokenRevokedPayload(agent="mallory", before=NOW), at=NOW + 11)
+    assert revoked.revokes(later)  # an older `before` never narrows a revocation
+    assert not revoked.revokes(other)
+
+
+def test_star_does_not_cover_the_system_workspace(signer: TokenSigner) -> None:
+    star = signer.verify(signer.issue("ops", ["*"], ["admin"], ttl_seconds=60))
+    assert star.has("read", "anything") and not star.has("read", SYSTEM_WORKSPACE)
+    named = signer.verify(signer.issue("ops", [SYSTEM_WORKSPACE], ["read"], ttl_seconds=60))
+    assert named.has("read", SYSTEM_WORKSPACE)

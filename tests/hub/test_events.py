@@ -55,6 +55,8 @@ from hub.core.events import (
     MessagePosted,
     NeedWork,
     SkippedWrite,
+    TokenRevoked,
+    TokenRevokedPayload,
     WorkCancelled,
     WorkClaimed,
     WorkPublished,
@@ -192,6 +194,14 @@ GOLDEN: list[Draft] = [
         ),
     ),
     ("hub", ExecDisposed(payload=ExecDisposedPayload(exec_id="x1"))),
+    (
+        "hub",
+        TokenRevoked(
+            payload=TokenRevokedPayload(
+                token_id="jti-1", agent="mallory", before=1712000000, reason="leaked"
+            )
+        ),
+    ),
 ]
 
 
@@ -213,7 +223,7 @@ def test_golden_encodings_are_stable() -> None:
 
 def test_kind_sets_are_consistent() -> None:
     assert set(KINDS) == {t.kind for t in EVENT_TYPES}
-    assert len(KINDS) == len(EVENT_TYPES) == 21
+    assert len(KINDS) == len(EVENT_TYPES) == 22
     assert set(KINDS) >= COLLABORATION_KINDS | HUB_KINDS | OP_KINDS
     assert not (COLLABORATION_KINDS & HUB_KINDS) and not (HUB_KINDS & OP_KINDS)
     for t in EVENT_TYPES:  # tags are explicit strings, never derived from class names

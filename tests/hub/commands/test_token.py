@@ -1,9 +1,11 @@
-"""Tests for ``agora token issue`` / ``agora token inspect`` through ``hub.cli.main``."""
+"""Tests for ``agora token issue|inspect|revoke|revoked`` through ``hub.cli.main``."""
 
 from __future__ import annotations
 
+import io
 import json
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,8 @@ import pytest
 from hub.auth import TokenSigner, load_secret
 from hub.cli import main
 from hub.commands.token import parse_ttl, split_list
-from hub.core.errors import BadRequest
+from hub.core.capability import SYSTEM_WORKSPACE
+from hub.core.errors import BadRequest, Unauthorized
 
 
 @pytest.fixture(autouse=True)
@@ -98,7 +101,8 @@ def test_issue_json(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
         (["--ttl", "soon"], "invalid ttl 'soon'"),
         (["--ttl", "0"], "invalid ttl"),
         (["--ttl", "-5m"], "invalid ttl"),
-        (["--ttl", "53w"], "ttl must be 1-31622400 seconds"),
+        (["--ttl", "53w"], "longer than the maximum of 2592000 seconds"),
+        (["--ttl", "31d"], "maximum of 2592000 seconds ([auth] max_token_ttl)"),
         (["--rights", "read,fly"], "unknown right 'fly'"),
         (["--rights", ","], "at least one right"),
         (["--workspace", "bad/name"], "invalid workspace name 'bad/name'"),
@@ -175,6 +179,29 @@ def test_bad_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert "datta" in err and str(config) in err
 
 
+def test_issue_follows_auth_max_token_ttl(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "agora.toml"
+    config.write_text("[auth]\nmax_token_ttl = 600\n")
+    base = ["token", "issue", "--data", str(tmp_path / "d"), "--config", str(config)]
+    base += ["--agent", "a", "--workspace", "w", "--rights", "read"]
+    code, out, err = run(capsys, [*base, "--ttl", "11m"])
+    assert code == 2 and out == ""
+    assert "longer than the maximum of 600 seconds" in err
+    code, out, err = run(capsys, [*base, "--ttl", "10m"])
+    assert code == 0, err
+    # 60 days is allowed only where the operator raised the maximum.
+    config.write_text(f"[auth]\nmax_token_ttl = {60 * 86400}\n")
+    code, out, err = run(capsys, [*base, "--ttl", "60d"])
+    assert code == 0, err
+    cap = TokenSigner(load_secret(tmp_path / "d", {}), max_ttl=60 * 86400).verify(out.strip())
+    assert cap.lifetime == 60 * 86400
+    with pytest.raises(Unauthorized) as excinfo:  # a default hub refuses it at use
+        TokenSigner(load_secret(tmp_path / "d", {})).verify(out.strip())
+    assert excinfo.value.details["reason"] == "lifetime"
+
+
 # -- inspect -----------------------------------------------------------------------------------
 
 
@@ -215,6 +242,84 @@ def test_inspect_without_a_secret_creates_nothing(
     assert not data.exists()
 
 
+# -- revoke / revoked --------------------------------------------------------------------------
+
+
+def revoke(data: Path, *extra: str) -> list[str]:
+    return ["token", "revoke", "--data", str(data), *extra]
+
+
+def test_revoke_and_list(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, token, _ = run(capsys, issue(data, "--agent", "bob", "--workspace", "w", "--rights", "read"))
+    jti = TokenSigner(load_secret(data, {})).verify(token.strip()).token_id
+    code, out, err = run(capsys, revoke(data, "--token-id", jti, "--reason", "leaked in CI"))
+    assert code == 0, err
+    assert out.split()[0] == "1"
+    before = int(time.time())
+    code, out, err = run(capsys, revoke(data, "--agent", "mallory", "--json"))
+    assert code == 0, err
+    event = json.loads(out)
+    assert event["kind"] == "tokenRevoked" and event["workspace"] == SYSTEM_WORKSPACE
+    assert event["payload"]["agent"] == "mallory"
+    assert before <= event["payload"]["before"] <= int(time.time())
+    assert event["producer"] == "cli"
+
+    code, out, err = run(capsys, ["token", "revoked", "--data", str(data)])
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("1 ") and f"tokenId={jti}" in lines[0]
+    assert 'reason="leaked in CI"' in lines[0]
+    assert lines[1].startswith("2 ") and "agent=mallory" in lines[1] and "before=" in lines[1]
+    code, out, _ = run(capsys, ["token", "revoked", "--data", str(data), "--json"])
+    assert code == 0
+    assert [json.loads(line)["payload"].get("tokenId") for line in out.splitlines()] == [
+        jti,
+        None,
+    ]
+
+
+def test_revoked_is_empty_at_first(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run(capsys, issue(data, "--agent", "bob", "--workspace", "w", "--rights", "read"))
+    code, out, err = run(capsys, ["token", "revoked", "--data", str(data)])
+    assert (code, out, err) == (0, "", "")
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        ([], "name a token id or an agent"),
+        (["--token-id", ""], "tokenId must be 1-256 bytes"),
+        (["--agent", "a\nb"], "agent must not contain control characters"),
+        (["--agent", "a", "--reason", "x" * 300], "reason must be 1-256 bytes"),
+    ],
+)
+def test_revoke_bad_input_writes_nothing(
+    data: Path, capsys: pytest.CaptureFixture[str], extra: list[str], fragment: str
+) -> None:
+    code, out, err = run(capsys, revoke(data, *extra))
+    assert code == 2 and out == ""
+    assert fragment in err and err.startswith("agora token revoke: error: ")
+    assert not data.exists()
+
+
+def test_no_client_writes_the_system_workspace(
+    data: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``agora append`` (an untrusted writer, like every client) cannot forge a revocation or
+    write anything else into ``_agora``."""
+    for line in (
+        '{"kind":"tokenRevoked","payload":{"agent":"x"}}',
+        '{"kind":"messagePosted","payload":{"text":"hi"}}',
+    ):
+        monkeypatch.setattr("sys.stdin", io.StringIO(line + "\n"))
+        code, out, err = run(capsys, ["append", SYSTEM_WORKSPACE, "--data", str(data)])
+        assert code == 1 and out == "", err
+        assert "forbidden" in err
+    code, out, _ = run(capsys, ["token", "revoked", "--data", str(data)])
+    assert (code, out) == (0, "")
+
+
 # -- helpers -----------------------------------------------------------------------------------
 
 
@@ -224,6 +329,13 @@ def test_inspect_without_a_secret_creates_nothing(
 )
 def test_parse_ttl(text: str, seconds: int) -> None:
     assert parse_ttl(text) == seconds
+
+
+def test_parse_ttl_maximum() -> None:
+    assert parse_ttl("10m", 600) == 600
+    with pytest.raises(BadRequest) as excinfo:
+        parse_ttl("601", 600)
+    assert excinfo.value.details == {"field": "ttl", "limit": 600}
 
 
 @pytest.mark.parametrize("text", ["", "0", "0h", "1.5h", "h", "1y", "-1", "1 h", "1hh", "9" * 10])
