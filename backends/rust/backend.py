@@ -3,15 +3,15 @@ backend (``process`` by default, or a ``container`` backend given as ``runner``)
 
 What it runs (``language: rust``): a source defining
 ``fn run(input: serde_json::Value) -> serde_json::Value``, wrapped in the harness of
-:mod:`backends.rust_source` (JSON ``input`` on stdin, ``Null`` fallback; the returned value as
+:mod:`backends.rust.source` (JSON ``input`` on stdin, ``Null`` fallback; the returned value as
 compact JSON on the last stdout line → the result's ``value``).
 
 Pipeline, each phase under its own timeout:
 
-1. **validate** — :func:`~backends.rust_source.validate_rust_source` (no ``fn main``, no
+1. **validate** — :func:`~backends.rust.source.validate_rust_source` (no ``fn main``, no
    ``#![…]``, a ``fn run``) → :class:`InvalidCode` before any compiler runs.
 2. **check** — ``rustc --error-format=json --emit=metadata`` (``check_timeout_s``); the
-   diagnostics are parsed (:func:`~backends.rust_diagnostics.parse_diagnostics`); any error
+   diagnostics are parsed (:func:`~backends.rust.diagnostics.parse_diagnostics`); any error
    stops the pipeline with a ``failed/compileFailed`` result carrying the diagnostics (level,
    message, code, spans with file/line/column and the highlighted text).
 3. **build** — ``rustc -C opt-level=…`` to a binary (``build_timeout_s``). Binaries are cached
@@ -58,8 +58,8 @@ from backends.harness import extract_value, truncate_utf8
 from backends.lifecycle import BackendLifecycle, elapsed_ms
 from backends.process import ProcessBackend
 from backends.runs import Run, RunRegistry, wait_quietly
-from backends.rust_diagnostics import errors, parse_diagnostics, to_diagnostic
-from backends.rust_source import validate_rust_source, wrap
+from backends.rust.diagnostics import errors, parse_diagnostics, to_diagnostic
+from backends.rust.source import validate_rust_source, wrap
 from hub.core.execution.capabilities import BackendCapabilities, ExecutionLanguage
 from hub.core.execution.errors import DependencyNotFound, ExecutionInternal
 from hub.core.execution.policy import SandboxPolicy

@@ -5,7 +5,7 @@ runs in the backend's own bounded thread pool (never on the event loop); the con
 output is read on the loop itself, from the attach socket handed to asyncio.
 
 Each execution gets a container of the locally built image (default ``agora/busybox:1``, see
-:mod:`backends.images`; nothing is ever pulled) with:
+:mod:`backends.container.images`; nothing is ever pulled) with:
 
 * network mode ``none`` unless the policy enables the network (then ``network_enabled_mode``,
   default ``bridge``);
@@ -39,14 +39,12 @@ ran in it before. Runs with a workspace mount always start a fresh container.
 from __future__ import annotations
 
 import asyncio
-import base64
 import collections
 import concurrent.futures
 import contextlib
 import functools
 import logging
 import os
-import shlex
 import shutil
 import socket
 import struct
@@ -57,7 +55,24 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from backends.captured import captured_result
-from backends.images import DEFAULT_IMAGE, ImageBuildError, build_busybox_image, image_is_current
+from backends.container.engine import connect_engine, map_engine_error
+from backends.container.images import DEFAULT_IMAGE, build_busybox_image, image_is_current
+from backends.container.spec import (
+    CONTAINER_PATH,
+    DEFAULT_CONTAINER_POLICY,
+    LABEL_BACKEND,
+    LABEL_EXEC,
+    LABEL_OWNER,
+    LABEL_POOL,
+    LAUNCHER,
+    MAX_SHELL_SOURCE,
+    READ_SIZE,
+    SCRATCH,
+    WARM_MAX_PRELUDE,
+    WORKSPACE,
+    container_config,
+    warm_prelude,
+)
 from backends.lifecycle import BackendLifecycle, elapsed_ms
 from backends.output import OutputChannel
 from backends.runs import Run, RunRegistry, TaskSet
@@ -69,7 +84,6 @@ from hub.core.execution.capabilities import (
 from hub.core.execution.errors import (
     BackendUnavailable,
     ExecutionError,
-    ExecutionFailed,
     InvalidRequest,
     SandboxError,
 )
@@ -77,157 +91,10 @@ from hub.core.execution.policy import FilesystemPolicy, SandboxPolicy
 from hub.core.execution.request import ExecutionRequest
 from hub.core.execution.result import Diagnostic, ExecEvent, ExecutionResult, Stream, classify
 
-__all__ = [
-    "DEFAULT_CONTAINER_POLICY",
-    "ContainerBackend",
-    "connect_engine",
-    "container_config",
-    "engine_reachable",
-    "warm_prelude",
-]
+__all__ = ["ContainerBackend"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-MIB: Final = 1024 * 1024
-WORKSPACE: Final = "/workspace"
-SCRATCH: Final = "/tmp"
-CONTAINER_PATH: Final = "/bin:/usr/bin:/sbin:/usr/sbin"
-MAX_SHELL_SOURCE: Final = 131_071  # the kernel's limit on one argv string, minus the NUL
-WARM_MAX_PRELUDE: Final = 64 * 1024
-READ_SIZE: Final = 64 * 1024
-LABEL_EXEC: Final = "agora.exec"
-LABEL_OWNER: Final = "agora.owner"
-LABEL_BACKEND: Final = "agora.backend"
-LABEL_POOL: Final = "agora.pool"
-# The warm container's command: read one line, decode it, run it (it ends in ``exec``).
-LAUNCHER: Final = 'IFS= read -r agora_prelude && eval "$(printf %s "$agora_prelude" | base64 -d)"'
-
-DEFAULT_CONTAINER_POLICY: Final = SandboxPolicy(
-    network="disabled",
-    filesystem=FilesystemPolicy.workspace_read_write(),
-    memory_bytes=512 * MIB,
-    pids=256,
-    cpus=1.0,
-)
-"""The default instance policy: network off, the workspace read-write, 512 MiB, 256 pids,
-one cpu, 30 s, 1 MiB of each output stream."""
-
-
-def engine_reachable(base_url: str | None = None, timeout_s: float = 5.0) -> tuple[bool, str]:
-    """Whether a Docker engine answers at ``base_url`` (default: the environment's). Blocking:
-    for command-line tools and test set-up, not for the event loop."""
-    try:
-        client = connect_engine(base_url, timeout_s, 2)
-    except ExecutionError as e:
-        return False, e.message
-    client.close()
-    return True, ""
-
-
-def connect_engine(base_url: str | None, timeout_s: float, pool_size: int) -> Any:
-    """A connected ``docker.DockerClient`` (API version negotiated). Blocking. Raises
-    :class:`BackendUnavailable`."""
-    import docker
-    import docker.errors
-
-    try:
-        if base_url:
-            client = docker.DockerClient(
-                base_url=base_url, version="auto", timeout=timeout_s, max_pool_size=pool_size
-            )
-        else:
-            client = docker.from_env(timeout=timeout_s, max_pool_size=pool_size)
-        client.ping()
-    except Exception as e:  # the SDK raises DockerException, requests' and socket errors
-        raise BackendUnavailable(
-            f"the Docker engine is not reachable ({base_url or 'DOCKER_HOST/default socket'}): {e}",
-            backend="container",
-        ) from e
-    return client
-
-
-def _map_engine_error(error: Exception, what: str) -> ExecutionError:
-    """The one place docker SDK errors become execution errors."""
-    import docker.errors
-    import requests.exceptions
-
-    if isinstance(error, ExecutionError):
-        return error
-    if isinstance(error, ImageBuildError):
-        return BackendUnavailable(f"{what}: {error}")
-    if isinstance(error, docker.errors.ImageNotFound):
-        return BackendUnavailable(
-            f"{what}: image not found — build it with `agora images build` ({error})"
-        )
-    if isinstance(error, requests.exceptions.ConnectionError | ConnectionError):
-        return BackendUnavailable(f"{what}: the Docker engine is not reachable ({error})")
-    if isinstance(error, docker.errors.APIError):
-        return SandboxError(f"{what}: the Docker engine refused: {error.explanation or error}")
-    return ExecutionFailed(f"{what}: {error!r}")
-
-
-def container_config(
-    *,
-    image: str,
-    command: list[str],
-    user: str,
-    env: dict[str, str],
-    working_dir: str,
-    labels: dict[str, str],
-    network_mode: str,
-    memory_bytes: int | None,
-    pids: int | None,
-    cpus: float | None,
-    mounts: list[dict[str, Any]],
-    stdin: bool,
-    tmpfs_size: str = "64m",
-) -> dict[str, Any]:
-    """The Engine API ``ContainerCreate`` body for one execution. Pure."""
-    host_config: dict[str, Any] = {
-        "NetworkMode": network_mode,
-        "ReadonlyRootfs": True,
-        "Tmpfs": {SCRATCH: f"rw,nosuid,nodev,size={tmpfs_size}"},
-        "CapDrop": ["ALL"],
-        "SecurityOpt": ["no-new-privileges"],
-        "LogConfig": {"Type": "none", "Config": {}},
-        "Mounts": mounts,
-        "AutoRemove": False,
-        "Privileged": False,
-    }
-    if memory_bytes is not None:
-        host_config["Memory"] = memory_bytes
-        host_config["MemorySwap"] = memory_bytes  # the same value: no swap on top
-    if pids is not None:
-        host_config["PidsLimit"] = pids
-    if cpus is not None:
-        host_config["NanoCpus"] = int(cpus * 1e9)
-    return {
-        "Image": image,
-        "Cmd": command,
-        "Entrypoint": [],
-        "User": user,
-        "Env": [f"{k}={v}" for k, v in env.items()],
-        "WorkingDir": working_dir,
-        "Labels": labels,
-        "AttachStdin": stdin,
-        "OpenStdin": stdin,
-        "StdinOnce": stdin,
-        "AttachStdout": True,
-        "AttachStderr": True,
-        "Tty": False,
-        "NetworkDisabled": network_mode == "none",
-        "HostConfig": host_config,
-    }
-
-
-def warm_prelude(command: list[str], env: dict[str, str], working_dir: str) -> bytes:
-    """The line a warm container's launcher runs: ``cd``, ``export`` each variable, ``exec``
-    the command; base64 so any byte of the source survives, newline-terminated. Pure."""
-    lines = [f"cd {shlex.quote(working_dir)} || exit 126", "unset agora_prelude OLDPWD SHLVL"]
-    lines += [f"export {shlex.quote(f'{k}={v}')}" for k, v in env.items()]
-    lines.append("exec " + " ".join(shlex.quote(arg) for arg in command))
-    return base64.b64encode("\n".join(lines).encode()) + b"\n"
 
 
 class _Box:
@@ -413,7 +280,7 @@ class ContainerBackend(BackendLifecycle):
                 exit_code, oom = await waiter
                 failure = tasks.failure()
                 if failure is not None:
-                    raise _map_engine_error(
+                    raise map_engine_error(
                         failure if isinstance(failure, Exception) else RuntimeError(failure),
                         "streaming the container's output",
                     ) from failure
@@ -439,7 +306,7 @@ class ContainerBackend(BackendLifecycle):
                 self._executor, functools.partial(fn, *args, **kwargs)
             )
         except Exception as e:
-            raise _map_engine_error(e, getattr(fn, "__name__", "engine call")) from e
+            raise map_engine_error(e, getattr(fn, "__name__", "engine call")) from e
 
     async def _ensure_image(self) -> None:
         client = self._client
@@ -555,7 +422,7 @@ class ContainerBackend(BackendLifecycle):
         try:
             box.cid = await box.create
         except Exception as e:
-            raise _map_engine_error(e, "creating the container") from e
+            raise map_engine_error(e, "creating the container") from e
         reader, box.writer = await self._attach(box.cid, stdin=request.stdin is not None)
         await self._call(api.start, box.cid)
         return reader
