@@ -17,6 +17,7 @@ import msgspec
 
 from hub.core.errors import BadRequest
 from hub.core.errors import ConfigError as ConfigError  # re-exported: users catch it here
+from hub.core.execution.settings import RuntimeSettings
 from hub.core.validation import DEFAULT_LIMITS, Limits, validate_backend_id
 
 DEFAULT_DATA: Final = "./agora-data"
@@ -100,15 +101,6 @@ class PeerConfig(_Section, frozen=True):
     token: str | None = None
 
 
-class RuntimeConfig(_Section, frozen=True):
-    """``[runtime]``: the execution runtime's bounds (seed 003's defaults)."""
-
-    max_executions: Positive = 24  # running at once per hub; more → busy
-    max_readers: Positive = 8  # live getExec readers per execution; more → busy
-    retention_keep: Positive = 100  # finished executions always kept per workspace
-    retention_window_s: Positive = 3600  # older finished ones beyond the newest N are disposed
-
-
 class A2AConfig(_Section, frozen=True):
     """``[a2a]``."""
 
@@ -123,7 +115,8 @@ class HubConfig(_Section, frozen=True):
     storage: StorageConfig = msgspec.field(default_factory=StorageConfig)
     backends: tuple[BackendConfig, ...] = ()
     a2a: A2AConfig = msgspec.field(default_factory=A2AConfig)
-    runtime: RuntimeConfig = msgspec.field(default_factory=RuntimeConfig)
+    # [runtime] (and [runtime.sync], [runtime.rust]): one type, the runtime's own settings.
+    runtime: RuntimeSettings = msgspec.field(default_factory=RuntimeSettings)
 
     def with_overrides(
         self,

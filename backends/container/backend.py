@@ -54,8 +54,9 @@ from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from backends.access import Access, WorkspaceAccess, workspace_filesystem
 from backends.captured import captured_result
-from backends.container.engine import connect_engine, map_engine_error
+from backends.container.engine import connect_engine, map_engine_error, owner_label, probe_image
 from backends.container.images import DEFAULT_IMAGE, build_busybox_image, image_is_current
 from backends.container.spec import (
     CONTAINER_PATH,
@@ -115,11 +116,15 @@ class _Box:
 class ContainerBackend(BackendLifecycle):
     """Runs each execution in a fresh Docker container (see the module docstring).
 
-    ``policy``: the instance's default (widest) policy, :data:`DEFAULT_CONTAINER_POLICY` if
-    omitted. ``base_url``: the engine (default: ``DOCKER_HOST`` or the local socket).
+    ``policy``: the instance's default (widest) policy; if omitted,
+    :data:`DEFAULT_CONTAINER_POLICY` with the workspace mounted per ``access`` (``read``:
+    read-only, ``read-write``). ``base_url``: the engine (default: ``DOCKER_HOST`` or the local
+    socket).
     ``user``: ``uid:gid`` inside the container (default ``65534:65534`` when the hub runs as
     root, else the hub's own ids so the workspace stays writable). ``owner``: the label value
-    :meth:`sweep` removes by — give each hub node sharing an engine its own. ``warm_pool``:
+    :meth:`sweep` removes by — give each hub node sharing an engine its own; by default
+    derived from ``data_dir`` (:func:`~backends.container.engine.owner_label`: one per hub data
+    directory), else ``agora``. ``warm_pool``:
     idle started containers kept ready (0 disables). ``auto_build``: build the default image
     at start when it is missing or stale.
     """
@@ -129,10 +134,12 @@ class ContainerBackend(BackendLifecycle):
         name: str = "container",
         *,
         policy: SandboxPolicy | None = None,
+        access: Access = "read-write",
         image: str = DEFAULT_IMAGE,
         base_url: str | None = None,
         user: str | None = None,
-        owner: str = "agora",
+        owner: str | None = None,
+        data_dir: Path | None = None,
         warm_pool: int = 2,
         max_concurrent: int = 24,
         network_enabled_mode: str = "bridge",
@@ -141,13 +148,19 @@ class ContainerBackend(BackendLifecycle):
         engine_timeout_s: float = 60.0,
     ) -> None:
         self._name = name
-        self._policy = policy if policy is not None else DEFAULT_CONTAINER_POLICY
+        self._policy = (
+            policy
+            if policy is not None
+            else DEFAULT_CONTAINER_POLICY.replace(filesystem=workspace_filesystem(access))
+        )
         self._image = image
         self._base_url = base_url
         if user is None:
             user = "65534:65534" if os.geteuid() == 0 else f"{os.getuid()}:{os.getgid()}"
         self._user = user
         self._uid, self._gid = (int(part) for part in user.split(":", 1))
+        if owner is None:
+            owner = owner_label(data_dir) if data_dir is not None else "agora"
         self._owner = owner
         self._warm_size = max(0, warm_pool)
         self._network_enabled_mode = network_enabled_mode
@@ -183,6 +196,7 @@ class ContainerBackend(BackendLifecycle):
             filesystem_modes=frozenset(
                 {"none", "workspaceReadOnly", "workspaceReadWrite", "paths"}
             ),
+            pooled=self._warm_size > 0,
         )
 
     # -- CodeExecutor (the rest: BackendLifecycle) ----------------------------------------
@@ -237,6 +251,13 @@ class ContainerBackend(BackendLifecycle):
                 await self._call(client.close)
         self._executor.shutdown(wait=False, cancel_futures=True)
 
+    async def probe(self) -> tuple[bool, str]:
+        """Whether the engine answers and has the image (or will build it at start); sweeps
+        and starts nothing, so it is safe beside a running hub."""
+        return await asyncio.to_thread(
+            probe_image, self._base_url, self._image, auto_build=self._auto_build
+        )
+
     async def sweep(self) -> int:
         """Remove every container labelled ``agora.owner=<owner>`` (leftovers of a crashed
         hub, stale warm containers). Returns how many were removed. Not to be called while
@@ -250,7 +271,10 @@ class ContainerBackend(BackendLifecycle):
         return len(found)
 
     async def execute(
-        self, request: ExecutionRequest, workdir: Path | None
+        self,
+        request: ExecutionRequest,
+        workdir: Path | None,
+        access: WorkspaceAccess | None = None,
     ) -> AsyncGenerator[ExecEvent, None]:
         """Run ``request`` in a fresh container (contract: :mod:`backends.base`)."""
         await self._check_request(request)
@@ -549,11 +573,6 @@ class ContainerBackend(BackendLifecycle):
         )
 
     # -- the warm pool ------------------------------------------------------------------------
-
-    @property
-    def warm_idle(self) -> int:
-        """How many warm containers are ready now."""
-        return len(self._idle)
 
     async def wait_warm(self, timeout_s: float = 30.0) -> bool:
         """Wait until the warm pool is full (for benchmarks and tests); False on timeout."""

@@ -2,7 +2,8 @@
 
 :mod:`~backends.rust.backend` (the pipeline, :class:`RustBackend`, :class:`RustToolchain`),
 :mod:`~backends.rust.source` (the harness and source checks, pure),
-:mod:`~backends.rust.diagnostics` (rustc's JSON diagnostics, pure).
+:mod:`~backends.rust.diagnostics` (rustc's JSON diagnostics, pure),
+:mod:`~backends.rust.settings` (its ``[runtime.rust]`` settings).
 """
 
 from backends.rust.backend import (
@@ -10,7 +11,14 @@ from backends.rust.backend import (
     RustBackend,
     RustDeps,
     RustToolchain,
-    default_cache_dir,
 )
+from backends.rust.settings import RustSettings, host_settings
 
-__all__ = ["DEBIAN_REGISTRY", "RustBackend", "RustDeps", "RustToolchain", "default_cache_dir"]
+__all__ = [
+    "DEBIAN_REGISTRY",
+    "RustBackend",
+    "RustDeps",
+    "RustSettings",
+    "RustToolchain",
+    "host_settings",
+]

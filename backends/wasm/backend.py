@@ -68,7 +68,7 @@ import msgspec
 import wasmtime
 from wasmtime import _ffi as wasm_ffi
 
-from backends.access import Access, workspace_filesystem
+from backends.access import Access, WorkspaceAccess, workspace_filesystem
 from backends.captured import captured_result, not_run_result
 from backends.lifecycle import BackendLifecycle, elapsed_ms
 from backends.runs import Run, RunRegistry, TaskSet, wait_quietly
@@ -531,6 +531,7 @@ class WasmBackend(BackendLifecycle):
             supports_structured_output=True,
             languages=frozenset({ExecutionLanguage.WASM}),
             filesystem_modes=frozenset({"none", "workspaceReadOnly", "workspaceReadWrite"}),
+            value_from_stdout=True,
         )
 
     # -- CodeExecutor (the rest: BackendLifecycle) ----------------------------------------
@@ -572,7 +573,10 @@ class WasmBackend(BackendLifecycle):
         self.cache.clear()
 
     async def execute(
-        self, request: ExecutionRequest, workdir: Path | None
+        self,
+        request: ExecutionRequest,
+        workdir: Path | None,
+        access: WorkspaceAccess | None = None,
     ) -> AsyncGenerator[ExecEvent, None]:
         """Run ``request``'s module (contract: :mod:`backends.base`).
 

@@ -1,10 +1,10 @@
 """``agora images build`` and ``agora images check``: the container backend's local images.
 
 ``build`` makes ``agora/busybox:1`` (``FROM scratch`` + the host's static busybox; see
-:mod:`backends.container.images`) with the engine's builder, offline: nothing is pulled. ``check`` says
-whether the image exists and matches the host's busybox. Exit codes: 0 done (``check``: the
-image is current), 1 the image is missing or stale (``check``), 2 the engine is unreachable or
-the build failed.
+:mod:`backends.container.images`) with the engine's builder, offline: nothing is pulled.
+``check`` says whether the image exists and matches the host's busybox. Exit codes: 0 done
+(``check``: the image is current), 1 the image is missing or stale (``check``), 2 the engine is
+unreachable or the build failed.
 """
 
 from __future__ import annotations

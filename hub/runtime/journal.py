@@ -64,8 +64,9 @@ def exec_id_of(event: Event) -> str | None:
 
 class WorkspaceJournal:
     """One workspace's journal plus what the runtime needs beside it: the time each
-    execution finished, the id of its ``execRequested`` (the cause of its file events), its
-    output encoding and last output ``n``, and the live readers and waiters."""
+    execution finished, the ids of its ``execRequested`` (the cause of its file events) and
+    ``execStarted``, its output encoding and last output ``n``, and the live readers and
+    waiters."""
 
     __slots__ = (
         "encodings",
@@ -74,6 +75,7 @@ class WorkspaceJournal:
         "journal",
         "last_n",
         "request_ids",
+        "started_ids",
         "waiters",
     )
 
@@ -81,6 +83,7 @@ class WorkspaceJournal:
         self.journal = ExecJournal(workspace=workspace)
         self.finished_at: dict[str, int] = {}
         self.request_ids: dict[str, str] = {}
+        self.started_ids: dict[str, str] = {}
         self.encodings: dict[str, str | None] = {}
         self.last_n: dict[str, int] = {}
         self.followers: dict[str, set[Follower]] = {}
@@ -113,19 +116,30 @@ class WorkspaceJournal:
             self.encodings[exec_id] = event.payload.encoding
             self.last_n[exec_id] = 0
             self.finished_at.pop(exec_id, None)
+            self.started_ids.pop(exec_id, None)
+        elif isinstance(event, ExecStarted) and rec is not None and rec.started_seq == event.seq:
+            self.started_ids[exec_id] = event.id
         elif isinstance(event, ExecOutput):
             self.last_n[exec_id] = max(self.last_n.get(exec_id, 0), event.payload.n)
             if rec is not None:
                 rec.output.clear()  # read back from the log when needed
         elif isinstance(event, ExecFinished) and rec is not None and rec.finished_seq == event.seq:
             self.finished_at[exec_id] = event.timestamp
+            self.started_ids.pop(exec_id, None)  # only recovery reads it, of open runs
             rec.request = None
             for waiter in self.waiters.pop(exec_id, []):
                 if not waiter.done():
                     waiter.set_result(None)
         elif isinstance(event, ExecDisposed) and rec is not None and rec.disposed:
             del self.journal.executions[exec_id]
-            for table in (self.finished_at, self.request_ids, self.encodings, self.last_n):
+            tables = (
+                self.finished_at,
+                self.request_ids,
+                self.started_ids,
+                self.encodings,
+                self.last_n,
+            )
+            for table in tables:
                 table.pop(exec_id, None)
         for follower in tuple(self.followers.get(exec_id, ())):
             follower.push(event)

@@ -43,13 +43,11 @@ and the runtime have stopped; the node is then marked stopped in the table.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
-import msgspec
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.typing import Subprotocol
@@ -202,6 +200,7 @@ class Hub:
             publish_burst=limits.publish_burst,
             max_subscriptions=limits.max_subscriptions,
             garbage_limit=limits.garbage_limit,
+            max_exec_waits=config.runtime.max_exec_waits,
         )
         self.fanout = Fanout()
         self.workspaces = Workspaces(
@@ -215,13 +214,14 @@ class Hub:
         self.node_id = self.node.resolved_id()
         self.cluster: ClusterNode | None = None
         self.presence = Presence(self)
+        settings = runtime or config.runtime
         registry = BackendRegistry.from_config(
-            config.backends, blobs=store.blobs, owner=container_owner(config)
+            config.backends,
+            blobs=store.blobs,
+            data_dir=config.storage.data_dir,
+            settings=settings.backend_settings(),
         )
-        settings = runtime or RuntimeSettings()
-        self.runtime = Runtime(
-            self.workspaces, registry, msgspec.structs.replace(settings, node=self.node_id)
-        )
+        self.runtime = Runtime(self.workspaces, registry, settings, node=self.node_id)
         self.url: str | None = None
         self.stopping = False
         self._tg: asyncio.TaskGroup | None = None
@@ -304,13 +304,6 @@ class Hub:
 
     async def _handle(self, ws: ServerConnection) -> None:
         await _Connection(self, ws).run()
-
-
-def container_owner(config: HubConfig) -> str:
-    """The ``agora.owner`` label of this hub's containers: one per data directory, so a hub
-    sweeps only what it (or its crashed predecessor) left, never another hub's containers."""
-    digest = hashlib.sha256(str(config.storage.data_dir.resolve()).encode()).hexdigest()
-    return f"agora-{digest[:12]}"
 
 
 class Presence:

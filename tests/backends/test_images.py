@@ -1,4 +1,5 @@
-"""The local busybox image (backends/container/images.py) and ``agora images`` (hub/commands/images.py)."""
+"""The local busybox image (backends/container/images.py) and ``agora images``
+(hub/commands/images.py)."""
 
 from __future__ import annotations
 

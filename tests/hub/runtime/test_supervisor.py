@@ -1,4 +1,4 @@
-"""hub/runtime/supervisor.py in-process, with scripted backends: retention, the cap, a backend
+"""hub/runtime/runtime.py and execution.py in-process, with scripted backends: retention, the cap, a backend
 that ignores kill, a backend that refuses at run time, shutdown, and recovery."""
 
 from __future__ import annotations
@@ -74,8 +74,11 @@ class Scripted:
     async def start(self) -> None:
         return None
 
+    async def probe(self) -> tuple[bool, str]:
+        return True, ""
+
     async def execute(
-        self, request: ExecutionRequest, workdir: Path | None
+        self, request: ExecutionRequest, workdir: Path | None, access: object = None
     ) -> AsyncIterator[ExecEvent]:
         source = request.source or ""
         stop = self._stops[request.exec_id] = asyncio.Event()
@@ -141,7 +144,7 @@ async def make_rig(tmp_path: Path, backend: Scripted, **settings: Any) -> AsyncI
 
 @pytest.fixture
 async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
-    async for r in make_rig(tmp_path, Scripted(), retention_keep=2, retention_window_ms=0):
+    async for r in make_rig(tmp_path, Scripted(), retention_keep=2, retention_window_s=0):
         yield r
 
 
@@ -175,7 +178,7 @@ async def test_a_refusal_at_run_time_is_recorded(rig: Rig) -> None:
 
 
 async def test_the_cap_and_the_rights(tmp_path: Path) -> None:
-    async for rig in make_rig(tmp_path, Scripted(), max_concurrent=1):
+    async for rig in make_rig(tmp_path, Scripted(), max_executions=1):
         first = await rig.runtime.exec("w", Exec(workspace="w", source="hang"), capability=CAP)
         with pytest.raises(Busy):
             await rig.runtime.exec("w", Exec(workspace="w", source="ok"), capability=CAP)
