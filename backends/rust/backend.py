@@ -54,7 +54,7 @@ from typing import Any, Final
 import msgspec
 
 from backends.access import WorkspaceAccess
-from backends.base import CodeExecutor
+from backends.base import CodeExecutor, closing_stream
 from backends.harness import extract_value, truncate_utf8
 from backends.lifecycle import BackendLifecycle, elapsed_ms
 from backends.process import ProcessBackend
@@ -445,11 +445,15 @@ class RustBackend(BackendLifecycle):
                 )
             else:
                 assert binary is not None
-                async for event in self._run_binary(request, binary, workdir, run, stop):
-                    if isinstance(event, OutputChunk):
-                        yield event
-                    else:
-                        result = self._final(event, request, started, warm)
+                # Closed explicitly (not left to the garbage collector): closing this stream
+                # early must end the runner's run, and release its id, before it returns.
+                running = self._run_binary(request, binary, workdir, run, stop)
+                async with closing_stream(running) as events:
+                    async for event in events:
+                        if isinstance(event, OutputChunk):
+                            yield event
+                        else:
+                            result = self._final(event, request, started, warm)
         finally:
             stop.cancel()
             await wait_quietly(stop)
@@ -592,7 +596,7 @@ class RustBackend(BackendLifecycle):
 
         forwarder = asyncio.ensure_future(forward_cancel())
         try:
-            async with contextlib.aclosing(events) as stream:  # type: ignore[type-var]
+            async with closing_stream(events) as stream:
                 async for event in stream:
                     yield event
         finally:
