@@ -1,5 +1,5 @@
-"""hub/runtime/runtime.py and execution.py in-process, with scripted backends: retention, the cap, a backend
-that ignores kill, a backend that refuses at run time, shutdown, and recovery."""
+"""hub/runtime/runtime.py and execution.py in-process, with scripted backends: retention, the
+cap, a backend that ignores kill, a backend that refuses at run time, shutdown, and recovery."""
 
 from __future__ import annotations
 
