@@ -118,7 +118,7 @@ class Runtime:
         self.registry = registry
         self.settings = settings or RuntimeSettings()
         self.node = node or default_node()
-        self.journals = Journals(self.store, max_readers=self.settings.max_readers)
+        self.journals = Journals(workspaces, max_readers=self.settings.max_readers)
         workspaces.add_listener(self.journals)
         self.pruner = Pruner(workspaces, self.journals, self.settings)
         self._live: dict[tuple[str, str], Execution] = {}
