@@ -17,6 +17,7 @@ import msgspec
 from backends.base import Diagnostic, ExecutionResult
 from hub.core.errors import AgoraError, ClientError
 from hub.core.events import ExecFinishedPayload
+from hub.core.execution.errors import ExecutionError
 from hub.core.execution.result import CANCEL_EXIT_CODE, ExecutionStatus
 
 __all__ = [
@@ -53,8 +54,10 @@ def raised(exec_id: str, error: BaseException) -> ExecFinishedPayload:
     """What the backend raised instead of yielding a result: ``rejected`` for a refusal the
     client caused, else ``error``; the execution error's own code when it has one."""
     blame = "rejected" if isinstance(error, ClientError) else "error"
+    if isinstance(error, ExecutionError):
+        return failed(exec_id, blame, error.message, code=error.exec_code)
     if isinstance(error, AgoraError):
-        return failed(exec_id, blame, error.message, code=getattr(error, "exec_code", error.code))
+        return failed(exec_id, blame, error.message, code=error.code)
     return failed(exec_id, blame, repr(error), code="internal")
 
 
