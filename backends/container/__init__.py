@@ -1,9 +1,11 @@
 """The ``container`` backend: one fresh Docker container per execution.
 
-:mod:`~backends.container.backend` (the :class:`ContainerBackend`), :mod:`~backends.container.spec`
-(what a container is made of, pure), :mod:`~backends.container.engine` (the Docker engine:
-connecting, probing, the owner label, error mapping), :mod:`~backends.container.images` (the
-local busybox image).
+:mod:`~backends.container.backend` (the :class:`ContainerBackend`: runs, warm pool, sweep),
+:mod:`~backends.container.spec` (what a container is made of, from the request: pure),
+:mod:`~backends.container.mounts` (the workspace as bind mounts),
+:mod:`~backends.container.attach` (stdio over the attach socket),
+:mod:`~backends.container.engine` (the Docker engine: connecting, probing, the owner label,
+error mapping), :mod:`~backends.container.images` (the local busybox image).
 """
 
 from backends.container.backend import ContainerBackend

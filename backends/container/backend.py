@@ -47,32 +47,34 @@ import logging
 import os
 import shutil
 import socket
-import struct
 import tempfile
 import time
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 from backends.access import Access, WorkspaceAccess, workspace_filesystem
 from backends.captured import captured_result
+from backends.container.attach import pump, write_stdin
 from backends.container.engine import connect_engine, map_engine_error, owner_label, probe_image
 from backends.container.images import DEFAULT_IMAGE, build_busybox_image, image_is_current
+from backends.container.mounts import workspace_mounts
 from backends.container.spec import (
-    CONTAINER_PATH,
     DEFAULT_CONTAINER_POLICY,
     LABEL_BACKEND,
     LABEL_EXEC,
     LABEL_OWNER,
     LABEL_POOL,
     LAUNCHER,
-    MAX_SHELL_SOURCE,
     READ_SIZE,
     SCRATCH,
     WARM_MAX_PRELUDE,
-    WORKSPACE,
+    base_environment,
+    command_for,
     container_config,
+    environment_for,
     warm_prelude,
+    working_dir_for,
 )
 from backends.lifecycle import BackendLifecycle, elapsed_ms
 from backends.output import OutputChannel
@@ -88,9 +90,9 @@ from hub.core.execution.errors import (
     InvalidRequest,
     SandboxError,
 )
-from hub.core.execution.policy import FilesystemPolicy, SandboxPolicy
+from hub.core.execution.policy import SandboxPolicy
 from hub.core.execution.request import ExecutionRequest
-from hub.core.execution.result import Diagnostic, ExecEvent, ExecutionResult, Stream, classify
+from hub.core.execution.result import Diagnostic, ExecEvent, ExecutionResult, classify
 
 __all__ = ["ContainerBackend"]
 
@@ -278,7 +280,7 @@ class ContainerBackend(BackendLifecycle):
     ) -> AsyncGenerator[ExecEvent, None]:
         """Run ``request`` in a fresh container (contract: :mod:`backends.base`)."""
         await self._check_request(request)
-        command = _command(request)
+        command = command_for(request)
         stdin = request.stdin
         run = self._registry.admit(request.exec_id)
         box = self._boxes[request.exec_id] = _Box(request.exec_id)
@@ -288,15 +290,15 @@ class ContainerBackend(BackendLifecycle):
             channel = OutputChannel(request.effective_max_stdout, request.effective_max_stderr)
             tasks = TaskSet()
             try:
-                tasks.create_task(_pump(reader, channel))
+                tasks.create_task(pump(reader, channel))
                 assert box.cid is not None and box.writer is not None
                 if box.warm:
-                    payload = warm_prelude(command, request.env, _working_dir(request)) + (
+                    payload = warm_prelude(command, request.env, working_dir_for(request)) + (
                         stdin or b""
                     )
-                    tasks.create_task(_write_stdin(box.writer, payload))
+                    tasks.create_task(write_stdin(box.writer, payload))
                 elif stdin is not None:
-                    tasks.create_task(_write_stdin(box.writer, stdin))
+                    tasks.create_task(write_stdin(box.writer, stdin))
                 waiter = tasks.create_task(self._wait(box.cid, run, request))
                 tasks.create_task(self._stopper(box.cid, run, request))
                 while (chunk := await channel.get()) is not None:
@@ -425,7 +427,7 @@ class ContainerBackend(BackendLifecycle):
             image=self._image,
             command=command,
             user=self._user,
-            env=_environment(request),
+            env=environment_for(request),
             working_dir=working_dir,
             labels=self._labels(request.exec_id),
             network_mode=self._network_mode(policy),
@@ -480,7 +482,7 @@ class ContainerBackend(BackendLifecycle):
             return [], SCRATCH
         if workdir is None:
             workdir = box.scratch = Path(await self._call(tempfile.mkdtemp, prefix="agora-exec-"))
-        return await self._call(_workspace_mounts, workdir, fs, cwd, self._uid, self._gid)
+        return await self._call(workspace_mounts, workdir, fs, cwd, self._uid, self._gid)
 
     async def _wait(self, cid: str, run: Run, request: ExecutionRequest) -> tuple[int | None, bool]:
         """Wait for the container to exit: ``(exit code, killed for memory)``. Sets
@@ -616,7 +618,7 @@ class ContainerBackend(BackendLifecycle):
             image=self._image,
             command=["/bin/sh", "-c", LAUNCHER],
             user=self._user,
-            env=_base_environment(),
+            env=base_environment(),
             working_dir=SCRATCH,
             labels={LABEL_OWNER: self._owner, LABEL_BACKEND: self._name, LABEL_POOL: "1"},
             network_mode="none",
@@ -644,134 +646,3 @@ class ContainerBackend(BackendLifecycle):
 
     def _network_mode(self, policy: SandboxPolicy) -> str:
         return "none" if policy.network == "disabled" else self._network_enabled_mode
-
-
-def _command(request: ExecutionRequest) -> list[str]:
-    """The container command. Raises :class:`InvalidRequest`."""
-    source = request.source or ""
-    if source:
-        if len(source.encode()) > MAX_SHELL_SOURCE:
-            raise InvalidRequest(
-                f"a shell source is limited to {MAX_SHELL_SOURCE} bytes", field="source"
-            )
-        return ["/bin/sh", "-c", source, "sh", *request.argv]
-    if not request.argv:
-        raise InvalidRequest("a command needs source text or argv", field="source")
-    return list(request.argv)
-
-
-def _base_environment() -> dict[str, str]:
-    return {"PATH": CONTAINER_PATH, "HOME": SCRATCH, "LANG": "C.UTF-8"}
-
-
-def _environment(request: ExecutionRequest) -> dict[str, str]:
-    env = _base_environment()
-    env.update(request.env)  # validated: every name is in the policy's allow-list
-    return env
-
-
-def _working_dir(request: ExecutionRequest) -> str:
-    """The in-container working directory (warm runs have no workspace: always /tmp)."""
-    cwd = request.effective_cwd
-    if not request.policy.filesystem.mounts_workspace:
-        return SCRATCH
-    return WORKSPACE if cwd == "." else f"{WORKSPACE}/{cwd}"
-
-
-def _inside(root: Path, rel: str, field: str) -> Path:
-    """``root/rel`` resolved, refusing a symlink that leads out of ``root``."""
-    path = (root / rel).resolve() if rel != "." else root
-    if path != root and root not in path.parents:
-        raise InvalidRequest(
-            f"{field} {rel!r} leads out of the workspace (through a symlink)", field=field
-        )
-    return path
-
-
-def _workspace_mounts(
-    workdir: Path, fs: FilesystemPolicy, cwd: str, uid: int, gid: int
-) -> tuple[list[dict[str, Any]], str]:
-    """Bind mounts for ``fs`` over ``workdir`` and the in-container working directory. Makes
-    missing directories, and hands the tree to ``uid:gid`` when the hub is root (so the
-    container's non-root user can read and write it). Blocking."""
-    root = workdir.resolve()
-    if not root.is_dir():
-        raise InvalidRequest(f"the workdir {str(workdir)!r} is not a directory", field="workdir")
-    if fs.mode == "paths":
-        specs = [(p, True) for p in fs.read_only] + [(p, False) for p in fs.read_write]
-    else:
-        specs = [(fs.root, fs.mode == "workspaceReadOnly")]
-    mounts: list[dict[str, Any]] = []
-    for rel, read_only in specs:
-        source = _inside(root, rel, "filesystem")
-        if not source.exists():
-            source.mkdir(parents=True)
-        if fs.mode == "paths":
-            target = f"{WORKSPACE}/{rel}" if rel != "." else WORKSPACE
-        else:
-            target = WORKSPACE
-        mounts.append(
-            {
-                "Type": "bind",
-                "Source": str(source),
-                "Target": target,
-                "ReadOnly": read_only,
-                "BindOptions": {"Propagation": "rprivate"},
-            }
-        )
-    if fs.mode == "paths":
-        working_dir = WORKSPACE if cwd == "." else f"{WORKSPACE}/{cwd}"
-    else:
-        base = "." if fs.root == "." else fs.root
-        host_cwd = _inside(root, cwd if base == "." else f"{base}/{cwd}", "cwd")
-        host_cwd.mkdir(parents=True, exist_ok=True)
-        working_dir = WORKSPACE if cwd == "." else f"{WORKSPACE}/{cwd}"
-    if os.geteuid() == 0 and uid != 0:
-        _chown_tree(root, uid, gid)
-    return mounts, working_dir
-
-
-def _chown_tree(root: Path, uid: int, gid: int) -> None:
-    """Give ``root`` and everything under it (not following symlinks) to ``uid:gid``."""
-    for path in (root, *root.rglob("*")):
-        with contextlib.suppress(FileNotFoundError):
-            st = path.lstat()
-            if st.st_uid != uid or st.st_gid != gid:
-                os.lchown(path, uid, gid)
-
-
-async def _write_stdin(writer: asyncio.StreamWriter, data: bytes) -> None:
-    """Send ``data`` to the container's stdin, then end it (half-close the socket)."""
-    with contextlib.suppress(ConnectionError, OSError):
-        if data:
-            writer.write(data)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-
-
-_HEADER: Final = struct.Struct(">BxxxL")
-_STREAMS: Final[dict[int, Stream]] = {1: "stdout", 2: "stderr"}
-
-
-async def _pump(reader: asyncio.StreamReader, channel: OutputChannel) -> None:
-    """Demultiplex the attach stream (8-byte headers: stream, size) into the channel until
-    EOF. Both streams are closed whatever happens."""
-    try:
-        while True:
-            try:
-                header = await reader.readexactly(_HEADER.size)
-            except asyncio.IncompleteReadError:
-                return
-            kind, size = _HEADER.unpack(header)
-            stream = _STREAMS.get(kind)
-            while size:
-                data = await reader.read(min(size, READ_SIZE))
-                if not data:
-                    return
-                size -= len(data)
-                if stream is not None:
-                    await channel.feed(stream, data)
-    finally:
-        channel.close("stdout")
-        channel.close("stderr")

@@ -8,13 +8,19 @@ import base64
 import shlex
 from typing import Any, Final
 
+from hub.core.execution.errors import InvalidRequest
 from hub.core.execution.policy import FilesystemPolicy, SandboxPolicy
+from hub.core.execution.request import ExecutionRequest
 
 __all__ = [
     "DEFAULT_CONTAINER_POLICY",
     "LAUNCHER",
+    "base_environment",
+    "command_for",
     "container_config",
+    "environment_for",
     "warm_prelude",
+    "working_dir_for",
 ]
 
 MIB: Final = 1024 * 1024
@@ -103,3 +109,35 @@ def warm_prelude(command: list[str], env: dict[str, str], working_dir: str) -> b
     lines += [f"export {shlex.quote(f'{k}={v}')}" for k, v in env.items()]
     lines.append("exec " + " ".join(shlex.quote(arg) for arg in command))
     return base64.b64encode("\n".join(lines).encode()) + b"\n"
+
+
+def command_for(request: ExecutionRequest) -> list[str]:
+    """The container command. Raises :class:`InvalidRequest`."""
+    source = request.source or ""
+    if source:
+        if len(source.encode()) > MAX_SHELL_SOURCE:
+            raise InvalidRequest(
+                f"a shell source is limited to {MAX_SHELL_SOURCE} bytes", field="source"
+            )
+        return ["/bin/sh", "-c", source, "sh", *request.argv]
+    if not request.argv:
+        raise InvalidRequest("a command needs source text or argv", field="source")
+    return list(request.argv)
+
+
+def base_environment() -> dict[str, str]:
+    return {"PATH": CONTAINER_PATH, "HOME": SCRATCH, "LANG": "C.UTF-8"}
+
+
+def environment_for(request: ExecutionRequest) -> dict[str, str]:
+    env = base_environment()
+    env.update(request.env)  # validated: every name is in the policy's allow-list
+    return env
+
+
+def working_dir_for(request: ExecutionRequest) -> str:
+    """The in-container working directory (warm runs have no workspace: always /tmp)."""
+    cwd = request.effective_cwd
+    if not request.policy.filesystem.mounts_workspace:
+        return SCRATCH
+    return WORKSPACE if cwd == "." else f"{WORKSPACE}/{cwd}"
