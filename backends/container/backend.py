@@ -204,6 +204,11 @@ class ContainerBackend(BackendLifecycle):
     # -- CodeExecutor (the rest: BackendLifecycle) ----------------------------------------
 
     @property
+    def owner(self) -> str:
+        """The ``agora.owner`` label of this instance's containers (what :meth:`sweep` removes)."""
+        return self._owner
+
+    @property
     def image(self) -> str:
         return self._image
 

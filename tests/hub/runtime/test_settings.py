@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from backends.container import ContainerBackend, owner_label
 from backends.rust import RustBackend
 from hub.auth import TokenSigner
-from hub.config import ConfigError, HubConfig, parse_config
+from hub.config import BackendConfig, ConfigError, HubConfig, parse_config
 from hub.core.execution.settings import RuntimeSettings, RustSettings, SyncLimits
 from hub.log.factory import open_store
+from hub.runtime import BackendRegistry
 from hub.runtime import RuntimeSettings as Exported
 from hub.server.app import Hub
 
@@ -87,3 +89,20 @@ def test_the_composition_root_hands_the_settings_out(tmp_path: Path) -> None:
     assert hub.session_limits.max_exec_waits == 5
     assert hub.runtime.settings is config.runtime
     assert hub.runtime.node == hub.node_id
+
+
+def test_the_registry_gives_each_backend_its_settings_by_name(tmp_path: Path) -> None:
+    rust = RustSettings(cache_dir=str(tmp_path / "rust"), tool_env={"PATH": "/bin"})
+    registry = BackendRegistry.from_config(
+        [BackendConfig(id="r", kind="rust"), BackendConfig(id="box", kind="container")],
+        data_dir=tmp_path / "data",
+        settings={"rust": rust},
+    )
+    backend = registry.get("r").backend
+    assert isinstance(backend, RustBackend)
+    assert backend.toolchain.cache_dir == tmp_path / "rust"
+    container = registry.get("box").backend
+    assert isinstance(container, ContainerBackend)
+    assert container.owner == owner_label(tmp_path / "data")  # one per data directory
+    # access "read" (the default) is the container's read-only workspace mount
+    assert container.default_policy.filesystem.mode == "workspaceReadOnly"
