@@ -513,7 +513,9 @@ class AgoraRequestHandler(RequestHandler):
         # Derived from the message, so a retried request names the same execution.
         exec_id = str(uuid.uuid5(uuid.NAMESPACE_URL, _message_event_id(cap.agent, message)))
         try:
-            exec_id = await self.runtime.exec(workspace, request, exec_id=exec_id, capability=cap)
+            exec_id = await self.runtime.exec(
+                workspace, request.frame(workspace), exec_id=exec_id, capability=cap
+            )
         except (Busy, Exists) as e:
             # This message already started it (a retry): the same task, nothing run twice.
             found = await self._retried(exec_id, cap, e)

@@ -1,12 +1,13 @@
 """The seam between the A2A adapter and the execution runtime (``agora serve`` passes the
-hub's, :class:`hub.runtime.supervisor.Runtime`).
+hub's, :class:`hub.runtime.Runtime`).
 
 A peer asks for an execution with a data part ``{"agora.exec": {"backend": …, "source": …,
 "input": …}}`` (docs/a2a.md, "The exec data part"). The adapter parses it into an
-:class:`ExecRequest` and calls :meth:`Runtime.exec`; the runtime writes ``execRequested`` …
-``execFinished`` to the workspace log like any other execution, and the A2A task (id = the
-execId) is read back from those events. With no runtime configured the adapter answers
-``UnsupportedOperation``.
+:class:`ExecRequest` and calls :meth:`Runtime.exec` with the ``exec`` frame it stands for
+(:meth:`ExecRequest.frame`: the one request type the runtime takes); the runtime writes
+``execRequested`` … ``execFinished`` to the workspace log like any other execution, and the
+A2A task (id = the execId) is read back from those events. With no runtime configured the
+adapter answers ``UnsupportedOperation``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Final, Protocol
 import msgspec
 
 from hub.core.capability import Capability
+from hub.core.wire.frames import Exec
 
 __all__ = ["EXEC_PART_KEY", "ExecRequest", "Runtime", "parse_exec_part"]
 
@@ -34,12 +36,24 @@ class ExecRequest(
     argv: list[str] = []
     timeout_ms: int | None = None
 
+    def frame(self, workspace: str) -> Exec:
+        """The ``exec`` op this part asks for, in ``workspace``."""
+        return Exec(
+            workspace=workspace,
+            backend=self.backend,
+            source=self.source,
+            input=msgspec.UNSET if self.input is None else self.input,
+            language=self.language,
+            argv=list(self.argv),
+            timeout_ms=self.timeout_ms,
+        )
+
 
 class Runtime(Protocol):
     """What the adapter needs from the execution runtime."""
 
     async def exec(
-        self, workspace: str, request: ExecRequest, *, exec_id: str, capability: Capability
+        self, workspace: str, request: Exec, *, exec_id: str, capability: Capability
     ) -> str:
         """Start an execution in ``workspace`` for the holder of ``capability``; return its
         execId (``exec_id``) once ``execRequested`` is in the log. The runtime checks the

@@ -38,7 +38,11 @@ Contract of :meth:`CodeExecutor.execute` (checked by ``tests/backends/test_confo
 * ``workdir`` is the directory the runtime prepared (workspace files pushed in); the program
   runs in it (``process``) or sees it mounted at ``/workspace`` read-only or read-write per the
   policy (``container``). ``None`` means no workspace: the backend uses a private scratch
-  directory. Changes are pulled back by the runtime after the result.
+  directory. Changes are pulled back by the runtime after the result. The runtime prepares a
+  ``workdir`` only for a backend whose capabilities declare ``workspace="files"``.
+* ``access`` is the workspace as host functions (:class:`backends.access.WorkspaceAccess`),
+  given by the runtime to every backend that declares ``workspace="hostFunctions"`` (and
+  ``None`` to the others, which ignore it).
 
 :meth:`CodeExecutor.cancel` stops a running execution (its result is
 ``cancelled/killed``, exit 130, output so far kept) and returns once the program is gone;
@@ -52,10 +56,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from backends.access import WorkspaceAccess
 from hub.core.execution.capabilities import (
     BackendCapabilities,
     ExecutionIsolation,
     ExecutionLanguage,
+    WorkspaceMode,
 )
 from hub.core.execution.errors import (
     BackendUnavailable,
@@ -136,6 +142,8 @@ __all__ = [
     "Source",
     "UnsupportedLanguage",
     "UnsupportedPolicy",
+    "WorkspaceAccess",
+    "WorkspaceMode",
     "classify",
     "closing_stream",
     "collect",
@@ -177,7 +185,18 @@ class CodeExecutor(Protocol):
         """Probe the host/engine and get ready (idempotent; ``execute`` calls it if needed)."""
         ...
 
-    def execute(self, request: ExecutionRequest, workdir: Path | None) -> AsyncIterator[ExecEvent]:
+    async def probe(self) -> tuple[bool, str]:
+        """Whether it could run here, found without side effects on a hub that may be running
+        (``agora backends``): a container backend checks the engine and the image but sweeps
+        and starts nothing."""
+        ...
+
+    def execute(
+        self,
+        request: ExecutionRequest,
+        workdir: Path | None,
+        access: WorkspaceAccess | None = None,
+    ) -> AsyncIterator[ExecEvent]:
         """Run ``request``: yields output chunks, then one :class:`ExecutionResult`."""
         ...
 

@@ -1,6 +1,7 @@
 """``code_exec``: an LLM-facing tool over the execution backends (adk-code's ``CodeTool``).
 
-The tool takes JSON arguments (:data:`CODE_EXEC_PARAMETERS`: ``language`` — ``rust``,
+The tool takes JSON arguments (:class:`CodeExecArguments`, whose JSON Schema is
+:data:`CODE_EXEC_PARAMETERS` and whose parser is :func:`parse_arguments`: ``language`` — ``rust``,
 ``python``, ``wasm``, ``shell``; ``code``; ``input``; ``timeout_secs`` clamped to 1-300, default
 30) and **never raises**: every outcome, including bad arguments and refused code, is a JSON
 object with adk-code's status vocabulary:
@@ -38,7 +39,7 @@ import contextlib
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
@@ -56,8 +57,10 @@ __all__ = [
     "MAX_TIMEOUT_SECS",
     "MIN_TIMEOUT_SECS",
     "STATUSES",
+    "CodeExecArguments",
     "CodeTool",
     "clamp_timeout",
+    "parse_arguments",
     "tool_definition",
 ]
 
@@ -79,42 +82,90 @@ CODE_EXEC_DESCRIPTION: Final = (
     "compile_error, timeout, memory_exceeded, error."
 )
 
-CODE_EXEC_PARAMETERS: Final[dict[str, Any]] = {
-    "type": "object",
-    "properties": {
-        "language": {
-            "type": "string",
-            "enum": list(LANGUAGES),
-            "description": "How to run `code`.",
-        },
-        "code": {
-            "type": "string",
-            "description": (
+ToolLanguage = Literal["rust", "python", "wasm", "shell"]
+
+
+class CodeExecArguments(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The tool's arguments: the one type both its JSON Schema (:data:`CODE_EXEC_PARAMETERS`)
+    and its parser (:func:`parse_arguments`) come from."""
+
+    language: Annotated[
+        ToolLanguage,
+        msgspec.Meta(description="How to run `code`."),
+    ]
+    code: Annotated[
+        str,
+        msgspec.Meta(
+            description=(
                 "The program: Rust source defining fn run, a Python snippet, WebAssembly "
                 "text (or base64 of a .wasm binary), or a shell command."
-            ),
-        },
-        "input": {
-            "description": (
+            )
+        ),
+    ]
+    input: Annotated[
+        Any,
+        msgspec.Meta(
+            description=(
                 "Any JSON value given to the program (Rust: run's argument; Python: the "
                 "variable `input`; wasm and shell: JSON on stdin)."
-            ),
-        },
-        "timeout_secs": {
-            "type": "integer",
-            "minimum": MIN_TIMEOUT_SECS,
-            "maximum": MAX_TIMEOUT_SECS,
-            "default": DEFAULT_TIMEOUT_SECS,
-            "description": (
+            )
+        ),
+    ] = UNSET
+    timeout_secs: Annotated[
+        float,
+        msgspec.Meta(
+            description=(
                 f"Time limit in seconds, clamped to {MIN_TIMEOUT_SECS}-{MAX_TIMEOUT_SECS} "
                 f"(default {DEFAULT_TIMEOUT_SECS})."
             ),
-        },
-    },
-    "required": ["language", "code"],
-    "additionalProperties": False,
+            extra_json_schema={"minimum": MIN_TIMEOUT_SECS, "maximum": MAX_TIMEOUT_SECS},
+        ),
+    ] = DEFAULT_TIMEOUT_SECS
+
+
+_KEY_ORDER: Final = ("type", "enum", "minimum", "maximum", "default", "description")
+_ADVERTISED: Final[dict[str, dict[str, Any]]] = {
+    # The languages in the tool's order (msgspec sorts a Literal's values).
+    "language": {"type": "string", "enum": list(LANGUAGES)},
+    # Whole seconds in the range are advertised; the parser takes any number and clamps it
+    # (a fraction rounds up) rather than refusing it, as the tool always has.
+    "timeout_secs": {"type": "integer"},
 }
+
+
+def _arguments_schema() -> dict[str, Any]:
+    """:class:`CodeExecArguments` as a self-contained JSON Schema object (no ``$defs``),
+    keys in a stable reading order."""
+    _, components = msgspec.json.schema_components((CodeExecArguments,))
+    schema: dict[str, Any] = components[CodeExecArguments.__name__]
+    properties = {}
+    for name, generated in schema["properties"].items():
+        prop = {**generated, **_ADVERTISED.get(name, {})}
+        properties[name] = {key: prop[key] for key in _KEY_ORDER if key in prop}
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": schema["required"],
+        "additionalProperties": schema["additionalProperties"],
+    }
+
+
+CODE_EXEC_PARAMETERS: Final[dict[str, Any]] = _arguments_schema()
 """The JSON Schema (draft 2020-12 subset) of the tool's arguments."""
+
+
+def parse_arguments(arguments: Any) -> tuple[CodeExecArguments, int]:
+    """``arguments`` (a decoded JSON object) as :class:`CodeExecArguments`, and the timeout
+    clamped (:func:`clamp_timeout`). Raises ``ValueError`` naming what is wrong."""
+    if not isinstance(arguments, dict):
+        raise ValueError("arguments must be a JSON object")
+    if arguments.get("timeout_secs", 0) is None:  # null: the default, as when omitted
+        arguments = {k: v for k, v in arguments.items() if k != "timeout_secs"}
+    try:
+        parsed = msgspec.convert(arguments, CodeExecArguments, strict=True)
+    except msgspec.ValidationError as e:
+        raise ValueError(str(e)) from e
+    return parsed, clamp_timeout(parsed.timeout_secs)
 
 
 def tool_definition(style: str = "plain") -> dict[str, Any]:
@@ -204,7 +255,11 @@ class CodeTool:
                     arguments = msgspec.json.decode(arguments)
                 except msgspec.DecodeError as e:
                     raise _BadArguments(f"arguments are not JSON: {e}") from e
-            language, code, given_input, timeout_s = _parse(arguments)
+            try:
+                parsed, timeout_s = parse_arguments(arguments)
+            except ValueError as e:
+                raise _BadArguments(str(e)) from e
+            language, code, given_input = parsed.language, parsed.code, parsed.input
             backend = await self._backend(language)
             request = self._request(language, code, given_input, timeout_s, backend)
             result = await collect(backend.execute(request, self._workdir))
@@ -261,25 +316,6 @@ class CodeTool:
             )
         lang = ExecutionLanguage.RUST if language == "rust" else ExecutionLanguage.PYTHON
         return ExecutionRequest(language=lang, payload=Source(code), input=given_input, **common)
-
-
-def _parse(arguments: Any) -> tuple[str, str, Any, int]:
-    if not isinstance(arguments, dict):
-        raise _BadArguments("arguments must be a JSON object")
-    unknown = sorted(set(arguments) - set(CODE_EXEC_PARAMETERS["properties"]))
-    if unknown:
-        raise _BadArguments(f"unknown arguments: {unknown}")
-    language = arguments.get("language")
-    if language not in LANGUAGES:
-        raise _BadArguments(f"language must be one of {list(LANGUAGES)}, not {language!r}")
-    code = arguments.get("code")
-    if not isinstance(code, str):
-        raise _BadArguments("code must be a string")
-    try:
-        timeout_s = clamp_timeout(arguments.get("timeout_secs"))
-    except ValueError as e:
-        raise _BadArguments(str(e)) from e
-    return language, code, arguments.get("input", UNSET), timeout_s
 
 
 def _wasm_bytes(code: str) -> bytes:

@@ -20,6 +20,7 @@ result and :meth:`RunRegistry.close_run <backends.runs.RunRegistry.close_run>` e
 from __future__ import annotations
 
 import abc
+import contextlib
 import time
 from collections.abc import Iterable
 from typing import Self
@@ -80,6 +81,13 @@ class BackendLifecycle(abc.ABC):
     @abc.abstractmethod
     async def aclose(self) -> None:
         """Stop every running execution, release everything. Idempotent."""
+
+    async def probe(self) -> tuple[bool, str]:
+        """Whether it could run here: start it (idempotent, no effect beyond this process) and
+        report :meth:`available`. Backends whose start touches shared state override it."""
+        with contextlib.suppress(Exception):
+            await self.start()
+        return self.available()
 
     async def __aenter__(self) -> Self:
         await self.start()

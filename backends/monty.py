@@ -217,6 +217,9 @@ class PythonBackend(BackendLifecycle):
             filesystem_modes=frozenset(
                 {"none", "workspaceReadOnly", "workspaceReadWrite", "paths"}
             ),
+            workspace="hostFunctions",
+            host_functions=frozenset(HOST_FUNCTIONS),
+            pooled=warm_workers > 0,
         )
 
     # -- CodeExecutor (the rest: BackendLifecycle) ----------------------------------------
@@ -280,8 +283,8 @@ class PythonBackend(BackendLifecycle):
         self,
         request: ExecutionRequest,
         workdir: Path | None,
-        *,
         access: WorkspaceAccess | None = None,
+        *,
         session: str | None = None,
     ) -> AsyncGenerator[ExecEvent, None]:
         """Run ``request``'s snippet (contract: :mod:`backends.base`).

@@ -48,6 +48,7 @@ from typing import Final
 
 import msgspec
 
+from backends.access import WorkspaceAccess
 from backends.captured import captured_result, not_run_result
 from backends.lifecycle import BackendLifecycle, elapsed_ms
 from backends.output import OutputChannel
@@ -182,7 +183,10 @@ class ProcessBackend(BackendLifecycle):
         await self._registry.aclose()
 
     async def execute(
-        self, request: ExecutionRequest, workdir: Path | None
+        self,
+        request: ExecutionRequest,
+        workdir: Path | None,
+        access: WorkspaceAccess | None = None,
     ) -> AsyncGenerator[ExecEvent, None]:
         """Run ``request`` as a host process (contract: :mod:`backends.base`)."""
         await self._check_request(request)
@@ -266,6 +270,7 @@ class ProcessBackend(BackendLifecycle):
             supports_process_execution=True,
             languages=frozenset(languages),
             filesystem_modes=frozenset({"host"}),
+            value_from_stdout=True,
         )
 
     def _command(self, request: ExecutionRequest) -> tuple[list[str], bytes | None]:

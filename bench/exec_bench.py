@@ -62,7 +62,7 @@ from backends.base import (
     narrow,
 )
 from backends.container import ContainerBackend, engine_reachable
-from backends.images import DEFAULT_IMAGE
+from backends.container.images import DEFAULT_IMAGE
 from backends.process import ProcessBackend
 
 Row = tuple[str, list[float], str]

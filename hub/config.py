@@ -18,6 +18,7 @@ import msgspec
 from hub.core.capability import DEFAULT_MAX_TOKEN_TTL, MAX_TTL_SECONDS
 from hub.core.errors import BadRequest
 from hub.core.errors import ConfigError as ConfigError  # re-exported: users catch it here
+from hub.core.execution.settings import RuntimeSettings
 from hub.core.validation import (
     DEFAULT_LIMITS,
     DEFAULT_MAX_FRAME_BYTES,
@@ -110,15 +111,6 @@ class PeerConfig(_Section, frozen=True):
     token: str | None = None
 
 
-class RuntimeConfig(_Section, frozen=True):
-    """``[runtime]``: the execution runtime's bounds (seed 003's defaults)."""
-
-    max_executions: Positive = 24  # running at once per hub; more → busy
-    max_readers: Positive = 8  # live getExec readers per execution; more → busy
-    retention_keep: Positive = 100  # finished executions always kept per workspace
-    retention_window_s: Positive = 3600  # older finished ones beyond the newest N are disposed
-
-
 class ClusterConfig(_Section, frozen=True):
     """``[cluster]``: this node's id and the cluster's timing, used when the store is shared
     (PostgreSQL; docs/operations.md, "Running several nodes"). ``agora serve`` lets the
@@ -154,7 +146,8 @@ class HubConfig(_Section, frozen=True):
     storage: StorageConfig = msgspec.field(default_factory=StorageConfig)
     backends: tuple[BackendConfig, ...] = ()
     a2a: A2AConfig = msgspec.field(default_factory=A2AConfig)
-    runtime: RuntimeConfig = msgspec.field(default_factory=RuntimeConfig)
+    # [runtime] (and [runtime.sync], [runtime.rust]): one type, the runtime's own settings.
+    runtime: RuntimeSettings = msgspec.field(default_factory=RuntimeSettings)
     cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)
     auth: AuthConfig = msgspec.field(default_factory=AuthConfig)
 

@@ -10,14 +10,14 @@ finished since::
                   diagnostics: [{level: "error", code: "interrupted", message: "…",
                                  node: <dead node>, closedBy: <this node>}]}
 
-through :class:`hub.workspaces.Workspaces` (so subscribers get it like any event), produced
-like every event of an execution by the agent that asked for it (the ``execStarted``'s
-producer) and caused by (``causationId``) the ``execStarted``. Its event id is derived from
-(workspace, execId, seq of the execStarted), so closing twice (a claim that expired and was
-taken over) writes nothing the second time: the store answers ``duplicate``. This is the restart
-rule of ARCHITECTURE.md ("a restart finds executions with no terminal event and closes them as
-failed/interrupted", :meth:`hub.runtime.Runtime.recover` on a single node) applied by a
-survivor to another node's executions.
+— the drafts of the one recovery rule, :func:`hub.core.rules.recovery.interrupted_drafts`,
+which :meth:`hub.runtime.Runtime.recover` applies on a single node after a restart — through
+:class:`hub.workspaces.Workspaces` (so subscribers get it like any event), produced like every
+event of an execution by the agent that asked for it (the ``execStarted``'s producer) and caused
+by (``causationId``) the ``execStarted``. Its event id is derived from (workspace, execId, seq
+of the execStarted), so closing twice (a claim that expired and was taken over) writes nothing
+the second time: the store answers ``duplicate``. No stderr note is written: the survivor does
+not read the run's output numbering.
 
 Executions requested on the dead node but not started yet are not found: ``execRequested``
 does not say which node accepted it.
@@ -27,14 +27,20 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import uuid
 from typing import Final
 
 import asyncpg
 import msgspec
 
 from hub.core.errors import AgoraError, Unavailable
-from hub.core.events import Event, ExecFinished, ExecFinishedPayload, ExecStarted, decode_event
+from hub.core.events import Event, ExecFinished, ExecStarted, decode_event
+from hub.core.rules.recovery import (
+    HUB_PRODUCER,
+    OpenExecution,
+    closing_event_id,
+    interrupted_drafts,
+    node_death_interruption,
+)
 from hub.log.migrations import quote
 from hub.workspaces import Workspaces
 
@@ -42,16 +48,7 @@ __all__ = ["HUB_PRODUCER", "InterruptedExecutions", "closing_event_id"]
 
 log = logging.getLogger("agora.cluster")
 
-HUB_PRODUCER: Final = "hub"
-"""The producer of a closing event whose ``execStarted`` names none."""
-
-_NAMESPACE: Final = uuid.UUID("6f1c2a4e-3b7d-5e8f-9a0b-1c2d3e4f5a6b")
 _DRIVER_ERRORS: Final = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
-
-
-def closing_event_id(workspace: str, exec_id: str, started_seq: int) -> str:
-    """The id of the ``execFinished`` that closes this run of ``exec_id`` (a UUIDv5)."""
-    return str(uuid.uuid5(_NAMESPACE, f"{workspace}\x00{exec_id}\x00{started_seq}"))
 
 
 class _Sql:
@@ -149,28 +146,19 @@ class InterruptedExecutions:
         written = 0
         for start in await self.running_on(node):
             workspace, exec_id = start.workspace, start.payload.exec_id
-            message = f"node {node} stopped while this ran; closed by node {self.node_id}"
-            event = ExecFinished(
-                id=closing_event_id(workspace, exec_id, start.seq),
-                causation_id=start.id,
-                payload=ExecFinishedPayload(
+            drafts = interrupted_drafts(
+                OpenExecution(
+                    workspace=workspace,
                     exec_id=exec_id,
-                    status="failed",
-                    reason="interrupted",
-                    diagnostics=[
-                        {
-                            "level": "error",
-                            "code": "interrupted",
-                            "message": message,
-                            "node": node,
-                            "closedBy": self.node_id,
-                        }
-                    ],
+                    started=True,
+                    seq=start.seq,
+                    event_id=start.id,
                 ),
+                node_death_interruption(node, self.node_id),
             )
             try:
                 result = await self.workspaces.publish(
-                    workspace, [event], producer=start.producer or HUB_PRODUCER, trusted=True
+                    workspace, drafts, producer=start.producer or HUB_PRODUCER, trusted=True
                 )
             except AgoraError as e:
                 log.error("closing %s/%s of dead node %s: %s", workspace, exec_id, node, e)

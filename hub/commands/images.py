@@ -1,10 +1,10 @@
 """``agora images build`` and ``agora images check``: the container backend's local images.
 
 ``build`` makes ``agora/busybox:1`` (``FROM scratch`` + the host's static busybox; see
-:mod:`backends.images`) with the engine's builder, offline: nothing is pulled. ``check`` says
-whether the image exists and matches the host's busybox. Exit codes: 0 done (``check``: the
-image is current), 1 the image is missing or stale (``check``), 2 the engine is unreachable or
-the build failed.
+:mod:`backends.container.images`) with the engine's builder, offline: nothing is pulled.
+``check`` says whether the image exists and matches the host's busybox. Exit codes: 0 done
+(``check``: the image is current), 1 the image is missing or stale (``check``), 2 the engine is
+unreachable or the build failed.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def register(subparsers: Any) -> None:
 
 
 def _common_args(parser: argparse.ArgumentParser) -> None:
-    from backends.images import DEFAULT_IMAGE
+    from backends.container.images import DEFAULT_IMAGE
 
     parser.add_argument("--tag", default=DEFAULT_IMAGE, help=f"image tag (default {DEFAULT_IMAGE})")
     parser.add_argument(
@@ -61,7 +61,7 @@ async def build_command(args: argparse.Namespace) -> int:
     """``agora images build``: build the image and print its id."""
     from pathlib import Path
 
-    from backends.images import ImageBuildError, build_busybox_image, image_is_current
+    from backends.container.images import ImageBuildError, build_busybox_image, image_is_current
     from hub.core.execution.errors import ExecutionError
 
     def build() -> str | None:
@@ -84,7 +84,7 @@ async def build_command(args: argparse.Namespace) -> int:
 
 async def check_command(args: argparse.Namespace) -> int:
     """``agora images check``: exit 0 if the image is current, 1 if not."""
-    from backends.images import image_is_current
+    from backends.container.images import image_is_current
     from hub.core.execution.errors import ExecutionError
 
     def check() -> bool:

@@ -21,6 +21,8 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+import msgspec
+
 from hub.auth import TokenSigner, load_or_create_secret
 from hub.commands.common import add_config_arg, add_data_args, config_from_args, fail
 from hub.core.errors import AgoraError, ConfigError
@@ -78,7 +80,6 @@ async def serve_command(args: argparse.Namespace) -> int:
     """Run the hub; 0 after a clean shutdown, 2 for bad configuration or a bind failure."""
     # Imported here so that `agora --help` does not pull in websockets and the store drivers.
     from hub.log.factory import open_store
-    from hub.runtime import RuntimeSettings
     from hub.server.app import Hub
 
     _configure_logging()
@@ -96,13 +97,14 @@ async def serve_command(args: argparse.Namespace) -> int:
     # Backend instances start in the background (the banner does not wait for Docker).
     if args.max_executions is not None and args.max_executions < 1:
         return fail("serve", "--max-executions must be >= 1")
-    bounds = config.runtime
-    runtime = RuntimeSettings(
+    # The runtime's settings, built once: [runtime] of agora.toml, the command line over it,
+    # and the documented environment override of the rust backend's cache (AGORA_RUST_CACHE).
+    settings = config.runtime
+    runtime = msgspec.structs.replace(
+        settings,
         eager_start=True,
-        max_concurrent=args.max_executions or bounds.max_executions,
-        max_readers=bounds.max_readers,
-        retention_keep=bounds.retention_keep,
-        retention_window_ms=bounds.retention_window_s * 1000,
+        max_executions=args.max_executions or settings.max_executions,
+        rust=settings.rust.resolved(os.environ),
     )
     try:
         hub = Hub(config, store, signer, runtime=runtime)

@@ -21,12 +21,14 @@ from typing import Final, Literal
 
 import msgspec
 
+from hub.core.execution.settings import RuntimeSettings
+
 __all__ = ["DEFAULT_INTERVAL", "DEFAULT_MAX_BYTES", "Coalescer", "Flush"]
 
 Stream = Literal["stdout", "stderr"]
 
-DEFAULT_INTERVAL: Final = 0.050
-DEFAULT_MAX_BYTES: Final = 64 * 1024
+DEFAULT_INTERVAL: Final = RuntimeSettings().coalesce_interval_s
+DEFAULT_MAX_BYTES: Final = RuntimeSettings().coalesce_bytes
 _STREAMS: Final[tuple[Stream, Stream]] = ("stdout", "stderr")
 
 

@@ -12,17 +12,19 @@ ones are removed.
 A workspace's journal is loaded on first use by folding its log; committed batches that arrive
 meanwhile are buffered and folded after (skipping seqs already folded), so no event is missed.
 
-:class:`Follower` is one live reader of one execution (``getExec``): it replays the
-execution's events from the log, then follows the live ones with no gap and no duplicate.
-Live events wait in a bounded queue; a reader that falls more than ``max_pending`` behind is
+:class:`Follower` is one live reader of one execution (``getExec``): the hub's one
+history-then-live reader, :class:`hub.follow.LogFollower`, over the execution's workspace,
+filtered to the execution and its ``resume`` mode. It replays the execution's events from the
+log, then follows the live ones with no gap and no duplicate; live events wait in a bounded
+buffer (``max_pending`` events of the workspace), and a reader that falls further behind is
 switched back to reading the log (it loses nothing and holds no unbounded memory).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Final, Literal
 
@@ -37,7 +39,8 @@ from hub.core.events import (
     ExecStarted,
 )
 from hub.core.projections.executions import ExecJournal, ExecRecord, evolve, rebuild
-from hub.log.base import EventStore
+from hub.follow import LogFollower
+from hub.workspaces import Workspaces
 
 __all__ = ["Follower", "Journals", "Resume", "WorkspaceJournal", "exec_id_of"]
 
@@ -64,8 +67,9 @@ def exec_id_of(event: Event) -> str | None:
 
 class WorkspaceJournal:
     """One workspace's journal plus what the runtime needs beside it: the time each
-    execution finished, the id of its ``execRequested`` (the cause of its file events), its
-    output encoding and last output ``n``, and the live readers and waiters."""
+    execution finished, the ids of its ``execRequested`` (the cause of its file events) and
+    ``execStarted``, its output encoding and last output ``n``, and the live readers and
+    waiters."""
 
     __slots__ = (
         "encodings",
@@ -74,6 +78,7 @@ class WorkspaceJournal:
         "journal",
         "last_n",
         "request_ids",
+        "started_ids",
         "waiters",
     )
 
@@ -81,6 +86,7 @@ class WorkspaceJournal:
         self.journal = ExecJournal(workspace=workspace)
         self.finished_at: dict[str, int] = {}
         self.request_ids: dict[str, str] = {}
+        self.started_ids: dict[str, str] = {}
         self.encodings: dict[str, str | None] = {}
         self.last_n: dict[str, int] = {}
         self.followers: dict[str, set[Follower]] = {}
@@ -113,22 +119,31 @@ class WorkspaceJournal:
             self.encodings[exec_id] = event.payload.encoding
             self.last_n[exec_id] = 0
             self.finished_at.pop(exec_id, None)
+            self.started_ids.pop(exec_id, None)
+        elif isinstance(event, ExecStarted) and rec is not None and rec.started_seq == event.seq:
+            self.started_ids[exec_id] = event.id
         elif isinstance(event, ExecOutput):
             self.last_n[exec_id] = max(self.last_n.get(exec_id, 0), event.payload.n)
             if rec is not None:
                 rec.output.clear()  # read back from the log when needed
         elif isinstance(event, ExecFinished) and rec is not None and rec.finished_seq == event.seq:
             self.finished_at[exec_id] = event.timestamp
+            self.started_ids.pop(exec_id, None)  # only recovery reads it, of open runs
             rec.request = None
             for waiter in self.waiters.pop(exec_id, []):
                 if not waiter.done():
                     waiter.set_result(None)
         elif isinstance(event, ExecDisposed) and rec is not None and rec.disposed:
             del self.journal.executions[exec_id]
-            for table in (self.finished_at, self.request_ids, self.encodings, self.last_n):
+            tables = (
+                self.finished_at,
+                self.request_ids,
+                self.started_ids,
+                self.encodings,
+                self.last_n,
+            )
+            for table in tables:
                 table.pop(exec_id, None)
-        for follower in tuple(self.followers.get(exec_id, ())):
-            follower.push(event)
 
     async def finished(self, exec_id: str) -> ExecRecord:
         """Wait until ``exec_id`` has finished; its record. Raises :class:`NotFound`."""
@@ -149,12 +164,16 @@ class WorkspaceJournal:
 
 
 class Journals:
-    """Every loaded :class:`WorkspaceJournal`; a :class:`hub.workspaces.Workspaces` listener."""
+    """Every loaded :class:`WorkspaceJournal`; a :class:`hub.workspaces.Workspaces` listener
+    (added by the owner), and the :class:`~hub.follow.LogFollower` its live readers share."""
 
-    def __init__(self, store: EventStore, *, max_readers: int = 8, max_pending: int = 1024) -> None:
-        self.store = store
+    def __init__(
+        self, workspaces: Workspaces, *, max_readers: int = 8, max_pending: int = 1024
+    ) -> None:
+        self.store = workspaces.store
         self.max_readers = max_readers
-        self.max_pending = max_pending
+        self.log = LogFollower(workspaces, buffer=max_pending)
+        self.log.install()
         self._loaded: dict[str, WorkspaceJournal] = {}
         self._loading: dict[str, asyncio.Future[WorkspaceJournal]] = {}
         self._buffers: dict[str, list[Event]] = {}
@@ -255,7 +274,7 @@ class Journals:
                 execId=exec_id,
                 limit=self.max_readers,
             )
-        follower = Follower(self, journal, rec, resume, self.max_pending)
+        follower = Follower(self.log, journal, rec, resume)
         readers.add(follower)
         return follower
 
@@ -285,14 +304,9 @@ class Follower:
     stream ended."""
 
     def __init__(
-        self,
-        journals: Journals,
-        journal: WorkspaceJournal,
-        rec: ExecRecord,
-        resume: Resume,
-        max_pending: int,
+        self, log: LogFollower, journal: WorkspaceJournal, rec: ExecRecord, resume: Resume
     ) -> None:
-        self._journals = journals
+        self._log = log
         self._journal = journal
         self.exec_id = rec.exec_id
         self.encoding = journal.encodings.get(rec.exec_id)
@@ -302,22 +316,7 @@ class Follower:
         self._start = journal.seq  # every event of the execution up to here is in the log
         self._finished = rec.finished_seq is not None
         self.status: str = rec.status
-        self._pending: deque[Event] = deque()
-        self._max_pending = max_pending
-        self._overflowed = False
-        self._wake = asyncio.Event()
         self._closed = False
-
-    def push(self, event: Event) -> None:
-        """A committed event of the execution (called by the journal; never waits)."""
-        if self._closed:
-            return
-        if len(self._pending) >= self._max_pending:
-            self._pending.clear()
-            self._overflowed = True
-        else:
-            self._pending.append(event)
-        self._wake.set()
 
     def close(self) -> None:
         """Stop following (idempotent)."""
@@ -338,49 +337,22 @@ class Follower:
 
     async def events(self) -> AsyncIterator[Event]:
         """The execution's events per ``resume``, ending after its ``execFinished``."""
-        last = self._start
-        if self._resume != "tail":
-            async for event in self._journals.events_of(
-                self._journal.workspace,
-                self.exec_id,
-                after_seq=self._request_seq - 1,
-                until_seq=self._start,
-            ):
+        if self._resume == "tail":
+            if self._finished:
+                return  # nothing new will come
+            after = self._start
+        else:
+            after = self._request_seq - 1
+        stream = self._log.follow(self._journal.workspace, after_seq=after)
+        async with contextlib.aclosing(stream) as events:
+            async for event in events:
+                if self._closed:
+                    return
+                if exec_id_of(event) != self.exec_id:
+                    continue
                 if isinstance(event, ExecFinished):
-                    self._finished = True
                     self.status = event.payload.status
                 if self._wanted(event):
                     yield event
-        if self._finished:
-            return
-        while not self._closed:
-            if self._overflowed:
-                self._overflowed = False
-                self._pending.clear()
-                until = self._journal.seq
-                async for event in self._journals.events_of(
-                    self._journal.workspace, self.exec_id, after_seq=last, until_seq=until
-                ):
-                    last = event.seq
-                    if isinstance(event, ExecFinished):
-                        self.status = event.payload.status
-                    if self._wanted(event):
-                        yield event
-                    if isinstance(event, ExecFinished):
-                        return
-                last = max(last, until)
-                continue
-            if not self._pending:
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            event = self._pending.popleft()
-            if event.seq <= last:
-                continue
-            last = event.seq
-            if isinstance(event, ExecFinished):
-                self.status = event.payload.status
-            if self._wanted(event):
-                yield event
-            if isinstance(event, ExecFinished):
-                return
+                if isinstance(event, ExecFinished):
+                    return

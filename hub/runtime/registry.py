@@ -17,16 +17,22 @@ it is ``unavailable``.
 ``working_directory``, ``env_allow`` (comma-separated names a request may set), and any keyword
 argument of the backend's constructor (``max_concurrent``, ``warm_pool``, ``image``, …). Any other
 key is a :class:`hub.config.ConfigError`.
+
+The registry maps a kind to its backend class and nothing more: what the runtime prepares for a
+run (a pushed workspace, host functions, the value harness) comes from the capabilities each
+backend declares (:class:`hub.core.execution.capabilities.BackendCapabilities`). Arguments the
+hub provides are passed by name to every backend whose constructor takes them: ``access``,
+``blobs`` (the blob store), ``data_dir`` (the hub's data directory) and ``settings`` (the
+backend's own settings from ``[runtime]``, e.g. :class:`backends.rust.RustSettings`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import inspect
 import logging
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -41,8 +47,8 @@ from backends.base import (
     ExecutionIsolation,
     ExecutionLanguage,
     ExecutionRequest,
-    FilesystemPolicy,
     SandboxPolicy,
+    WorkspaceAccess,
 )
 from hub.config import Access, BackendConfig, BackendKind
 from hub.core.errors import AgoraError, ConfigError, NotFound
@@ -83,9 +89,9 @@ _POLICY_KEYS: Final[frozenset[str]] = frozenset(
     }
 )
 # Constructor arguments the registry sets itself (never from ``limits``).
-_RESERVED: Final[frozenset[str]] = frozenset({"name", "policy", "access", "blobs", "runner"})
-# Kinds whose harness takes the ``value`` from the last line of stdout (adk-code's rule).
-_VALUE_FROM_STDOUT: Final[frozenset[str]] = frozenset({"process", "wasm", "rust"})
+_RESERVED: Final[frozenset[str]] = frozenset(
+    {"name", "policy", "access", "blobs", "runner", "data_dir", "settings"}
+)
 
 
 def _import(kind: BackendKind) -> tuple[type[Any] | None, str]:
@@ -118,7 +124,7 @@ class UnavailableBackend:
 
     @property
     def capabilities(self) -> BackendCapabilities:
-        return BackendCapabilities(isolation=ExecutionIsolation.IN_PROCESS)
+        return BackendCapabilities(isolation=ExecutionIsolation.IN_PROCESS, workspace="none")
 
     @property
     def default_policy(self) -> SandboxPolicy:
@@ -130,8 +136,14 @@ class UnavailableBackend:
     async def start(self) -> None:
         return None
 
+    async def probe(self) -> tuple[bool, str]:
+        return self.available()
+
     async def execute(
-        self, request: ExecutionRequest, workdir: Path | None
+        self,
+        request: ExecutionRequest,
+        workdir: Path | None,
+        access: WorkspaceAccess | None = None,
     ) -> AsyncIterator[ExecEvent]:
         raise BackendUnavailable(
             f"backend {self._name!r} is unavailable: {self._reason}", backend=self._name
@@ -188,16 +200,6 @@ class BackendInstance:
             return ExecutionLanguage.COMMAND
         return sorted(languages)[0]
 
-    @property
-    def syncs_files(self) -> bool:
-        """Command-style backends get the workspace pushed into a directory and pulled back;
-        the ``python`` backend reaches it through host functions instead."""
-        return self.kind != "python"
-
-    @property
-    def value_from_stdout(self) -> bool:
-        return self.kind in _VALUE_FROM_STDOUT
-
 
 def _policy_overrides(limits: dict[str, Any], where: str) -> dict[str, Any]:
     changes: dict[str, Any] = {}
@@ -217,11 +219,13 @@ def build_instance(
     config: BackendConfig,
     *,
     blobs: BlobStore | None = None,
-    owner: str = "agora",
+    data_dir: Path | None = None,
+    settings: Mapping[str, object] | None = None,
     where: str = "backends",
 ) -> BackendInstance:
-    """The instance ``config`` describes. Raises :class:`ConfigError` for an unknown or
-    invalid ``limits`` key or value."""
+    """The instance ``config`` describes. ``settings``: the backends' own settings by kind
+    (from ``[runtime]``), given as ``settings=`` to a backend whose constructor takes it.
+    Raises :class:`ConfigError` for an unknown or invalid ``limits`` key or value."""
     cls, problem = _import(config.kind)
     if cls is None:
         return BackendInstance(
@@ -241,28 +245,17 @@ def build_instance(
                 f"(known: {', '.join(known)})"
             )
         kwargs[key] = value
-    if "access" in params:
-        kwargs["access"] = config.access
-    if "blobs" in params and blobs is not None:
-        kwargs["blobs"] = blobs
-    if "owner" in params and "owner" not in kwargs:
-        kwargs["owner"] = owner
+    provided: dict[str, object] = {"access": config.access, "blobs": blobs, "data_dir": data_dir}
+    if settings is not None and config.kind in settings:
+        provided["settings"] = settings[config.kind]
+    for name, given in provided.items():
+        if name in params and given is not None:
+            kwargs[name] = given
     try:
-        if config.kind == "container":
-            from backends.container import DEFAULT_CONTAINER_POLICY
-
-            fs = (
-                FilesystemPolicy.workspace_read_write()
-                if config.access == "read-write"
-                else FilesystemPolicy.workspace_read_only()
-            )
-            base = DEFAULT_CONTAINER_POLICY.replace(filesystem=fs)
+        backend = cls(config.id, **kwargs)
+        if policy_changes:
+            base = backend.default_policy
             backend = cls(config.id, policy=base.replace(**policy_changes), **kwargs)
-        else:
-            backend = cls(config.id, **kwargs)
-            if policy_changes:
-                base = backend.default_policy
-                backend = cls(config.id, policy=base.replace(**policy_changes), **kwargs)
     except (TypeError, ValueError, AgoraError) as e:
         message = e.message if isinstance(e, AgoraError) else str(e)
         raise ConfigError(f"{where}: invalid limits for {config.id!r}: {message}") from e
@@ -303,13 +296,20 @@ class BackendRegistry:
         configs: Sequence[BackendConfig],
         *,
         blobs: BlobStore | None = None,
-        owner: str = "agora",
+        data_dir: Path | None = None,
+        settings: Mapping[str, object] | None = None,
     ) -> BackendRegistry:
         """Instances for ``configs`` (``[[backends]]``; empty → :func:`default_configs`).
         Raises :class:`ConfigError`."""
         configs = tuple(configs) or default_configs()
         return cls(
-            build_instance(c, blobs=blobs, owner=owner, where=f"backends[{i}] ({c.id})")
+            build_instance(
+                c,
+                blobs=blobs,
+                data_dir=data_dir,
+                settings=settings,
+                where=f"backends[{i}] ({c.id})",
+            )
             for i, c in enumerate(configs)
         )
 
@@ -382,7 +382,7 @@ class BackendRegistry:
         rows: list[BackendInfo] = []
         default = self.default_id
         for instance in self._instances.values():
-            ok, why = await _probe(instance) if probe else instance.available()
+            ok, why = await instance.backend.probe() if probe else instance.available()
             rows.append(
                 BackendInfo(
                     id=instance.id,
@@ -396,41 +396,3 @@ class BackendRegistry:
                 )
             )
         return rows
-
-
-async def _probe(instance: BackendInstance) -> tuple[bool, str]:
-    if isinstance(instance.backend, UnavailableBackend):
-        return instance.available()
-    if instance.kind == "container":
-        backend: Any = instance.backend
-        return await asyncio.to_thread(_probe_engine, backend.image, instance.limits)
-    with contextlib.suppress(Exception):
-        await instance.backend.start()
-    return instance.available()
-
-
-def _probe_engine(image: str, limits: dict[str, Any]) -> tuple[bool, str]:
-    """Whether the Docker engine answers and has ``image`` (blocking)."""
-    from backends.container import engine_reachable
-
-    base_url = limits.get("base_url")
-    ok, why = engine_reachable(base_url if isinstance(base_url, str) else None)
-    if not ok:
-        return False, why
-    import docker
-
-    try:
-        client = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
-    except Exception as e:
-        return False, f"the Docker engine is not reachable: {e}"
-    try:
-        client.images.get(image)
-    except docker.errors.ImageNotFound:
-        if limits.get("auto_build", True):
-            return True, ""  # built at the hub's first start
-        return False, f"image {image} is missing: run `agora images build`"
-    except Exception as e:
-        return False, f"the Docker engine refused: {e}"
-    finally:
-        client.close()
-    return True, ""

@@ -14,10 +14,12 @@ from typing import Final
 
 import msgspec
 
+from hub.core.execution.settings import RuntimeSettings
+
 __all__ = ["DEFAULT_KEEP", "DEFAULT_WINDOW_MS", "Finished", "prunable"]
 
-DEFAULT_KEEP: Final = 100
-DEFAULT_WINDOW_MS: Final = 60 * 60 * 1000
+DEFAULT_KEEP: Final = RuntimeSettings().retention_keep
+DEFAULT_WINDOW_MS: Final = RuntimeSettings().retention_window_ms
 
 
 class Finished(msgspec.Struct, frozen=True):

@@ -45,6 +45,7 @@ from hub.core.events import (
     SkippedWrite,
 )
 from hub.core.execution.policy import FilesystemPolicy
+from hub.core.execution.settings import SyncLimits
 from hub.core.projections.workspace import FileEntry
 from hub.core.validation import validate_path
 from hub.log.base import BlobStore
@@ -77,17 +78,6 @@ class PushFailed(AgoraError):
     """The workspace could not be pushed into the sandbox; the run is aborted."""
 
     code = "internal"
-
-
-class SyncLimits(msgspec.Struct, frozen=True, kw_only=True):
-    """Bounds of one push and one pull. Over ``max_push_*`` the push fails; a pulled file over
-    ``max_file_bytes`` is skipped (``tooLarge``); changes beyond ``max_changes`` are skipped
-    (``tooMany``)."""
-
-    max_push_files: int = 100_000
-    max_push_bytes: int = 1024 * 1024 * 1024
-    max_file_bytes: int = 16 * 1024 * 1024
-    max_changes: int = 10_000
 
 
 DEFAULT_SYNC: Final = SyncLimits()

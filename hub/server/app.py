@@ -35,7 +35,6 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.typing import Subprotocol
 
@@ -49,7 +48,6 @@ from hub.revocations import Revocations
 from hub.runtime import BackendRegistry, Runtime, RuntimeSettings
 from hub.server.connection import Connection
 from hub.server.fanout import Fanout
-from hub.server.owner import container_owner
 from hub.server.presence import Presence
 from hub.server.tasks import OwnedTasks
 from hub.workspaces import Workspaces
@@ -125,13 +123,14 @@ class Hub:
         self.revocations = Revocations(self.workspaces, clock=clock)
         self.cluster: ClusterNode | None = None
         self.presence = Presence(self.workspaces, self.tasks)
+        settings = runtime or config.runtime
         registry = BackendRegistry.from_config(
-            config.backends, blobs=store.blobs, owner=container_owner(config)
+            config.backends,
+            blobs=store.blobs,
+            data_dir=config.storage.data_dir,
+            settings=settings.backend_settings(),
         )
-        settings = runtime or RuntimeSettings()
-        self.runtime = Runtime(
-            self.workspaces, registry, msgspec.structs.replace(settings, node=self.node_id)
-        )
+        self.runtime = Runtime(self.workspaces, registry, settings, node=self.node_id)
         self.url: str | None = None
         self.stopping = False
 

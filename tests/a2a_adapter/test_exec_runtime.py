@@ -1,5 +1,5 @@
 """Executions over A2A against a real ``agora serve``: the a2a-sdk client sends ``agora.exec``
-data parts to the hub's A2A listener, the hub's own runtime (hub/runtime/supervisor.py) runs
+data parts to the hub's A2A listener, the hub's own runtime (hub/runtime/runtime.py) runs
 them on the ``process`` backend, and the log (read back with ``agora replay --json``) shows
 the lifecycle produced by the A2A agent.
 

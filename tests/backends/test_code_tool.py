@@ -7,6 +7,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 import pytest
 
 from backends.code_tool import (
@@ -14,8 +15,10 @@ from backends.code_tool import (
     DEFAULT_TIMEOUT_SECS,
     LANGUAGES,
     STATUSES,
+    CodeExecArguments,
     CodeTool,
     clamp_timeout,
+    parse_arguments,
     tool_definition,
 )
 from hub.cli import main
@@ -61,6 +64,18 @@ def test_schema() -> None:
     assert tool_definition("openai")["function"]["parameters"] is schema
     with pytest.raises(ValueError):
         tool_definition("other")
+
+
+def test_schema_and_parser_come_from_one_type() -> None:
+    fields = [f.name for f in msgspec.structs.fields(CodeExecArguments)]
+    assert list(CODE_EXEC_PARAMETERS["properties"]) == fields
+    parsed, timeout = parse_arguments({"language": "shell", "code": "true", "timeout_secs": 2.2})
+    assert (parsed.language, parsed.code, timeout) == ("shell", "true", 3)
+    assert parse_arguments({"language": "shell", "code": "x"})[0].input is not None  # unset
+    assert parse_arguments({"language": "rust", "code": "", "timeout_secs": None})[1] == 30
+    for bad in ({"language": "shell"}, {"language": "shell", "code": "x", "other": 1}):
+        with pytest.raises(ValueError):
+            parse_arguments(bad)
 
 
 @pytest.mark.parametrize(

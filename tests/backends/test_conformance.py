@@ -1,6 +1,8 @@
-"""The backend conformance suite: every CodeExecutor behaves the same on these bodies.
-
-Runs on ``process``, ``container`` (warm pool) and ``container-cold`` (see conftest.py).
+"""The backend conformance suite, part 2: the command-language cases (a shell program's exit
+codes, stdin and argv, signals, process groups, the environment, mounts) of the backends that
+run ``command``: ``process``, ``container`` (warm pool) and ``container-cold`` (see
+conftest.py). Part 1, the contract on every backend (``process``, ``container``, ``wasm``,
+``python``, ``rust``, ``mock``), is test_every_backend.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What only the ``container`` backend does (backends/container.py); the shared behaviour is in
+"""What only the ``container`` backend does (backends/container/); the shared behaviour is in
 test_conformance.py. Tests that need the engine take ``container_rig`` (which requires docker)."""
 
 from __future__ import annotations

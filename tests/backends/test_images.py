@@ -1,4 +1,5 @@
-"""The local busybox image (backends/images.py) and ``agora images`` (hub/commands/images.py)."""
+"""The local busybox image (backends/container/images.py) and ``agora images``
+(hub/commands/images.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.images import (
+from backends.container.images import (
     ImageBuildError,
     find_static_busybox,
     image_is_current,

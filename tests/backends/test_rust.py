@@ -25,8 +25,8 @@ from backends.base import (
     collect,
 )
 from backends.rust import DEBIAN_REGISTRY, RustBackend, RustToolchain
-from backends.rust_diagnostics import errors, parse_diagnostics, to_diagnostic
-from backends.rust_source import strip_comments_and_literals, validate_rust_source, wrap
+from backends.rust.diagnostics import errors, parse_diagnostics, to_diagnostic
+from backends.rust.source import strip_comments_and_literals, validate_rust_source, wrap
 from tests.backends.helpers import new_request
 from tests.conftest import require
 

@@ -184,6 +184,54 @@ DIVIDE_BY_ZERO: Final = """
 """
 
 
+# Writes "out\n" to stdout and "err\n" to stderr, exits with code 3.
+OUT_ERR_EXIT3: Final = f"""
+(module
+  (import {_WASI} "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (import {_WASI} "proc_exit" (func $proc_exit (param i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 64) "out\\n")
+  (data (i32.const 80) "err\\n")
+  (func (export "_start")
+    (i32.store (i32.const 0) (i32.const 64))
+    (i32.store (i32.const 4) (i32.const 4))
+    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))
+    (i32.store (i32.const 0) (i32.const 80))
+    (i32.store (i32.const 4) (i32.const 4))
+    (drop (call $fd_write (i32.const 2) (i32.const 0) (i32.const 1) (i32.const 8)))
+    (call $proc_exit (i32.const 3))))
+"""
+
+# Writes "partial\n" to stdout, then loops forever.
+PARTIAL_THEN_LOOP: Final = f"""
+(module
+  (import {_WASI} "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 64) "partial\\n")
+  (func (export "_start")
+    (i32.store (i32.const 0) (i32.const 64))
+    (i32.store (i32.const 4) (i32.const 8))
+    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))
+    (loop $forever (br $forever))))
+"""
+
+# Writes 2 MiB of "x" to stdout (32 writes of 64 KiB), then exits 0.
+TWO_MIB: Final = f"""
+(module
+  (import {_WASI} "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 2)
+  (func (export "_start")
+    (local $i i32)
+    (memory.fill (i32.const 1024) (i32.const 120) (i32.const 65536))
+    (i32.store (i32.const 0) (i32.const 1024))
+    (i32.store (i32.const 4) (i32.const 65536))
+    (loop $more
+      (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $more (i32.lt_u (local.get $i) (i32.const 32))))))
+"""
+
+
 def wasm(text: str) -> bytes:
     """The binary module for WAT ``text``."""
     return bytes(wasmtime.wat2wasm(text))

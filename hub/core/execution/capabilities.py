@@ -8,12 +8,19 @@ control the backend cannot enforce, before any user code runs.
 from __future__ import annotations
 
 import enum
+from typing import Literal
 
 import msgspec
 
 from hub.core.execution.policy import FilesystemMode
 
-__all__ = ["ALL_FILESYSTEM_MODES", "BackendCapabilities", "ExecutionIsolation", "ExecutionLanguage"]
+__all__ = [
+    "ALL_FILESYSTEM_MODES",
+    "BackendCapabilities",
+    "ExecutionIsolation",
+    "ExecutionLanguage",
+    "WorkspaceMode",
+]
 
 
 class ExecutionLanguage(enum.StrEnum):
@@ -47,6 +54,17 @@ ALL_FILESYSTEM_MODES: frozenset[FilesystemMode] = frozenset(
 )
 
 
+WorkspaceMode = Literal["files", "hostFunctions", "none"]
+"""How a backend's programs reach the workspace, which decides what the runtime prepares:
+
+* ``files`` — the runtime pushes the workspace into a directory (the ``workdir`` of
+  ``execute``) and pulls the changes back after the result;
+* ``hostFunctions`` — the sandbox calls host functions (``host_functions``) that the runtime
+  serves through the ``access`` argument of ``execute`` (every write is an event at once);
+* ``none`` — the backend never sees the workspace.
+"""
+
+
 class BackendCapabilities(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """The controls a backend enforces and the features it supports.
 
@@ -54,6 +72,12 @@ class BackendCapabilities(msgspec.Struct, frozen=True, kw_only=True, rename="cam
     on"). ``filesystem_modes``: the :class:`~hub.core.execution.policy.FilesystemPolicy` modes it
     can
     provide at all (a container cannot offer ``host``). ``languages``: what it runs.
+
+    What the runtime prepares for a run is read from here, never from a backend's kind:
+    ``workspace`` (:data:`WorkspaceMode`), ``host_functions`` (the names a ``hostFunctions``
+    sandbox calls), ``value_from_stdout`` (the value harness: a program's returned value is the
+    last line of its stdout, adk-code's rule, read back by ``execResult``), ``pooled`` (runs
+    may start from warm, pre-started sandboxes kept between executions).
     """
 
     isolation: ExecutionIsolation
@@ -70,6 +94,10 @@ class BackendCapabilities(msgspec.Struct, frozen=True, kw_only=True, rename="cam
     supports_interactive_sessions: bool = False
     languages: frozenset[ExecutionLanguage] = frozenset()
     filesystem_modes: frozenset[FilesystemMode] = ALL_FILESYSTEM_MODES
+    workspace: WorkspaceMode = "files"
+    host_functions: frozenset[str] = frozenset()
+    value_from_stdout: bool = False
+    pooled: bool = False
 
     def replace(self, **changes: object) -> BackendCapabilities:
         """A copy with ``changes`` (snake_case field names)."""

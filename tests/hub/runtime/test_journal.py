@@ -62,7 +62,7 @@ def finished(exec_id: str = "x") -> ExecFinished:
 
 
 async def test_loaded_lazily_then_kept_current(workspaces: Workspaces) -> None:
-    journals = Journals(workspaces.store)
+    journals = Journals(workspaces)
     workspaces.add_listener(journals)
     await put(workspaces, requested(), started(), output(1, b"a"))
     journal = await journals.get("w")
@@ -82,7 +82,7 @@ async def test_loaded_lazily_then_kept_current(workspaces: Workspaces) -> None:
 async def test_commits_during_the_load_are_not_lost(
     workspaces: Workspaces, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    journals = Journals(workspaces.store)
+    journals = Journals(workspaces)
     workspaces.add_listener(journals)
     await put(workspaces, requested())
     read_batch = workspaces.store.read_batch
@@ -104,7 +104,7 @@ async def test_commits_during_the_load_are_not_lost(
 
 
 async def test_finished_waits(workspaces: Workspaces) -> None:
-    journals = Journals(workspaces.store)
+    journals = Journals(workspaces)
     workspaces.add_listener(journals)
     await put(workspaces, requested(), started())
     journal = await journals.get("w")
@@ -122,7 +122,7 @@ async def collect(follower: Any) -> list[Event]:
 
 
 async def test_a_follower_replays_then_follows_live(workspaces: Workspaces) -> None:
-    journals = Journals(workspaces.store, max_readers=2)
+    journals = Journals(workspaces, max_readers=2)
     workspaces.add_listener(journals)
     await put(workspaces, requested(), requested("other"), started(), output(1, b"1"))
     journal = await journals.get("w")
@@ -160,7 +160,7 @@ async def test_a_follower_replays_then_follows_live(workspaces: Workspaces) -> N
 
 
 async def test_a_slow_follower_falls_back_to_the_log(workspaces: Workspaces) -> None:
-    journals = Journals(workspaces.store, max_pending=2)
+    journals = Journals(workspaces, max_pending=2)
     workspaces.add_listener(journals)
     await put(workspaces, requested(), started())
     journal = await journals.get("w")

@@ -50,7 +50,8 @@ def test_instances_from_config() -> None:
     assert registry.get("py").backend.default_policy.environment.allow == ("A", "B")
     assert registry.get(None).id == "sh-ro"
     assert registry.get("py").default_language == ExecutionLanguage.PYTHON
-    assert registry.get("sh-ro").syncs_files and not registry.get("py").syncs_files
+    assert registry.get("sh-ro").capabilities.workspace == "files"
+    assert registry.get("py").capabilities.workspace == "hostFunctions"
     assert not box.callable and registry.get("py").callable
     with pytest.raises(NotFound) as e:
         registry.get("nope")

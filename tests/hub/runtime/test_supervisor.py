@@ -1,5 +1,5 @@
-"""hub/runtime/supervisor.py in-process, with scripted backends: retention, the cap, a backend
-that ignores kill, a backend that refuses at run time, shutdown, and recovery."""
+"""hub/runtime/runtime.py and execution.py in-process, with scripted backends: retention, the
+cap, a backend that ignores kill, a backend that refuses at run time, shutdown, and recovery."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from backends.base import (
     ExecutionLanguage,
     ExecutionRequest,
     ExecutionResult,
+    FilesystemPolicy,
     OutputChunk,
     Rejected,
     SandboxPolicy,
@@ -32,10 +33,14 @@ from hub.core.events import (
     ExecRequestedPayload,
     ExecStarted,
     ExecStartedPayload,
+    FileWritten,
+    FileWrittenPayload,
 )
+from hub.core.execution.capabilities import WorkspaceMode
 from hub.core.wire.frames import Exec
 from hub.log.factory import open_store
 from hub.runtime import BackendInstance, BackendRegistry, Runtime, RuntimeSettings
+from hub.runtime.access import LogAccess
 from hub.workspaces import Workspaces
 
 CAP = Capability(
@@ -52,10 +57,18 @@ CAP = Capability(
 class Scripted:
     """A backend whose source says what to do: ``out:TEXT``, ``hang``, ``refuse``, ``ok``."""
 
-    def __init__(self, *, obey_cancel: bool = True) -> None:
+    def __init__(self, *, obey_cancel: bool = True, workspace: WorkspaceMode = "files") -> None:
         self.obey_cancel = obey_cancel
         self.closed: list[str] = []
+        self.given: list[tuple[Path | None, object]] = []
+        """What each run got from the runtime: ``(workdir, access)``."""
         self._stops: dict[str, asyncio.Event] = {}
+        self.capabilities = self.capabilities.replace(
+            workspace=workspace,
+            host_functions=frozenset({"read_file"})
+            if workspace == "hostFunctions"
+            else frozenset(),
+        )
 
     name = "fake"
     capabilities = BackendCapabilities(
@@ -74,10 +87,14 @@ class Scripted:
     async def start(self) -> None:
         return None
 
+    async def probe(self) -> tuple[bool, str]:
+        return True, ""
+
     async def execute(
-        self, request: ExecutionRequest, workdir: Path | None
+        self, request: ExecutionRequest, workdir: Path | None, access: object = None
     ) -> AsyncIterator[ExecEvent]:
         source = request.source or ""
+        self.given.append((workdir, access))
         stop = self._stops[request.exec_id] = asyncio.Event()
         try:
             if source == "refuse":
@@ -141,7 +158,7 @@ async def make_rig(tmp_path: Path, backend: Scripted, **settings: Any) -> AsyncI
 
 @pytest.fixture
 async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
-    async for r in make_rig(tmp_path, Scripted(), retention_keep=2, retention_window_ms=0):
+    async for r in make_rig(tmp_path, Scripted(), retention_keep=2, retention_window_s=0):
         yield r
 
 
@@ -168,6 +185,31 @@ async def test_retention_prunes_beyond_the_newest(rig: Rig) -> None:
     assert again.status == "completed"
 
 
+@pytest.mark.parametrize("mode", ["files", "hostFunctions", "none"])
+async def test_what_a_run_gets_follows_the_declared_workspace_mode(
+    tmp_path: Path, mode: WorkspaceMode
+) -> None:
+    backend = Scripted(workspace=mode)
+    backend.default_policy = SandboxPolicy(filesystem=FilesystemPolicy.workspace_read_write())
+    async for rig in make_rig(tmp_path, backend):
+        await rig.workspaces.publish(
+            "w",
+            [FileWritten(payload=FileWrittenPayload(path="a.txt", text="a"))],
+            producer="alice",
+            trusted=True,
+        )
+        result = await rig.run("ok")
+        assert result.status == "completed"
+    ((workdir, access),) = backend.given
+    if mode == "files":
+        assert workdir is not None and access is None
+        assert result.pushed == 1  # the workspace was pushed into the directory
+    elif mode == "hostFunctions":
+        assert workdir is None and isinstance(access, LogAccess)
+    else:
+        assert workdir is None and access is None and result.pushed == 0
+
+
 async def test_a_refusal_at_run_time_is_recorded(rig: Rig) -> None:
     result = await rig.run("refuse")
     assert (result.status, result.reason) == ("failed", "rejected")
@@ -175,7 +217,7 @@ async def test_a_refusal_at_run_time_is_recorded(rig: Rig) -> None:
 
 
 async def test_the_cap_and_the_rights(tmp_path: Path) -> None:
-    async for rig in make_rig(tmp_path, Scripted(), max_concurrent=1):
+    async for rig in make_rig(tmp_path, Scripted(), max_executions=1):
         first = await rig.runtime.exec("w", Exec(workspace="w", source="hang"), capability=CAP)
         with pytest.raises(Busy):
             await rig.runtime.exec("w", Exec(workspace="w", source="ok"), capability=CAP)

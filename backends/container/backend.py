@@ -5,7 +5,7 @@ runs in the backend's own bounded thread pool (never on the event loop); the con
 output is read on the loop itself, from the attach socket handed to asyncio.
 
 Each execution gets a container of the locally built image (default ``agora/busybox:1``, see
-:mod:`backends.images`; nothing is ever pulled) with:
+:mod:`backends.container.images`; nothing is ever pulled) with:
 
 * network mode ``none`` unless the policy enables the network (then ``network_enabled_mode``,
   default ``bridge``);
@@ -39,25 +39,43 @@ ran in it before. Runs with a workspace mount always start a fresh container.
 from __future__ import annotations
 
 import asyncio
-import base64
 import collections
 import concurrent.futures
 import contextlib
 import functools
 import logging
 import os
-import shlex
 import shutil
 import socket
-import struct
 import tempfile
 import time
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
+from backends.access import Access, WorkspaceAccess, workspace_filesystem
 from backends.captured import captured_result
-from backends.images import DEFAULT_IMAGE, ImageBuildError, build_busybox_image, image_is_current
+from backends.container.attach import pump, write_stdin
+from backends.container.engine import connect_engine, map_engine_error, owner_label, probe_image
+from backends.container.images import DEFAULT_IMAGE, build_busybox_image, image_is_current
+from backends.container.mounts import workspace_mounts
+from backends.container.spec import (
+    DEFAULT_CONTAINER_POLICY,
+    LABEL_BACKEND,
+    LABEL_EXEC,
+    LABEL_OWNER,
+    LABEL_POOL,
+    LAUNCHER,
+    READ_SIZE,
+    SCRATCH,
+    WARM_MAX_PRELUDE,
+    base_environment,
+    command_for,
+    container_config,
+    environment_for,
+    warm_prelude,
+    working_dir_for,
+)
 from backends.lifecycle import BackendLifecycle, elapsed_ms
 from backends.output import OutputChannel
 from backends.runs import Run, RunRegistry, TaskSet
@@ -69,165 +87,17 @@ from hub.core.execution.capabilities import (
 from hub.core.execution.errors import (
     BackendUnavailable,
     ExecutionError,
-    ExecutionFailed,
     InvalidRequest,
     SandboxError,
 )
-from hub.core.execution.policy import FilesystemPolicy, SandboxPolicy
+from hub.core.execution.policy import SandboxPolicy
 from hub.core.execution.request import ExecutionRequest
-from hub.core.execution.result import Diagnostic, ExecEvent, ExecutionResult, Stream, classify
+from hub.core.execution.result import Diagnostic, ExecEvent, ExecutionResult, classify
 
-__all__ = [
-    "DEFAULT_CONTAINER_POLICY",
-    "ContainerBackend",
-    "connect_engine",
-    "container_config",
-    "engine_reachable",
-    "warm_prelude",
-]
+__all__ = ["ContainerBackend"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-MIB: Final = 1024 * 1024
-WORKSPACE: Final = "/workspace"
-SCRATCH: Final = "/tmp"
-CONTAINER_PATH: Final = "/bin:/usr/bin:/sbin:/usr/sbin"
-MAX_SHELL_SOURCE: Final = 131_071  # the kernel's limit on one argv string, minus the NUL
-WARM_MAX_PRELUDE: Final = 64 * 1024
-READ_SIZE: Final = 64 * 1024
-LABEL_EXEC: Final = "agora.exec"
-LABEL_OWNER: Final = "agora.owner"
-LABEL_BACKEND: Final = "agora.backend"
-LABEL_POOL: Final = "agora.pool"
-# The warm container's command: read one line, decode it, run it (it ends in ``exec``).
-LAUNCHER: Final = 'IFS= read -r agora_prelude && eval "$(printf %s "$agora_prelude" | base64 -d)"'
-
-DEFAULT_CONTAINER_POLICY: Final = SandboxPolicy(
-    network="disabled",
-    filesystem=FilesystemPolicy.workspace_read_write(),
-    memory_bytes=512 * MIB,
-    pids=256,
-    cpus=1.0,
-)
-"""The default instance policy: network off, the workspace read-write, 512 MiB, 256 pids,
-one cpu, 30 s, 1 MiB of each output stream."""
-
-
-def engine_reachable(base_url: str | None = None, timeout_s: float = 5.0) -> tuple[bool, str]:
-    """Whether a Docker engine answers at ``base_url`` (default: the environment's). Blocking:
-    for command-line tools and test set-up, not for the event loop."""
-    try:
-        client = connect_engine(base_url, timeout_s, 2)
-    except ExecutionError as e:
-        return False, e.message
-    client.close()
-    return True, ""
-
-
-def connect_engine(base_url: str | None, timeout_s: float, pool_size: int) -> Any:
-    """A connected ``docker.DockerClient`` (API version negotiated). Blocking. Raises
-    :class:`BackendUnavailable`."""
-    import docker
-    import docker.errors
-
-    try:
-        if base_url:
-            client = docker.DockerClient(
-                base_url=base_url, version="auto", timeout=timeout_s, max_pool_size=pool_size
-            )
-        else:
-            client = docker.from_env(timeout=timeout_s, max_pool_size=pool_size)
-        client.ping()
-    except Exception as e:  # the SDK raises DockerException, requests' and socket errors
-        raise BackendUnavailable(
-            f"the Docker engine is not reachable ({base_url or 'DOCKER_HOST/default socket'}): {e}",
-            backend="container",
-        ) from e
-    return client
-
-
-def _map_engine_error(error: Exception, what: str) -> ExecutionError:
-    """The one place docker SDK errors become execution errors."""
-    import docker.errors
-    import requests.exceptions
-
-    if isinstance(error, ExecutionError):
-        return error
-    if isinstance(error, ImageBuildError):
-        return BackendUnavailable(f"{what}: {error}")
-    if isinstance(error, docker.errors.ImageNotFound):
-        return BackendUnavailable(
-            f"{what}: image not found — build it with `agora images build` ({error})"
-        )
-    if isinstance(error, requests.exceptions.ConnectionError | ConnectionError):
-        return BackendUnavailable(f"{what}: the Docker engine is not reachable ({error})")
-    if isinstance(error, docker.errors.APIError):
-        return SandboxError(f"{what}: the Docker engine refused: {error.explanation or error}")
-    return ExecutionFailed(f"{what}: {error!r}")
-
-
-def container_config(
-    *,
-    image: str,
-    command: list[str],
-    user: str,
-    env: dict[str, str],
-    working_dir: str,
-    labels: dict[str, str],
-    network_mode: str,
-    memory_bytes: int | None,
-    pids: int | None,
-    cpus: float | None,
-    mounts: list[dict[str, Any]],
-    stdin: bool,
-    tmpfs_size: str = "64m",
-) -> dict[str, Any]:
-    """The Engine API ``ContainerCreate`` body for one execution. Pure."""
-    host_config: dict[str, Any] = {
-        "NetworkMode": network_mode,
-        "ReadonlyRootfs": True,
-        "Tmpfs": {SCRATCH: f"rw,nosuid,nodev,size={tmpfs_size}"},
-        "CapDrop": ["ALL"],
-        "SecurityOpt": ["no-new-privileges"],
-        "LogConfig": {"Type": "none", "Config": {}},
-        "Mounts": mounts,
-        "AutoRemove": False,
-        "Privileged": False,
-    }
-    if memory_bytes is not None:
-        host_config["Memory"] = memory_bytes
-        host_config["MemorySwap"] = memory_bytes  # the same value: no swap on top
-    if pids is not None:
-        host_config["PidsLimit"] = pids
-    if cpus is not None:
-        host_config["NanoCpus"] = int(cpus * 1e9)
-    return {
-        "Image": image,
-        "Cmd": command,
-        "Entrypoint": [],
-        "User": user,
-        "Env": [f"{k}={v}" for k, v in env.items()],
-        "WorkingDir": working_dir,
-        "Labels": labels,
-        "AttachStdin": stdin,
-        "OpenStdin": stdin,
-        "StdinOnce": stdin,
-        "AttachStdout": True,
-        "AttachStderr": True,
-        "Tty": False,
-        "NetworkDisabled": network_mode == "none",
-        "HostConfig": host_config,
-    }
-
-
-def warm_prelude(command: list[str], env: dict[str, str], working_dir: str) -> bytes:
-    """The line a warm container's launcher runs: ``cd``, ``export`` each variable, ``exec``
-    the command; base64 so any byte of the source survives, newline-terminated. Pure."""
-    lines = [f"cd {shlex.quote(working_dir)} || exit 126", "unset agora_prelude OLDPWD SHLVL"]
-    lines += [f"export {shlex.quote(f'{k}={v}')}" for k, v in env.items()]
-    lines.append("exec " + " ".join(shlex.quote(arg) for arg in command))
-    return base64.b64encode("\n".join(lines).encode()) + b"\n"
 
 
 class _Box:
@@ -248,11 +118,15 @@ class _Box:
 class ContainerBackend(BackendLifecycle):
     """Runs each execution in a fresh Docker container (see the module docstring).
 
-    ``policy``: the instance's default (widest) policy, :data:`DEFAULT_CONTAINER_POLICY` if
-    omitted. ``base_url``: the engine (default: ``DOCKER_HOST`` or the local socket).
+    ``policy``: the instance's default (widest) policy; if omitted,
+    :data:`DEFAULT_CONTAINER_POLICY` with the workspace mounted per ``access`` (``read``:
+    read-only, ``read-write``). ``base_url``: the engine (default: ``DOCKER_HOST`` or the local
+    socket).
     ``user``: ``uid:gid`` inside the container (default ``65534:65534`` when the hub runs as
     root, else the hub's own ids so the workspace stays writable). ``owner``: the label value
-    :meth:`sweep` removes by — give each hub node sharing an engine its own. ``warm_pool``:
+    :meth:`sweep` removes by — give each hub node sharing an engine its own; by default
+    derived from ``data_dir`` (:func:`~backends.container.engine.owner_label`: one per hub data
+    directory), else ``agora``. ``warm_pool``:
     idle started containers kept ready (0 disables). ``auto_build``: build the default image
     at start when it is missing or stale.
     """
@@ -262,10 +136,12 @@ class ContainerBackend(BackendLifecycle):
         name: str = "container",
         *,
         policy: SandboxPolicy | None = None,
+        access: Access = "read-write",
         image: str = DEFAULT_IMAGE,
         base_url: str | None = None,
         user: str | None = None,
-        owner: str = "agora",
+        owner: str | None = None,
+        data_dir: Path | None = None,
         warm_pool: int = 2,
         max_concurrent: int = 24,
         network_enabled_mode: str = "bridge",
@@ -274,13 +150,19 @@ class ContainerBackend(BackendLifecycle):
         engine_timeout_s: float = 60.0,
     ) -> None:
         self._name = name
-        self._policy = policy if policy is not None else DEFAULT_CONTAINER_POLICY
+        self._policy = (
+            policy
+            if policy is not None
+            else DEFAULT_CONTAINER_POLICY.replace(filesystem=workspace_filesystem(access))
+        )
         self._image = image
         self._base_url = base_url
         if user is None:
             user = "65534:65534" if os.geteuid() == 0 else f"{os.getuid()}:{os.getgid()}"
         self._user = user
         self._uid, self._gid = (int(part) for part in user.split(":", 1))
+        if owner is None:
+            owner = owner_label(data_dir) if data_dir is not None else "agora"
         self._owner = owner
         self._warm_size = max(0, warm_pool)
         self._network_enabled_mode = network_enabled_mode
@@ -316,9 +198,15 @@ class ContainerBackend(BackendLifecycle):
             filesystem_modes=frozenset(
                 {"none", "workspaceReadOnly", "workspaceReadWrite", "paths"}
             ),
+            pooled=self._warm_size > 0,
         )
 
     # -- CodeExecutor (the rest: BackendLifecycle) ----------------------------------------
+
+    @property
+    def owner(self) -> str:
+        """The ``agora.owner`` label of this instance's containers (what :meth:`sweep` removes)."""
+        return self._owner
 
     @property
     def image(self) -> str:
@@ -370,6 +258,13 @@ class ContainerBackend(BackendLifecycle):
                 await self._call(client.close)
         self._executor.shutdown(wait=False, cancel_futures=True)
 
+    async def probe(self) -> tuple[bool, str]:
+        """Whether the engine answers and has the image (or will build it at start); sweeps
+        and starts nothing, so it is safe beside a running hub."""
+        return await asyncio.to_thread(
+            probe_image, self._base_url, self._image, auto_build=self._auto_build
+        )
+
     async def sweep(self) -> int:
         """Remove every container labelled ``agora.owner=<owner>`` (leftovers of a crashed
         hub, stale warm containers). Returns how many were removed. Not to be called while
@@ -383,11 +278,14 @@ class ContainerBackend(BackendLifecycle):
         return len(found)
 
     async def execute(
-        self, request: ExecutionRequest, workdir: Path | None
+        self,
+        request: ExecutionRequest,
+        workdir: Path | None,
+        access: WorkspaceAccess | None = None,
     ) -> AsyncGenerator[ExecEvent, None]:
         """Run ``request`` in a fresh container (contract: :mod:`backends.base`)."""
         await self._check_request(request)
-        command = _command(request)
+        command = command_for(request)
         stdin = request.stdin
         run = self._registry.admit(request.exec_id)
         box = self._boxes[request.exec_id] = _Box(request.exec_id)
@@ -397,15 +295,15 @@ class ContainerBackend(BackendLifecycle):
             channel = OutputChannel(request.effective_max_stdout, request.effective_max_stderr)
             tasks = TaskSet()
             try:
-                tasks.create_task(_pump(reader, channel))
+                tasks.create_task(pump(reader, channel))
                 assert box.cid is not None and box.writer is not None
                 if box.warm:
-                    payload = warm_prelude(command, request.env, _working_dir(request)) + (
+                    payload = warm_prelude(command, request.env, working_dir_for(request)) + (
                         stdin or b""
                     )
-                    tasks.create_task(_write_stdin(box.writer, payload))
+                    tasks.create_task(write_stdin(box.writer, payload))
                 elif stdin is not None:
-                    tasks.create_task(_write_stdin(box.writer, stdin))
+                    tasks.create_task(write_stdin(box.writer, stdin))
                 waiter = tasks.create_task(self._wait(box.cid, run, request))
                 tasks.create_task(self._stopper(box.cid, run, request))
                 while (chunk := await channel.get()) is not None:
@@ -413,7 +311,7 @@ class ContainerBackend(BackendLifecycle):
                 exit_code, oom = await waiter
                 failure = tasks.failure()
                 if failure is not None:
-                    raise _map_engine_error(
+                    raise map_engine_error(
                         failure if isinstance(failure, Exception) else RuntimeError(failure),
                         "streaming the container's output",
                     ) from failure
@@ -439,7 +337,7 @@ class ContainerBackend(BackendLifecycle):
                 self._executor, functools.partial(fn, *args, **kwargs)
             )
         except Exception as e:
-            raise _map_engine_error(e, getattr(fn, "__name__", "engine call")) from e
+            raise map_engine_error(e, getattr(fn, "__name__", "engine call")) from e
 
     async def _ensure_image(self) -> None:
         client = self._client
@@ -534,7 +432,7 @@ class ContainerBackend(BackendLifecycle):
             image=self._image,
             command=command,
             user=self._user,
-            env=_environment(request),
+            env=environment_for(request),
             working_dir=working_dir,
             labels=self._labels(request.exec_id),
             network_mode=self._network_mode(policy),
@@ -555,7 +453,7 @@ class ContainerBackend(BackendLifecycle):
         try:
             box.cid = await box.create
         except Exception as e:
-            raise _map_engine_error(e, "creating the container") from e
+            raise map_engine_error(e, "creating the container") from e
         reader, box.writer = await self._attach(box.cid, stdin=request.stdin is not None)
         await self._call(api.start, box.cid)
         return reader
@@ -589,7 +487,7 @@ class ContainerBackend(BackendLifecycle):
             return [], SCRATCH
         if workdir is None:
             workdir = box.scratch = Path(await self._call(tempfile.mkdtemp, prefix="agora-exec-"))
-        return await self._call(_workspace_mounts, workdir, fs, cwd, self._uid, self._gid)
+        return await self._call(workspace_mounts, workdir, fs, cwd, self._uid, self._gid)
 
     async def _wait(self, cid: str, run: Run, request: ExecutionRequest) -> tuple[int | None, bool]:
         """Wait for the container to exit: ``(exit code, killed for memory)``. Sets
@@ -683,11 +581,6 @@ class ContainerBackend(BackendLifecycle):
 
     # -- the warm pool ------------------------------------------------------------------------
 
-    @property
-    def warm_idle(self) -> int:
-        """How many warm containers are ready now."""
-        return len(self._idle)
-
     async def wait_warm(self, timeout_s: float = 30.0) -> bool:
         """Wait until the warm pool is full (for benchmarks and tests); False on timeout."""
         self._schedule_fill()
@@ -730,7 +623,7 @@ class ContainerBackend(BackendLifecycle):
             image=self._image,
             command=["/bin/sh", "-c", LAUNCHER],
             user=self._user,
-            env=_base_environment(),
+            env=base_environment(),
             working_dir=SCRATCH,
             labels={LABEL_OWNER: self._owner, LABEL_BACKEND: self._name, LABEL_POOL: "1"},
             network_mode="none",
@@ -758,134 +651,3 @@ class ContainerBackend(BackendLifecycle):
 
     def _network_mode(self, policy: SandboxPolicy) -> str:
         return "none" if policy.network == "disabled" else self._network_enabled_mode
-
-
-def _command(request: ExecutionRequest) -> list[str]:
-    """The container command. Raises :class:`InvalidRequest`."""
-    source = request.source or ""
-    if source:
-        if len(source.encode()) > MAX_SHELL_SOURCE:
-            raise InvalidRequest(
-                f"a shell source is limited to {MAX_SHELL_SOURCE} bytes", field="source"
-            )
-        return ["/bin/sh", "-c", source, "sh", *request.argv]
-    if not request.argv:
-        raise InvalidRequest("a command needs source text or argv", field="source")
-    return list(request.argv)
-
-
-def _base_environment() -> dict[str, str]:
-    return {"PATH": CONTAINER_PATH, "HOME": SCRATCH, "LANG": "C.UTF-8"}
-
-
-def _environment(request: ExecutionRequest) -> dict[str, str]:
-    env = _base_environment()
-    env.update(request.env)  # validated: every name is in the policy's allow-list
-    return env
-
-
-def _working_dir(request: ExecutionRequest) -> str:
-    """The in-container working directory (warm runs have no workspace: always /tmp)."""
-    cwd = request.effective_cwd
-    if not request.policy.filesystem.mounts_workspace:
-        return SCRATCH
-    return WORKSPACE if cwd == "." else f"{WORKSPACE}/{cwd}"
-
-
-def _inside(root: Path, rel: str, field: str) -> Path:
-    """``root/rel`` resolved, refusing a symlink that leads out of ``root``."""
-    path = (root / rel).resolve() if rel != "." else root
-    if path != root and root not in path.parents:
-        raise InvalidRequest(
-            f"{field} {rel!r} leads out of the workspace (through a symlink)", field=field
-        )
-    return path
-
-
-def _workspace_mounts(
-    workdir: Path, fs: FilesystemPolicy, cwd: str, uid: int, gid: int
-) -> tuple[list[dict[str, Any]], str]:
-    """Bind mounts for ``fs`` over ``workdir`` and the in-container working directory. Makes
-    missing directories, and hands the tree to ``uid:gid`` when the hub is root (so the
-    container's non-root user can read and write it). Blocking."""
-    root = workdir.resolve()
-    if not root.is_dir():
-        raise InvalidRequest(f"the workdir {str(workdir)!r} is not a directory", field="workdir")
-    if fs.mode == "paths":
-        specs = [(p, True) for p in fs.read_only] + [(p, False) for p in fs.read_write]
-    else:
-        specs = [(fs.root, fs.mode == "workspaceReadOnly")]
-    mounts: list[dict[str, Any]] = []
-    for rel, read_only in specs:
-        source = _inside(root, rel, "filesystem")
-        if not source.exists():
-            source.mkdir(parents=True)
-        if fs.mode == "paths":
-            target = f"{WORKSPACE}/{rel}" if rel != "." else WORKSPACE
-        else:
-            target = WORKSPACE
-        mounts.append(
-            {
-                "Type": "bind",
-                "Source": str(source),
-                "Target": target,
-                "ReadOnly": read_only,
-                "BindOptions": {"Propagation": "rprivate"},
-            }
-        )
-    if fs.mode == "paths":
-        working_dir = WORKSPACE if cwd == "." else f"{WORKSPACE}/{cwd}"
-    else:
-        base = "." if fs.root == "." else fs.root
-        host_cwd = _inside(root, cwd if base == "." else f"{base}/{cwd}", "cwd")
-        host_cwd.mkdir(parents=True, exist_ok=True)
-        working_dir = WORKSPACE if cwd == "." else f"{WORKSPACE}/{cwd}"
-    if os.geteuid() == 0 and uid != 0:
-        _chown_tree(root, uid, gid)
-    return mounts, working_dir
-
-
-def _chown_tree(root: Path, uid: int, gid: int) -> None:
-    """Give ``root`` and everything under it (not following symlinks) to ``uid:gid``."""
-    for path in (root, *root.rglob("*")):
-        with contextlib.suppress(FileNotFoundError):
-            st = path.lstat()
-            if st.st_uid != uid or st.st_gid != gid:
-                os.lchown(path, uid, gid)
-
-
-async def _write_stdin(writer: asyncio.StreamWriter, data: bytes) -> None:
-    """Send ``data`` to the container's stdin, then end it (half-close the socket)."""
-    with contextlib.suppress(ConnectionError, OSError):
-        if data:
-            writer.write(data)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-
-
-_HEADER: Final = struct.Struct(">BxxxL")
-_STREAMS: Final[dict[int, Stream]] = {1: "stdout", 2: "stderr"}
-
-
-async def _pump(reader: asyncio.StreamReader, channel: OutputChannel) -> None:
-    """Demultiplex the attach stream (8-byte headers: stream, size) into the channel until
-    EOF. Both streams are closed whatever happens."""
-    try:
-        while True:
-            try:
-                header = await reader.readexactly(_HEADER.size)
-            except asyncio.IncompleteReadError:
-                return
-            kind, size = _HEADER.unpack(header)
-            stream = _STREAMS.get(kind)
-            while size:
-                data = await reader.read(min(size, READ_SIZE))
-                if not data:
-                    return
-                size -= len(data)
-                if stream is not None:
-                    await channel.feed(stream, data)
-    finally:
-        channel.close("stdout")
-        channel.close("stderr")

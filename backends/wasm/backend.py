@@ -26,9 +26,10 @@ the sha256 of a blob (:class:`ModuleBlob`); its ``_start`` export is called (a W
     the guest when its run is stopped (timeout, ``cancel``, closed stream) and otherwise lets it
     go on. Chosen over fuel: fuel instruments every basic block (slower code, and it is a
     budget of instructions, not time); epochs cost one check per loop header/function entry
-    and give wall-clock deadlines. WASI's ``poll_oneoff`` (``sleep``) is replaced by an
-    interruptible implementation, since a guest blocked in a host call never reaches an
-    epoch check.
+    and give wall-clock deadlines. Everything WASI is wasmtime's own (``WasiConfig``) except
+    ``poll_oneoff`` (``sleep``), replaced by an interruptible implementation
+    (:mod:`backends.wasm.interrupt` says why: a guest blocked in wasmtime's host call never
+    reaches an epoch check).
   - *Memory:* ``Store.set_limits(memory_size=policy.memoryBytes or max_memory_bytes)``: a
     ``memory.grow`` past it returns -1 to the guest; a module that needs more than the cap at
     instantiation fails at once. wasmtime's C API does not report a refused grow to the host,
@@ -54,25 +55,32 @@ import concurrent.futures
 import ctypes
 import hashlib
 import shutil
-import struct
 import tempfile
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import AsyncGenerator, Awaitable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 import msgspec
 import wasmtime
 from wasmtime import _ffi as wasm_ffi
 
-from backends.access import Access, workspace_filesystem
+from backends.access import Access, WorkspaceAccess, workspace_filesystem
 from backends.captured import captured_result, not_run_result
 from backends.lifecycle import BackendLifecycle, elapsed_ms
 from backends.runs import Run, RunRegistry, TaskSet, wait_quietly
 from backends.sink import ThreadedOutput
+from backends.wasm.cache import MIB, Compiled, ModuleCache
+from backends.wasm.interrupt import (
+    NO_FINALIZER,
+    THREAD,
+    EpochTicker,
+    Interrupted,
+    RunControl,
+    deadline_callback,
+    poll_oneoff,
+)
 from hub.core.execution.capabilities import (
     BackendCapabilities,
     ExecutionIsolation,
@@ -100,7 +108,6 @@ __all__ = [
     "validate_wasm_bytes",
 ]
 
-MIB: Final = 1024 * 1024
 WASM_MAGIC: Final = b"\x00asm"
 MAX_WASM_BYTES: Final = 64 * MIB
 DEFAULT_MAX_MEMORY_BYTES: Final = 256 * MIB
@@ -145,225 +152,6 @@ class BlobSource(Protocol):
 
 
 # ---------------------------------------------------------------------------------------------
-# The compiled-module cache
-
-
-@dataclass
-class _Compiled:
-    module: wasmtime.Module
-    pre: wasmtime.InstancePre
-    size: int
-
-
-class ModuleCache:
-    """Compiled modules by sha256, least recently used evicted first. Loop-bound.
-
-    Bounded by ``max_entries`` and by ``max_bytes`` of module bytes (a proxy for the compiled
-    code's size). Concurrent compilations of one hash share one compilation.
-    """
-
-    def __init__(self, max_entries: int = 64, max_bytes: int = 512 * MIB) -> None:
-        self.max_entries = max_entries
-        self.max_bytes = max_bytes
-        self.hits = 0
-        self.misses = 0
-        self.compile_ms_total = 0.0
-        self._items: OrderedDict[str, _Compiled] = OrderedDict()
-        self._bytes = 0
-        self._pending: dict[str, asyncio.Future[_Compiled]] = {}
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __contains__(self, sha256: object) -> bool:
-        return sha256 in self._items
-
-    def get(self, sha256: str) -> _Compiled | None:
-        item = self._items.get(sha256)
-        if item is not None:
-            self._items.move_to_end(sha256)
-        return item
-
-    def put(self, sha256: str, item: _Compiled) -> None:
-        old = self._items.pop(sha256, None)
-        if old is not None:
-            self._bytes -= old.size
-        self._items[sha256] = item
-        self._bytes += item.size
-        while self._items and (len(self._items) > self.max_entries or self._bytes > self.max_bytes):
-            _, evicted = self._items.popitem(last=False)
-            self._bytes -= evicted.size
-
-    def clear(self) -> None:
-        self._items.clear()
-        self._bytes = 0
-
-
-# ---------------------------------------------------------------------------------------------
-# Epoch interruption
-
-
-class _EpochTicker:
-    """Advances the engine's epoch every ``interval`` seconds while at least one run is active."""
-
-    def __init__(self, engine: wasmtime.Engine, interval: float) -> None:
-        self._engine = engine
-        self._interval = interval
-        self._cond = threading.Condition()
-        self._active = 0
-        self._closed = False
-        self._thread: threading.Thread | None = None
-
-    def acquire(self) -> None:
-        with self._cond:
-            self._active += 1
-            if self._thread is None and not self._closed:
-                self._thread = threading.Thread(
-                    target=self._loop, name="agora-wasm-epoch", daemon=True
-                )
-                self._thread.start()
-            self._cond.notify_all()
-
-    def release(self) -> None:
-        with self._cond:
-            self._active -= 1
-
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while self._active <= 0 and not self._closed:
-                    self._cond.wait()
-                if self._closed:
-                    return
-            self._engine.increment_epoch()
-            time.sleep(self._interval)
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-            thread = self._thread
-        if thread is not None:
-            thread.join()
-
-
-class _Interrupted(Exception):
-    """Raised inside the guest's thread when its run was stopped during a host call."""
-
-
-_DeadlineCallback = ctypes.CFUNCTYPE(
-    ctypes.c_size_t,
-    ctypes.POINTER(wasm_ffi.wasmtime_context_t),
-    ctypes.c_void_p,
-    ctypes.POINTER(ctypes.c_uint64),
-    ctypes.POINTER(ctypes.c_uint8),
-)
-_Finalizer = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-
-
-_no_finalizer: Any = _Finalizer(lambda _data: None)
-
-
-_INTERRUPT_MESSAGE: Final = b"agora: execution interrupted"
-_UPDATE_CONTINUE: Final = 0
-
-
-@dataclass
-class _Control:
-    """What the guest's thread shares with the loop: the stop flag and what happened."""
-
-    interrupt: threading.Event = field(default_factory=threading.Event)
-    wasi_started_ns: int = 0
-    interrupted: bool = False
-
-
-def _deadline_callback(ctl: _Control) -> Any:
-    """The store's epoch-deadline callback: trap once ``ctl.interrupt`` is set, else go on for
-    one more tick. Returns the ctypes function (keep a reference while the store lives)."""
-
-    def callback(_ctx: Any, _data: Any, delta: Any, kind: Any) -> int:
-        if ctl.interrupt.is_set():
-            ctl.interrupted = True
-            error = wasm_ffi.wasmtime_error_new(_INTERRUPT_MESSAGE)
-            return int(ctypes.cast(error, ctypes.c_void_p).value or 0)
-        delta[0] = 1
-        kind[0] = _UPDATE_CONTINUE
-        return 0
-
-    return _DeadlineCallback(callback)
-
-
-# ---------------------------------------------------------------------------------------------
-# An interruptible poll_oneoff (WASI preview 1)
-
-_tls = threading.local()
-_ERRNO_SUCCESS: Final = 0
-_ERRNO_FAULT: Final = 21
-_ERRNO_INVAL: Final = 28
-_SUBSCRIPTION_SIZE: Final = 48
-_EVENT_SIZE: Final = 32
-_EVENTTYPE_CLOCK: Final = 0
-_SUBCLOCKFLAG_ABSTIME: Final = 1
-_CLOCK_REALTIME: Final = 0
-_CLOCK_MONOTONIC: Final = 1
-_MAX_SUBSCRIPTIONS: Final = 4096
-
-
-def _poll_oneoff(
-    caller: wasmtime.Caller, in_ptr: int, out_ptr: int, nsubs: int, nevents_ptr: int
-) -> int:
-    """``poll_oneoff`` that sleeps on the run's stop flag instead of blocking the thread.
-
-    Clock subscriptions sleep (the shortest one wins; absolute deadlines on the realtime and
-    monotonic clocks are honoured); fd subscriptions are reported ready at once (stdin is a
-    buffer and stdout/stderr never block here). Raises :class:`_Interrupted` when the run is
-    stopped while sleeping, which ends the guest.
-    """
-    ctl: _Control | None = getattr(_tls, "control", None)
-    memory = caller.get("memory")
-    if not isinstance(memory, wasmtime.Memory) or ctl is None:
-        return _ERRNO_INVAL
-    if nsubs <= 0 or nsubs > _MAX_SUBSCRIPTIONS:
-        return _ERRNO_INVAL
-    size = memory.data_len(caller)
-    if in_ptr < 0 or in_ptr + nsubs * _SUBSCRIPTION_SIZE > size:
-        return _ERRNO_FAULT
-    if out_ptr < 0 or out_ptr + nsubs * _EVENT_SIZE > size or nevents_ptr + 4 > size:
-        return _ERRNO_FAULT
-    raw = bytes(memory.read(caller, in_ptr, in_ptr + nsubs * _SUBSCRIPTION_SIZE))
-    ready_fds: list[tuple[int, int]] = []
-    clocks: list[tuple[int, float]] = []
-    for i in range(nsubs):
-        base = i * _SUBSCRIPTION_SIZE
-        userdata, tag = struct.unpack_from("<QB", raw, base)
-        if tag == _EVENTTYPE_CLOCK:
-            clock_id, timeout, _precision, flags = struct.unpack_from("<IxxxxQQH", raw, base + 16)
-            delay_ns = float(timeout)
-            if flags & _SUBCLOCKFLAG_ABSTIME:
-                if clock_id == _CLOCK_REALTIME:
-                    delay_ns = timeout - time.time_ns()
-                elif clock_id == _CLOCK_MONOTONIC:
-                    delay_ns = timeout - (time.monotonic_ns() - ctl.wasi_started_ns)
-            clocks.append((userdata, max(0.0, delay_ns) / 1e9))
-        else:
-            ready_fds.append((userdata, tag))
-    events = bytearray()
-    if ready_fds:
-        for userdata, tag in ready_fds:
-            events += struct.pack("<QHBxxxxxQHxxxxxx", userdata, 0, tag, 0, 0)
-    else:
-        delay = min(d for _, d in clocks)
-        if ctl.interrupt.wait(delay):
-            raise _Interrupted()
-        for userdata, d in clocks:
-            if d <= delay:
-                events += struct.pack("<QHBxxxxxQHxxxxxx", userdata, 0, _EVENTTYPE_CLOCK, 0, 0)
-    memory.write(caller, bytes(events), out_ptr)
-    memory.write(caller, struct.pack("<I", len(events) // _EVENT_SIZE), nevents_ptr)
-    return _ERRNO_SUCCESS
-
-
-# ---------------------------------------------------------------------------------------------
 # One run, on a worker thread
 
 
@@ -394,14 +182,14 @@ class _Outcome:
 
 def _run_sync(
     engine: wasmtime.Engine,
-    compiled: _Compiled,
+    compiled: Compiled,
     spec: _Spec,
-    ctl: _Control,
+    ctl: RunControl,
     sink: ThreadedOutput,
 ) -> _Outcome:
     """Instantiate and run ``_start`` (on a worker thread). Never raises."""
     outcome = _Outcome()
-    _tls.control = ctl
+    THREAD.control = ctl
     try:
         store = wasmtime.Store(engine)
         store.set_limits(
@@ -422,8 +210,8 @@ def _run_sync(
             wasi.preopen_dir(str(preopen.host), preopen.guest, preopen.writable)
         store.set_wasi(wasi)
         ctl.wasi_started_ns = time.monotonic_ns()
-        callback = _deadline_callback(ctl)
-        wasm_ffi.wasmtime_store_epoch_deadline_callback(store.ptr(), callback, None, _no_finalizer)
+        callback = deadline_callback(ctl)
+        wasm_ffi.wasmtime_store_epoch_deadline_callback(store.ptr(), callback, None, NO_FINALIZER)
         store.set_epoch_deadline(1)
         instance: wasmtime.Instance | None = None
         try:
@@ -443,7 +231,7 @@ def _run_sync(
                 outcome.exit_code = 0
             except wasmtime.ExitTrap as e:
                 outcome.exit_code = e.code
-            except _Interrupted:
+            except Interrupted:
                 outcome.trap = "interrupted"
             except (wasmtime.WasmtimeError, wasmtime.Trap) as e:
                 outcome.trap = "interrupted" if ctl.interrupted else _message(e)
@@ -454,7 +242,7 @@ def _run_sync(
     except BaseException as e:  # a bug or a wasmtime failure: reported by the caller
         outcome.error = e
     finally:
-        _tls.control = None
+        THREAD.control = None
         sink.close()
     return outcome
 
@@ -519,7 +307,7 @@ class WasmBackend(BackendLifecycle):
         self.cache = ModuleCache(max_entries=cache_entries)
         self._engine: wasmtime.Engine | None = None
         self._linker: wasmtime.Linker | None = None
-        self._ticker: _EpochTicker | None = None
+        self._ticker: EpochTicker | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._caps = BackendCapabilities(
             isolation=ExecutionIsolation.IN_PROCESS,
@@ -531,6 +319,7 @@ class WasmBackend(BackendLifecycle):
             supports_structured_output=True,
             languages=frozenset({ExecutionLanguage.WASM}),
             filesystem_modes=frozenset({"none", "workspaceReadOnly", "workspaceReadWrite"}),
+            value_from_stdout=True,
         )
 
     # -- CodeExecutor (the rest: BackendLifecycle) ----------------------------------------
@@ -550,12 +339,12 @@ class WasmBackend(BackendLifecycle):
             "wasi_snapshot_preview1",
             "poll_oneoff",
             wasmtime.FuncType([i32, i32, i32, i32], [i32]),
-            _poll_oneoff,
+            poll_oneoff,
             access_caller=True,
         )
         self._engine = engine
         self._linker = linker
-        self._ticker = _EpochTicker(engine, self._tick_s)
+        self._ticker = EpochTicker(engine, self._tick_s)
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=self._max_concurrent, thread_name_prefix=f"agora-{self._name}"
         )
@@ -572,7 +361,10 @@ class WasmBackend(BackendLifecycle):
         self.cache.clear()
 
     async def execute(
-        self, request: ExecutionRequest, workdir: Path | None
+        self,
+        request: ExecutionRequest,
+        workdir: Path | None,
+        access: WorkspaceAccess | None = None,
     ) -> AsyncGenerator[ExecEvent, None]:
         """Run ``request``'s module (contract: :mod:`backends.base`).
 
@@ -588,7 +380,7 @@ class WasmBackend(BackendLifecycle):
         started = time.monotonic()
         scratch: Path | None = None
         future: asyncio.Future[_Outcome] | None = None
-        ctl = _Control()
+        ctl = RunControl()
         tasks = TaskSet()
         try:
             compiled, warm, failure = await self._compiled(sha256, data)
@@ -665,7 +457,7 @@ class WasmBackend(BackendLifecycle):
 
     async def _compiled(
         self, sha256: str, data: bytes | None
-    ) -> tuple[_Compiled | None, bool, str | None]:
+    ) -> tuple[Compiled | None, bool, str | None]:
         """``(compiled, warm, compile error)`` from the cache, or compiled on a worker thread."""
         cached = self.cache.get(sha256)
         if cached is not None:
@@ -697,7 +489,7 @@ class WasmBackend(BackendLifecycle):
         self.cache.put(sha256, compiled)
         return compiled, False, None
 
-    def _compile_sync(self, data: bytes) -> _Compiled:
+    def _compile_sync(self, data: bytes) -> Compiled:
         assert self._engine is not None and self._linker is not None
         began = time.perf_counter()
         module = wasmtime.Module(self._engine, data)
@@ -709,7 +501,7 @@ class WasmBackend(BackendLifecycle):
             )
         pre = self._linker.instantiate_pre(module)
         self.cache.compile_ms_total += (time.perf_counter() - began) * 1000
-        return _Compiled(module=module, pre=pre, size=len(data))
+        return Compiled(module=module, pre=pre, size=len(data))
 
     def _spec(
         self, request: ExecutionRequest, workdir: Path | None, dirs: list[tuple[str, str, bool]]
@@ -738,7 +530,7 @@ class WasmBackend(BackendLifecycle):
             memory_bytes=min(memory, self._max_memory_bytes),
         )
 
-    async def _stopper(self, run: Run, ctl: _Control, request: ExecutionRequest) -> None:
+    async def _stopper(self, run: Run, ctl: RunControl, request: ExecutionRequest) -> None:
         if await run.wait_stop(request.effective_timeout_ms / 1000) is not None:
             ctl.interrupt.set()
 

@@ -3,15 +3,15 @@ backend (``process`` by default, or a ``container`` backend given as ``runner``)
 
 What it runs (``language: rust``): a source defining
 ``fn run(input: serde_json::Value) -> serde_json::Value``, wrapped in the harness of
-:mod:`backends.rust_source` (JSON ``input`` on stdin, ``Null`` fallback; the returned value as
+:mod:`backends.rust.source` (JSON ``input`` on stdin, ``Null`` fallback; the returned value as
 compact JSON on the last stdout line → the result's ``value``).
 
 Pipeline, each phase under its own timeout:
 
-1. **validate** — :func:`~backends.rust_source.validate_rust_source` (no ``fn main``, no
+1. **validate** — :func:`~backends.rust.source.validate_rust_source` (no ``fn main``, no
    ``#![…]``, a ``fn run``) → :class:`InvalidCode` before any compiler runs.
 2. **check** — ``rustc --error-format=json --emit=metadata`` (``check_timeout_s``); the
-   diagnostics are parsed (:func:`~backends.rust_diagnostics.parse_diagnostics`); any error
+   diagnostics are parsed (:func:`~backends.rust.diagnostics.parse_diagnostics`); any error
    stops the pipeline with a ``failed/compileFailed`` result carrying the diagnostics (level,
    message, code, spans with file/line/column and the highlighted text).
 3. **build** — ``rustc -C opt-level=…`` to a binary (``build_timeout_s``). Binaries are cached
@@ -53,13 +53,15 @@ from typing import Any, Final
 
 import msgspec
 
-from backends.base import CodeExecutor
+from backends.access import WorkspaceAccess
+from backends.base import CodeExecutor, closing_stream
 from backends.harness import extract_value, truncate_utf8
 from backends.lifecycle import BackendLifecycle, elapsed_ms
 from backends.process import ProcessBackend
 from backends.runs import Run, RunRegistry, wait_quietly
-from backends.rust_diagnostics import errors, parse_diagnostics, to_diagnostic
-from backends.rust_source import validate_rust_source, wrap
+from backends.rust.diagnostics import errors, parse_diagnostics, to_diagnostic
+from backends.rust.settings import RustSettings, host_settings
+from backends.rust.source import validate_rust_source, wrap
 from hub.core.execution.capabilities import BackendCapabilities, ExecutionLanguage
 from hub.core.execution.errors import DependencyNotFound, ExecutionInternal
 from hub.core.execution.policy import SandboxPolicy
@@ -77,10 +79,9 @@ __all__ = [
     "RustBackend",
     "RustDeps",
     "RustToolchain",
-    "default_cache_dir",
 ]
 
-DEBIAN_REGISTRY: Final = Path("/usr/share/cargo/registry")
+DEBIAN_REGISTRY: Final = Path(RustSettings().registry)
 EDITION: Final = "2021"
 MAX_COMPILER_OUTPUT: Final = 4 * 1024 * 1024
 _DEPS_MANIFEST: Final = """[package]
@@ -106,24 +107,6 @@ offline = true
 """
 
 
-def default_cache_dir() -> Path:
-    """``$AGORA_RUST_CACHE``, else ``$XDG_CACHE_HOME/agora/rust``, else
-    ``~/.cache/agora/rust``."""
-    if explicit := os.environ.get("AGORA_RUST_CACHE"):
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "agora" / "rust"
-
-
-def _tool_env() -> dict[str, str]:
-    """The environment for rustc and cargo: the hub's toolchain variables, nothing else."""
-    env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "LANG": "C.UTF-8"}
-    for name in ("HOME", "RUSTUP_HOME", "CARGO_HOME", "RUSTUP_TOOLCHAIN"):
-        if name in os.environ:
-            env[name] = os.environ[name]
-    return env
-
-
 @dataclass(frozen=True)
 class RustDeps:
     """The prebuilt serde_json: its rlib and the directory of its dependencies."""
@@ -145,16 +128,18 @@ class _Proc:
 async def _run_tool(
     argv: Sequence[str],
     *,
+    env: dict[str, str],
     cwd: Path,
     timeout_s: float,
     stop: asyncio.Future[Any] | None = None,
 ) -> _Proc:
-    """Run a compiler step in its own process group; kill the group on timeout or when
-    ``stop`` completes. Output beyond :data:`MAX_COMPILER_OUTPUT` per stream is dropped."""
+    """Run a compiler step in its own process group, in ``env`` (the toolchain's environment:
+    nothing else of the hub's reaches it); kill the group on timeout or when ``stop``
+    completes. Output beyond :data:`MAX_COMPILER_OUTPUT` per stream is dropped."""
     proc = await asyncio.create_subprocess_exec(
         *argv,
         cwd=cwd,
-        env=_tool_env(),
+        env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -201,19 +186,28 @@ async def _run_tool(
 
 class RustToolchain:
     """rustc (resolved to the real binary behind any rustup proxy), its version, and the
-    serde_json build (:meth:`deps`)."""
+    serde_json build (:meth:`deps`).
+
+    ``settings``: where builds are cached, the crate registry and the toolchain's environment
+    (:class:`~hub.core.execution.settings.RustSettings`; resolved by
+    :func:`~backends.rust.settings.host_settings` when not given resolved). ``cache_dir`` and
+    ``registry`` override them."""
 
     def __init__(
         self,
         *,
+        settings: RustSettings | None = None,
         cache_dir: Path | None = None,
-        registry: Path = DEBIAN_REGISTRY,
+        registry: Path | None = None,
         rustc: str | None = None,
         cargo: str | None = None,
         deps_timeout_s: float = 600.0,
     ) -> None:
-        self.cache_dir = cache_dir if cache_dir is not None else default_cache_dir()
-        self.registry = registry
+        settings = host_settings(settings)
+        self.env = dict(settings.tool_env)
+        """The environment rustc and cargo run with."""
+        self.cache_dir = cache_dir if cache_dir is not None else Path(settings.cache_dir or ".")
+        self.registry = registry if registry is not None else Path(settings.registry)
         self._rustc_hint = rustc
         self._cargo_hint = cargo
         self._deps_timeout_s = deps_timeout_s
@@ -227,16 +221,18 @@ class RustToolchain:
         """Find rustc and its version (``problem`` says why not). Idempotent."""
         if self.rustc is not None or self.problem:
             return
-        found = self._rustc_hint or shutil.which("rustc")
+        found = self._rustc_hint or shutil.which("rustc", path=self.env.get("PATH"))
         if found is None:
-            self.problem = f"rustc not found on PATH ({os.environ.get('PATH', '')})"
+            self.problem = f"rustc not found on PATH ({self.env.get('PATH', '')})"
             return
-        proc = await _run_tool([found, "-vV"], cwd=Path.cwd(), timeout_s=30)
+        proc = await _run_tool([found, "-vV"], env=self.env, cwd=Path.cwd(), timeout_s=30)
         if proc.returncode != 0:
             self.problem = f"{found} -vV failed: {proc.stderr.decode(errors='replace')[:500]}"
             return
         self.version = proc.stdout.decode(errors="replace").strip()
-        sysroot = await _run_tool([found, "--print", "sysroot"], cwd=Path.cwd(), timeout_s=30)
+        sysroot = await _run_tool(
+            [found, "--print", "sysroot"], env=self.env, cwd=Path.cwd(), timeout_s=30
+        )
         real = Path(sysroot.stdout.decode(errors="replace").strip()) / "bin" / "rustc"
         self.rustc = str(real) if sysroot.returncode == 0 and real.is_file() else found
 
@@ -259,7 +255,7 @@ class RustToolchain:
             raise DependencyNotFound(
                 f"rustc is needed: {self.problem}",
                 dependency="rustc",
-                searched=os.environ.get("PATH", "").split(":"),
+                searched=self.env.get("PATH", "").split(":"),
             )
         crates = sorted(self.registry.glob("serde_json-*")) if self.registry.is_dir() else []
         if not crates:
@@ -276,12 +272,12 @@ class RustToolchain:
         found = _find_rlib(project)
         if found is not None:
             return found
-        cargo = self._cargo_hint or shutil.which("cargo")
+        cargo = self._cargo_hint or shutil.which("cargo", path=self.env.get("PATH"))
         if cargo is None:
             raise DependencyNotFound(
                 "cargo is needed once to build serde_json but was not found",
                 dependency="cargo",
-                searched=os.environ.get("PATH", "").split(":"),
+                searched=self.env.get("PATH", "").split(":"),
             )
         await asyncio.to_thread(self._write_project, project)
         lock = await asyncio.to_thread(_lock_file, project / ".lock")
@@ -291,6 +287,7 @@ class RustToolchain:
                 env_rustc = ["env", f"RUSTC={self.rustc}"]
                 proc = await _run_tool(
                     [*env_rustc, cargo, "build", "--release", "--offline", "--quiet"],
+                    env=self.env,
                     cwd=project,
                     timeout_s=self._deps_timeout_s,
                 )
@@ -341,7 +338,8 @@ class RustBackend(BackendLifecycle):
     ``runner``: the backend that runs the binaries (default: a private
     :class:`~backends.process.ProcessBackend` with ``policy`` as its default policy, started and
     closed with this one; a given runner is the caller's to start and close). The default
-    policy and the capabilities are the runner's (languages: ``rust``).
+    policy and the capabilities are the runner's (languages: ``rust``). ``settings``: the
+    ``[runtime.rust]`` table (the hub's registry passes it), for the default ``toolchain``.
     """
 
     def __init__(
@@ -351,6 +349,7 @@ class RustBackend(BackendLifecycle):
         runner: CodeExecutor | None = None,
         policy: SandboxPolicy | None = None,
         toolchain: RustToolchain | None = None,
+        settings: RustSettings | None = None,
         cache_dir: Path | None = None,
         check_timeout_s: float = 60.0,
         build_timeout_s: float = 120.0,
@@ -363,7 +362,7 @@ class RustBackend(BackendLifecycle):
         self._runner: CodeExecutor = (
             runner if runner is not None else ProcessBackend(f"{name}-runner", policy=policy)
         )
-        self.toolchain = toolchain or RustToolchain(cache_dir=cache_dir)
+        self.toolchain = toolchain or RustToolchain(settings=settings, cache_dir=cache_dir)
         self._check_timeout_s = check_timeout_s
         self._build_timeout_s = build_timeout_s
         self._opt_level = opt_level
@@ -384,6 +383,7 @@ class RustBackend(BackendLifecycle):
             supports_structured_output=True,
             supports_process_execution=False,
             supports_interactive_sessions=False,
+            value_from_stdout=True,
         )
 
     @property
@@ -416,7 +416,10 @@ class RustBackend(BackendLifecycle):
         return await self.toolchain.deps()
 
     async def execute(
-        self, request: ExecutionRequest, workdir: Path | None
+        self,
+        request: ExecutionRequest,
+        workdir: Path | None,
+        access: WorkspaceAccess | None = None,
     ) -> AsyncGenerator[ExecEvent, None]:
         """Check, build and run ``request``'s source (contract: :mod:`backends.base`).
 
@@ -442,11 +445,15 @@ class RustBackend(BackendLifecycle):
                 )
             else:
                 assert binary is not None
-                async for event in self._run_binary(request, binary, workdir, run, stop):
-                    if isinstance(event, OutputChunk):
-                        yield event
-                    else:
-                        result = self._final(event, request, started, warm)
+                # Closed explicitly (not left to the garbage collector): closing this stream
+                # early must end the runner's run, and release its id, before it returns.
+                running = self._run_binary(request, binary, workdir, run, stop)
+                async with closing_stream(running) as events:
+                    async for event in events:
+                        if isinstance(event, OutputChunk):
+                            yield event
+                        else:
+                            result = self._final(event, request, started, warm)
         finally:
             stop.cancel()
             await wait_quietly(stop)
@@ -514,6 +521,7 @@ class RustBackend(BackendLifecycle):
         try:
             check = await _run_tool(
                 [*common, "--error-format=json", "--emit=metadata", "-o", "check.rmeta", "main.rs"],
+                env=self.toolchain.env,
                 cwd=work,
                 timeout_s=self._check_timeout_s,
                 stop=stop,
@@ -535,6 +543,7 @@ class RustBackend(BackendLifecycle):
                     str(temp),
                     "main.rs",
                 ],
+                env=self.toolchain.env,
                 cwd=work,
                 timeout_s=self._build_timeout_s,
                 stop=stop,
@@ -587,7 +596,7 @@ class RustBackend(BackendLifecycle):
 
         forwarder = asyncio.ensure_future(forward_cancel())
         try:
-            async with contextlib.aclosing(events) as stream:  # type: ignore[type-var]
+            async with closing_stream(events) as stream:
                 async for event in stream:
                     yield event
         finally:

@@ -1,0 +1,111 @@
+"""How a run's outcome becomes its ``execFinished`` payload when the runtime, not the backend,
+decides it: a failure of the machinery, a kill before the run started, a stop the backend did
+not carry out in time, the stderr note of a kill or a shutdown. Pure.
+
+A backend's own :class:`~hub.core.execution.result.ExecutionResult` becomes the payload through
+:meth:`ExecutionResult.finished_payload`; everything here ends in the same
+:class:`~hub.core.events.ExecFinishedPayload`, so ``execResult`` reads one shape whoever
+decided.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+from backends.base import Diagnostic, ExecutionResult
+from hub.core.errors import AgoraError, ClientError
+from hub.core.events import ExecFinishedPayload
+from hub.core.execution.errors import ExecutionError
+from hub.core.execution.result import CANCEL_EXIT_CODE, ExecutionStatus
+
+__all__ = [
+    "CANCELLED_NOTE",
+    "SHUTDOWN_NOTE",
+    "failed",
+    "forced_result",
+    "raised",
+    "stop_note",
+    "stopped_before_start",
+]
+
+SHUTDOWN_NOTE: Final = b"interrupted when the hub shut down\n"
+CANCELLED_NOTE: Final = b"Execution cancelled.\n"
+
+
+def failed(
+    exec_id: str,
+    reason: str,
+    message: str,
+    *,
+    code: str | None = None,
+    status: ExecutionStatus = "failed",
+) -> ExecFinishedPayload:
+    """A run the runtime ends itself, with one error diagnostic (``code`` defaults to
+    ``reason``)."""
+    diagnostic: dict[str, Any] = {"level": "error", "code": code or reason, "message": message}
+    return ExecFinishedPayload(
+        exec_id=exec_id, status=status, reason=reason, diagnostics=[diagnostic]
+    )
+
+
+def raised(exec_id: str, error: BaseException) -> ExecFinishedPayload:
+    """What the backend raised instead of yielding a result: ``rejected`` for a refusal the
+    client caused, else ``error``; the execution error's own code when it has one."""
+    blame = "rejected" if isinstance(error, ClientError) else "error"
+    if isinstance(error, ExecutionError):
+        return failed(exec_id, blame, error.message, code=error.exec_code)
+    if isinstance(error, AgoraError):
+        return failed(exec_id, blame, error.message, code=error.code)
+    return failed(exec_id, blame, repr(error), code="internal")
+
+
+def stopped_before_start(exec_id: str, *, shutdown: bool, pushed: int) -> ExecFinishedPayload:
+    """A run stopped (``kill``, or the hub shutting down) before the program started."""
+    if shutdown:
+        return msgspec.structs.replace(
+            failed(exec_id, "interrupted", "the hub shut down before the execution started"),
+            pushed=pushed,
+        )
+    return ExecFinishedPayload(
+        exec_id=exec_id,
+        status="cancelled",
+        reason="killed",
+        exit_code=CANCEL_EXIT_CODE,
+        pushed=pushed,
+        diagnostics=[{"level": "note", "code": "killed", "message": "Execution cancelled."}],
+    )
+
+
+def forced_result(backend: str, elapsed_s: float) -> ExecutionResult:
+    """The result of a run the runtime closed itself after a stop the backend did not carry
+    out in time (the output is what was journaled; truncation is unknown)."""
+    return ExecutionResult(
+        status="cancelled",
+        reason="killed",
+        exit_code=CANCEL_EXIT_CODE,
+        duration_ms=int(elapsed_s * 1000),
+        diagnostics=[
+            Diagnostic(code="killed", message="Execution cancelled."),
+            Diagnostic(
+                level="warning",
+                code="forcedStop",
+                message=f"backend {backend!r} did not stop the run in time; the runtime closed it",
+            ),
+        ],
+    )
+
+
+def stop_note(
+    result: ExecutionResult, finished: ExecFinishedPayload, *, stopped: bool, shutdown: bool
+) -> tuple[bytes, ExecFinishedPayload] | None:
+    """The stderr note for a run stopped by ``kill`` (``stopped``) or by shutdown, and the
+    payload (a shutdown records it as ``failed/interrupted``); ``None`` for any other run."""
+    if result.status != "cancelled" or not stopped:
+        return None
+    if shutdown:
+        return SHUTDOWN_NOTE, msgspec.structs.replace(
+            finished, status="failed", reason="interrupted"
+        )
+    return CANCELLED_NOTE, finished

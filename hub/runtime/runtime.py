@@ -1,0 +1,348 @@
+"""The execution runtime: ``exec`` / ``kill`` / ``execResult`` / ``getExec`` / ``dispose`` over
+the hub's backend instances, every step journaled in the workspace log.
+
+One :class:`Runtime` per hub, the router of the ops: it checks and admits a request
+(:mod:`~hub.runtime.request` builds the backend's request from the wire's), writes
+``execRequested``, and leaves the run to its task (:mod:`~hub.runtime.execution`), a task of
+the ``TaskGroup`` :meth:`Runtime.run` owns (run as a task of the server's top-level group), so
+shutdown waits for each execution to be stopped and recorded::
+
+    exec ─ checks (rights, backend, request, id, cap) ─ execRequested ─▶ execAccepted
+      └─ task: push ─ execStarted ─ run (execOutput…) ─ pull ─ files ─ execFinished
+
+Nothing is written for a refused request. Everything the program does ends in an
+``execFinished`` (a failure of the machinery too, as ``failed/error``); a hub that dies mid-run
+leaves executions without one, and :meth:`Runtime.recover` (:mod:`~hub.runtime.recovery`)
+closes them at the next start as ``failed/interrupted`` with a stderr note. The events of a run
+(``execStarted``, ``execOutput``, the pulled files, ``execFinished``) are produced by the agent
+that asked for it; ``execCancelRequested`` by the killer, a ``dispose``'s ``execDisposed`` by
+the disposer, and what the hub writes on nobody's behalf (recovery, retention) by ``hub``.
+
+Seed 003's rules: an omitted backend is the first instance; an unknown one is ``notFound``;
+ids are optional (a UUID is minted), 1-256 UTF-8 bytes, unique per workspace while retained (a
+running or starting id is ``busy``, a retained finished one ``exists`` until disposed);
+``input`` only on callable backends; at most ``max_executions`` executions per hub (``busy``);
+finished executions beyond the newest ``retention_keep`` and older than
+``retention_window_s`` are pruned (:mod:`~hub.runtime.pruning`); ``kill`` of an unknown id is
+``notFound``, of a finished one a no-op, and concurrent kills share one finalisation;
+``dispose`` of a running one is ``busy``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator
+
+from backends.base import validate_request
+from hub.core.capability import Capability
+from hub.core.errors import Busy, Exists, NotFound, Unavailable
+from hub.core.events import (
+    Event,
+    ExecCancelRequested,
+    ExecCancelRequestedPayload,
+    ExecDisposed,
+    ExecDisposedPayload,
+    ExecModuleRef,
+    ExecOutput,
+    ExecRequested,
+)
+from hub.core.execution.errors import BackendUnavailable
+from hub.core.execution.settings import RuntimeSettings
+from hub.core.validation import validate_workspace
+from hub.core.wire.frames import Exec, RuntimeResult
+from hub.runtime.execution import Execution, supervise
+from hub.runtime.journal import Follower, Journals, Resume
+from hub.runtime.pruning import Pruner
+from hub.runtime.recovery import recover
+from hub.runtime.registry import BackendRegistry
+from hub.runtime.request import execution_request, requested_payload
+from hub.runtime.results import TextDecoders, encoding_of, runtime_result
+from hub.workspaces import Workspaces
+
+__all__ = ["ExecStream", "Runtime", "default_node"]
+
+log = logging.getLogger("agora.runtime")
+
+
+def default_node() -> str:
+    """This process as a node id (``host:pid``), for a hub that names none."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class ExecStream:
+    """One ``getExec`` stream: the follower's events, each with its ``execOutput`` text for a
+    ``utf8`` execution. Use ``async with``; ``status`` once it ended."""
+
+    def __init__(self, follower: Follower) -> None:
+        self.follower = follower
+        self.exec_id = follower.exec_id
+        self._decoders = TextDecoders() if follower.encoding == "utf8" else None
+
+    @property
+    def status(self) -> str:
+        return self.follower.status
+
+    async def __aenter__(self) -> ExecStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.follower.close()
+
+    async def items(self) -> AsyncIterator[tuple[Event, str | None]]:
+        async for event in self.follower.events():
+            text = None
+            if self._decoders is not None and isinstance(event, ExecOutput):
+                text = self._decoders.decode(event.payload.stream, event.payload.data)
+            yield event, text
+
+
+class Runtime:
+    """The hub's execution runtime (see the module docstring). ``node``: this hub node's id,
+    written in every ``execStarted``."""
+
+    def __init__(
+        self,
+        workspaces: Workspaces,
+        registry: BackendRegistry,
+        settings: RuntimeSettings | None = None,
+        *,
+        node: str | None = None,
+    ) -> None:
+        self.workspaces = workspaces
+        self.store = workspaces.store
+        self.registry = registry
+        self.settings = settings or RuntimeSettings()
+        self.node = node or default_node()
+        self.journals = Journals(workspaces, max_readers=self.settings.max_readers)
+        workspaces.add_listener(self.journals)
+        self.pruner = Pruner(workspaces, self.journals, self.settings)
+        self._live: dict[tuple[str, str], Execution] = {}
+        self._tg: asyncio.TaskGroup | None = None
+        self._closing = False
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    @property
+    def default_backend(self) -> str | None:
+        """The id an ``exec`` without ``backend`` runs on (the first instance)."""
+        return self.registry.default_id
+
+    @property
+    def running(self) -> int:
+        """Executions admitted and not yet finished."""
+        return len(self._live)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve executions until ``stop`` is set, then stop the running ones (recorded as
+        ``failed/interrupted``), wait for them, and close the backends. Never raises."""
+        starter: asyncio.Task[None] | None = None
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self._tg = tg
+                if self.settings.eager_start:
+                    starter = tg.create_task(self.registry.start_all(), name="agora-backends")
+                tg.create_task(self.pruner.sweep(stop), name="agora-retention")
+                await stop.wait()
+                self._closing = True
+                if starter is not None:
+                    starter.cancel()
+                for execution in list(self._live.values()):
+                    execution.shutdown = True
+                    execution.stop.set()
+        except Exception:
+            log.exception("the runtime failed")
+        finally:
+            self._closing = True
+            self._tg = None
+            await asyncio.shield(self.registry.aclose())
+
+    async def recover(self) -> int:
+        """Close every execution the log shows unfinished (the hub stopped under it) as
+        ``failed/interrupted``, with a stderr note after the output already journaled. Run at
+        start, before serving. Returns how many were closed."""
+        # Executions admitted by this runtime are running here, not interrupted.
+        closed, journals = await recover(
+            self.workspaces, self.journals, closed_by=self.node, live=set(self._live)
+        )
+        for journal in journals:
+            await self.pruner.prune(journal)
+        return closed
+
+    # -- operations -------------------------------------------------------------------------------
+
+    async def exec(
+        self,
+        workspace: str,
+        request: Exec,
+        *,
+        exec_id: str | None = None,
+        capability: Capability,
+    ) -> str:
+        """Start ``request`` (an ``exec`` op) in ``workspace`` for the holder of
+        ``capability``; return its id (``exec_id``, else the request's, else a new UUID) once
+        ``execRequested`` is durable.
+
+        Raises (nothing written): ``Forbidden`` (no ``exec`` right, backend not in the
+        token, a policy wider than the instance's → ``rejected``), ``NotFound`` (unknown
+        backend), ``BadRequest`` (invalid request, ``input`` on a non-callable backend),
+        ``Busy`` (id running, concurrency cap), ``Exists`` (id retained),
+        ``Unavailable`` (backend unavailable, hub stopping).
+        """
+        validate_workspace(workspace)
+        capability.require("exec", workspace)
+        instance = self.registry.get(request.backend)
+        capability.require_backend(instance.id)
+        if self._tg is None or self._closing:
+            raise Unavailable("the runtime is not running (the hub is starting or stopping)")
+        await instance.backend.start()
+        ok, why = instance.available()
+        if not ok:
+            raise BackendUnavailable(
+                f"backend {instance.id!r} is unavailable: {why}", backend=instance.id
+            )
+        if exec_id is None:
+            exec_id = request.exec_id if request.exec_id is not None else str(uuid.uuid4())
+        prepared = execution_request(instance, request, exec_id, capability.agent)
+        validate_request(prepared.request, instance.capabilities)
+        journal = await self.journals.get(workspace)
+        # From here to the reservation nothing awaits: the checks and the admission are atomic.
+        key = (workspace, exec_id)
+        if key in self._live:
+            raise Busy(f"execution {exec_id!r} is running", execId=exec_id)
+        rec = journal.record(exec_id)
+        if rec is not None:
+            if rec.finished_seq is None:
+                raise Busy(f"execution {exec_id!r} is running", execId=exec_id)
+            raise Exists(
+                f"execution {exec_id!r} exists (finished); dispose it first", execId=exec_id
+            )
+        limit = self.settings.max_executions
+        if len(self._live) >= limit:
+            raise Busy(f"the hub is running its maximum of {limit} executions", limit=limit)
+        tg = self._tg
+        if tg is None:
+            raise Unavailable("the hub is stopping")
+        execution = Execution(
+            self.workspaces, workspace, instance, prepared.request, capability.agent
+        )
+        self._live[key] = execution
+        # The task starts now and pushes the workspace while execRequested commits; it runs
+        # the program only once the request is in the log (``accepted``: its event id, or ""
+        # when the request could not be written).
+        tg.create_task(self._task(execution), name=f"agora-exec:{workspace}:{exec_id}")
+        try:
+            module = prepared.logged_module
+            if prepared.module_bytes is not None:
+                module = ExecModuleRef(blob=await self.store.blobs.put(prepared.module_bytes))
+            draft = ExecRequested(
+                id=str(uuid.uuid4()), payload=requested_payload(prepared, instance.id, module)
+            )
+            written = await self.workspaces.publish(
+                workspace, [draft], producer=capability.agent, trusted=True
+            )
+        except BaseException:
+            self._live.pop(key, None)
+            execution.accepted.set_result("")
+            raise
+        execution.accepted.set_result(written.events[0].id)
+        return exec_id
+
+    async def _task(self, execution: Execution) -> None:
+        """One execution's task: its lifecycle, then retention for its workspace."""
+        try:
+            await supervise(execution, self.settings, self.node)
+        finally:
+            if self._live.get(execution.key) is execution:
+                del self._live[execution.key]
+            execution.done.set()
+        with contextlib.suppress(Exception):
+            await self.pruner.prune(await self.journals.get(execution.workspace))
+
+    async def kill(self, workspace: str, exec_id: str, *, capability: Capability) -> str:
+        """Stop ``exec_id`` and wait until it is recorded as finished; its final status.
+
+        A finished execution is left as it is. Raises ``Forbidden``, ``NotFound``."""
+        validate_workspace(workspace)
+        capability.require("exec", workspace)
+        journal = await self.journals.get(workspace)
+        execution = self._live.get((workspace, exec_id))
+        if execution is None:
+            rec = journal.record(exec_id)
+            if rec is None:
+                raise NotFound(f"no execution {exec_id!r} in {workspace!r}", execId=exec_id)
+            return rec.status
+        capability.require_backend(execution.instance.id)
+        if not await asyncio.shield(execution.accepted):  # the request was never written
+            raise NotFound(f"no execution {exec_id!r} in {workspace!r}", execId=exec_id)
+        if execution.killer is None and not execution.done.is_set():
+            execution.killer = capability.agent
+            await self.workspaces.publish(
+                workspace,
+                [
+                    ExecCancelRequested(
+                        causation_id=execution.request_event_id or None,
+                        payload=ExecCancelRequestedPayload(exec_id=exec_id, reason="kill"),
+                    )
+                ],
+                producer=capability.agent,
+                trusted=True,
+            )
+            execution.stop.set()
+        await execution.done.wait()
+        return execution.status
+
+    async def result(
+        self, workspace: str, exec_id: str, *, capability: Capability
+    ) -> RuntimeResult:
+        """Wait until ``exec_id`` has finished; its result read from the log. Raises
+        ``Forbidden``, ``NotFound``."""
+        validate_workspace(workspace)
+        capability.require("read", workspace)
+        journal = await self.journals.get(workspace)
+        rec = await journal.finished(exec_id)
+        encoding = encoding_of(journal.encodings.get(exec_id))
+        full = await self.journals.read_execution(journal, rec)
+        try:
+            value_from_stdout = self.registry.get(rec.backend).capabilities.value_from_stdout
+        except NotFound:
+            value_from_stdout = False
+        return runtime_result(full, encoding, value_from_stdout=value_from_stdout)
+
+    async def follow(
+        self, workspace: str, exec_id: str, resume: Resume, *, capability: Capability
+    ) -> ExecStream:
+        """A ``getExec`` stream (registered now). Raises ``Forbidden``, ``NotFound``,
+        ``Busy`` (too many live readers)."""
+        validate_workspace(workspace)
+        capability.require("read", workspace)
+        journal = await self.journals.get(workspace)
+        return ExecStream(self.journals.follow(journal, exec_id, resume))
+
+    async def dispose(self, workspace: str, exec_id: str, *, capability: Capability) -> None:
+        """Free a finished execution's id and journal. Raises ``Forbidden``, ``NotFound``,
+        ``Busy`` (still running)."""
+        validate_workspace(workspace)
+        capability.require("exec", workspace)
+        journal = await self.journals.get(workspace)
+        key = (workspace, exec_id)
+        rec = journal.record(exec_id)
+        disposing = self.pruner.disposing
+        if rec is None or key in disposing:
+            raise NotFound(f"no execution {exec_id!r} in {workspace!r}", execId=exec_id)
+        if key in self._live or rec.finished_seq is None:
+            raise Busy(f"execution {exec_id!r} is running; kill it first", execId=exec_id)
+        disposing.add(key)
+        try:
+            await self.workspaces.publish(
+                workspace,
+                [ExecDisposed(payload=ExecDisposedPayload(exec_id=exec_id))],
+                producer=capability.agent,
+                trusted=True,
+            )
+        finally:
+            disposing.discard(key)
