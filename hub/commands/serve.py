@@ -16,7 +16,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
-from hub.auth import TokenSigner, load_or_create_secret
+from hub.auth import SECRET_ENV, TokenSigner, load_or_create_secret
 from hub.commands.common import add_config_arg, add_data_args, config_from_args, fail
 from hub.core.errors import AgoraError
 
@@ -74,6 +74,9 @@ async def serve_command(args: argparse.Namespace) -> int:
         config = config_from_args(args)
         data_dir = config.storage.data_dir
         secret = load_or_create_secret(data_dir, os.environ)
+        # Read once: gone from the environment, so no child (a backend's program, a compiler,
+        # the Docker CLI) can inherit it.
+        os.environ.pop(SECRET_ENV, None)
         signer = TokenSigner(secret)
         store = open_store(config.storage.store, data_dir)
         node = NodeSettings.from_env(os.environ)
