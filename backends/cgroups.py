@@ -87,6 +87,19 @@ def _make(path: Path) -> bool:
     return True
 
 
+def _make_run_dir(path: Path) -> None:
+    """Make a run group, and the hub's parent group if it is gone (another backend of this
+    hub removes it when it closes, possibly between the two ``mkdir``)."""
+    for _ in range(3):
+        path.parent.mkdir(exist_ok=True)
+        try:
+            path.mkdir()
+        except FileNotFoundError:
+            continue
+        return
+    path.mkdir()
+
+
 def _write(path: Path, value: str) -> None:
     path.write_text(value)
 
@@ -160,7 +173,7 @@ class CgroupHost:
         group = RunCgroup(self.version, dirs)
         try:
             for path in dirs:
-                path.mkdir()
+                _make_run_dir(path)
             self._limit(group, name, limits)
         except OSError:
             group.remove()

@@ -366,6 +366,9 @@ class ProcessBackend(BackendLifecycle):
 
     async def aclose(self) -> None:
         await self._registry.aclose()
+        cgroups = self._confinement.cgroups
+        if cgroups is not None:
+            await asyncio.to_thread(cgroups.close)
 
     async def execute(
         self, request: ExecutionRequest, workdir: Path | None
