@@ -336,3 +336,35 @@ async def test_without_network_isolation_disabled_network_is_refused() -> None:
 async def test_probe_is_cached() -> None:
     first = await probe_network_isolation()
     assert await probe_network_isolation() is first
+
+
+# -- the instances a hub configures ------------------------------------------------------------
+
+
+async def test_a_fresh_hub_runs_process_confined() -> None:
+    from hub.runtime.registry import build_instance, default_configs
+
+    [config] = [c for c in default_configs() if c.kind == "process"]
+    instance = build_instance(config)
+    backend = instance.backend
+    await backend.start()
+    try:
+        assert backend.capabilities.isolation == ExecutionIsolation.NAMESPACE
+        assert backend.default_policy.filesystem == FilesystemPolicy.workspace_read_write()
+        assert backend.default_policy.network == "disabled"
+    finally:
+        await backend.aclose()
+
+
+def test_unconfined_only_when_configured_by_name() -> None:
+    from hub.config import BackendConfig
+    from hub.runtime.registry import build_instance
+
+    read = build_instance(BackendConfig(id="ro", kind="process", access="read"))
+    assert read.backend.default_policy.filesystem == FilesystemPolicy.workspace_read_only()
+    assert read.capabilities.isolation == ExecutionIsolation.NAMESPACE
+    host = build_instance(
+        BackendConfig(id="host", kind="process", access="read-write", limits={"confine": False})
+    )
+    assert host.capabilities.isolation == ExecutionIsolation.HOST_LOCAL
+    assert host.backend.default_policy.filesystem.mode == "host"
