@@ -239,7 +239,7 @@ class Confinement:
         shell's ``ulimit -f``."""
         search = DEFAULT_PATH + ":/usr/sbin:/sbin"
         bwrap = self._bwrap_hint or shutil.which("bwrap", path=search)
-        if bwrap is None:
+        if bwrap is None or not os.access(bwrap, os.X_OK):
             self.problem = (
                 "bubblewrap (bwrap) is not installed: install the `bubblewrap` package, or "
                 "configure an unconfined instance for trusted code (docs/execution.md)"
