@@ -94,6 +94,7 @@ DEFAULT_MAX_MEMORY: Final = 2048 * MIB
 DEFAULT_MAX_PIDS: Final = 512
 DEFAULT_MAX_OPEN_FILES: Final = 1024
 DEFAULT_MAX_FILE_BYTES: Final = 1024 * MIB
+STAGING_PREFIX: Final = "agora-sandbox-"  # + "<hub pid>-…": the staged /etc of the sandboxes
 CONFINED_MODES: Final[frozenset[FilesystemMode]] = frozenset(
     {"none", "workspaceReadOnly", "workspaceReadWrite", "paths"}
 )
@@ -219,6 +220,7 @@ class Confinement:
         self.cgroups: CgroupHost | None = None
         self.file_block = 0  # bytes per `ulimit -f` block of /bin/sh (dash 512, bash 1024)
         self.problem = "not probed yet"
+        self._staging: Path | None = None
 
     @property
     def memory(self) -> bool:
@@ -246,7 +248,11 @@ class Confinement:
             )
             log.warning("process backend: %s", self.problem)
             return
-        self.view = await asyncio.to_thread(host_view, self._extra)
+        await asyncio.to_thread(_sweep_staging)
+        self._staging = Path(
+            await asyncio.to_thread(tempfile.mkdtemp, prefix=f"{STAGING_PREFIX}{os.getpid()}-")
+        )
+        self.view = await asyncio.to_thread(host_view, self._extra, self._staging)
         argv = bwrap_argv(bwrap, self.view, Sandbox(mounts=()), ["/bin/true"])
         ok, why = await _runs_ok_why(argv)
         if not ok:
@@ -265,6 +271,34 @@ class Confinement:
             await asyncio.to_thread(self.cgroups.sweep)
         self.problem = ""
         log.info("process backend confinement: %s, cgroups %s", bwrap, self.cgroups)
+
+    def close(self) -> None:
+        """Remove the staged ``/etc`` and this hub's parent cgroups (when empty). Blocking."""
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
+            self._staging = None
+        if self.cgroups is not None:
+            self.cgroups.close()
+
+
+def _sweep_staging() -> None:
+    """Remove the staged ``/etc`` directories of hubs that are gone (SIGKILLed). Blocking."""
+    root = Path(tempfile.gettempdir())
+    with contextlib.suppress(OSError):
+        for path in root.glob(f"{STAGING_PREFIX}*-*"):
+            pid = path.name[len(STAGING_PREFIX) :].split("-", 1)[0]
+            if pid.isdigit() and not _pid_alive(int(pid)):
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class ProcessBackend(BackendLifecycle):
@@ -366,9 +400,7 @@ class ProcessBackend(BackendLifecycle):
 
     async def aclose(self) -> None:
         await self._registry.aclose()
-        cgroups = self._confinement.cgroups
-        if cgroups is not None:
-            await asyncio.to_thread(cgroups.close)
+        await asyncio.to_thread(self._confinement.close)
 
     async def execute(
         self, request: ExecutionRequest, workdir: Path | None

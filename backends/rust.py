@@ -451,6 +451,8 @@ class RustBackend(BackendLifecycle):
 
     async def aclose(self) -> None:
         await self._registry.aclose()
+        if self._confinement is not None:
+            await asyncio.to_thread(self._confinement.close)
         if self._own_runner:
             await self._runner.aclose()
 

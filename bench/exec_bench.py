@@ -146,8 +146,12 @@ async def process_rows(runs: int) -> list[Row]:
         if not ok:
             print(f"(confined process rows skipped: {why})", file=sys.stderr)
         else:
+            staging = Path(tempfile.mkdtemp(prefix="agora-bench-etc-"))
             bwrap = bwrap_argv(
-                shutil.which("bwrap") or "bwrap", host_view(), Sandbox(mounts=()), ["true"]
+                shutil.which("bwrap") or "bwrap",
+                host_view(staging=staging),
+                Sandbox(mounts=()),
+                ["true"],
             )
             rows.append(
                 (
@@ -156,6 +160,7 @@ async def process_rows(runs: int) -> list[Row]:
                     "",
                 )
             )
+            shutil.rmtree(staging, ignore_errors=True)
             off = narrow(open_policy, PolicyPatch(network="disabled"))
             rows.append(
                 (

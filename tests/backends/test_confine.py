@@ -9,20 +9,23 @@ import pytest
 
 from backends.base import FilesystemPolicy, InvalidRequest
 from backends.confine import (
+    NETWORK_ETC,
+    SYSTEM_ETC,
     WORKSPACE,
     HostView,
     Mount,
     Sandbox,
     bwrap_argv,
     launcher_argv,
+    stage_etc,
     workspace_mounts,
 )
 
 VIEW = HostView(
     dirs=("/usr",),
     links=(("/bin", "usr/bin"), ("/lib", "usr/lib")),
-    etc=("/etc/ld.so.cache", "/etc/passwd"),
-    network_etc=("/etc/resolv.conf",),
+    etc="/stage/etc",
+    network_etc="/stage/etc-net",
     extra=("/opt/python",),
 )
 
@@ -65,12 +68,9 @@ def test_exact_argv_without_workspace() -> None:
         "--symlink",
         "usr/lib",
         "/lib",
-        "--ro-bind-try",
-        "/etc/ld.so.cache",
-        "/etc/ld.so.cache",
-        "--ro-bind-try",
-        "/etc/passwd",
-        "/etc/passwd",
+        "--ro-bind",
+        "/stage/etc",
+        "/etc",
         "--ro-bind",
         "/opt/python",
         "/opt/python",
@@ -96,17 +96,12 @@ def test_exact_argv_without_workspace() -> None:
 def test_host_paths_never_exposed() -> None:
     box = Sandbox(mounts=(Mount(Path("/srv/ws"), WORKSPACE, True),), network=True)
     argv = bwrap_argv("bwrap", VIEW, box, ["true"])
-    binds = pairs(argv, "--ro-bind") + pairs(argv, "--bind") + pairs(argv, "--ro-bind-try")
+    binds = pairs(argv, "--ro-bind") + pairs(argv, "--bind")
+    assert "--ro-bind-try" not in argv and "--dev-bind" not in argv
     sources = {source for source, _ in binds}
-    # Only the system view, the resolver (network on), the extra path and the workspace.
-    assert sources == {
-        "/usr",
-        "/etc/ld.so.cache",
-        "/etc/passwd",
-        "/etc/resolv.conf",
-        "/opt/python",
-        "/srv/ws",
-    }
+    # Only the system view, the staged /etc (with the resolver: network on), the extra path
+    # and the workspace.
+    assert sources == {"/usr", "/stage/etc-net", "/opt/python", "/srv/ws"}
     for hidden in ("/", "/root", "/home", "/etc", "/etc/shadow", "/proc", "/sys", "/var"):
         assert hidden not in sources
     assert pairs(argv, "--bind") == [("/srv/ws", WORKSPACE)]
@@ -116,8 +111,8 @@ def test_network_namespace_follows_the_policy() -> None:
     off = bwrap_argv("bwrap", VIEW, Sandbox(mounts=()), ["true"])
     on = bwrap_argv("bwrap", VIEW, Sandbox(mounts=(), network=True), ["true"])
     assert "--unshare-net" in off and "--unshare-net" not in on
-    assert ("/etc/resolv.conf", "/etc/resolv.conf") not in pairs(off, "--ro-bind-try")
-    assert ("/etc/resolv.conf", "/etc/resolv.conf") in pairs(on, "--ro-bind-try")
+    assert ("/stage/etc", "/etc") in pairs(off, "--ro-bind")
+    assert ("/stage/etc-net", "/etc") in pairs(on, "--ro-bind")
 
 
 def test_always_confined_process_tree() -> None:
@@ -231,3 +226,16 @@ def test_launcher_joins_the_cgroups_then_sets_limits() -> None:
     assert argv[3:] == ["sh", "/cg/memory/run/cgroup.procs", "/cg/pids/run/cgroup.procs", "--"]
     fallback = launcher_argv("/bin/sh", [], open_files=64, file_blocks=8, memory_kib=65536)
     assert "ulimit -v 65536" in fallback[2] and fallback[3:] == ["sh", "--"]
+
+
+def test_staged_etc_holds_only_the_listed_files(tmp_path: Path) -> None:
+    etc = stage_etc(tmp_path / "etc", SYSTEM_ETC)
+    names = {p.relative_to(etc).parts[0] for p in etc.rglob("*")}
+    assert names <= {Path(p).name for p in SYSTEM_ETC}
+    assert "shadow" not in names and "ssl" not in names and "hosts" not in names
+    assert (etc / "passwd").read_bytes() == Path("/etc/passwd").read_bytes()
+    if Path("/etc/localtime").is_symlink():
+        assert (etc / "localtime").readlink() == Path("/etc/localtime").readlink()
+    net = stage_etc(tmp_path / "etc-net", SYSTEM_ETC + NETWORK_ETC)
+    assert not (net / "ssl" / "private").exists()  # TLS roots only, never private keys
+    assert (net / "resolv.conf").exists() == Path("/etc/resolv.conf").exists()

@@ -529,8 +529,10 @@ async def test_fork_bomb_is_bounded(hostile: Hostile, targets: Targets) -> None:
     finally:
         done.set()
         await watcher
-    assert result.reason != "timeout", result  # the bomb fizzled; the program went on
-    assert targets.marker.encode() in result.stdout
+    # Bounded: never more processes than the limit, and gone with the run. Usually the bomb
+    # fizzles and the program goes on to print the marker; on a loaded machine it may still be
+    # forking at the timeout, which then kills it all.
+    assert result.reason == "timeout" or targets.marker.encode() in result.stdout, result
     assert peak <= HOSTILE_PIDS
     assert await hostile.leftovers(targets, hostile.last_ids) == []
 
