@@ -353,9 +353,12 @@ def _default_backend(language: str) -> CodeExecutor:
         made = WasmBackend("code-exec-wasm")
         return WasmBackend("code-exec-wasm", policy=made.default_policy.replace(timeout_ms=ceiling))
     from backends.process import ProcessBackend
-    from hub.core.execution.policy import host_local
+    from hub.core.execution.policy import FilesystemPolicy, SandboxPolicy
 
-    process_policy = host_local().replace(network="disabled", timeout_ms=ceiling)
+    # Confined (bubblewrap): no network, the workspace read-write at /workspace.
+    process_policy = SandboxPolicy(
+        filesystem=FilesystemPolicy.workspace_read_write(), timeout_ms=ceiling
+    )
     if language == "shell":
         return ProcessBackend("code-exec-shell", policy=process_policy)
     from backends.rust import RustBackend

@@ -1,4 +1,4 @@
-"""The ``process`` backend: a host process per execution (isolation ``hostLocal``).
+"""The ``process`` backend: a host process per execution, confined by bubblewrap.
 
 What it runs (``language``):
 
@@ -6,28 +6,36 @@ What it runs (``language``):
 * ``command`` without source → ``argv`` itself (``argv[0]`` looked up on the minimal ``PATH``).
 * ``python`` → the hub's own interpreter, isolated: ``python -I -c SOURCE ARGV...``; ``input``
   (JSON) is written to stdin when no ``stdin`` is given, and the last stdout line, if it is
-  JSON, is the result's ``value`` (adk-code's harness rule). Not a sandbox: use the ``python``
-  backend for untrusted Python.
+  JSON, is the result's ``value`` (adk-code's harness rule).
 
-How it confines the program, and what it does *not* do:
+**Confined** (the default, isolation ``namespace``): every program runs under ``bwrap``
+(:mod:`backends.confine` builds the argument list): new user/PID/IPC/UTS/mount namespaces, a
+new network namespace when the policy disables the network, uid 65534, a read-only minimal host
+view, the workspace at ``/workspace`` read-only or read-write as the instance's ``access`` and
+the policy say (all of :class:`~hub.core.execution.policy.FilesystemPolicy`'s modes but
+``host``), a private ``/tmp``, its own ``/proc``; no data directory, no ``/root``. Limits hold:
+memory, pids and cpu through a per-run cgroup (:mod:`backends.cgroups`, v2 or v1 as the host
+has) where the host offers one — else memory through ``RLIMIT_AS`` — and open files and file
+size through rlimits (set by the launcher shell, :func:`backends.confine.launcher_argv`).
+:attr:`capabilities` report exactly what this host
+enforces, found at :meth:`ProcessBackend.start`; a policy asking for more is refused. Without a
+working ``bwrap`` the instance is *unavailable* (with the reason), never silently unconfined.
 
-* Own session and process group (``start_new_session``). Timeout or cancel: SIGTERM to the
-  group, SIGKILL after ``kill_grace_s``. When the main process exits, whatever it left behind
-  in its group is killed too, so nothing outlives the run. A program that calls ``setsid()``
-  leaves the group and is not tracked — use the ``container`` backend for real containment.
-* Environment cleared: only ``PATH`` (minimal), ``HOME`` (the working directory), ``LANG`` and
-  the request's explicit variables (each allowed by the policy). The hub's environment
-  (``AGORA_SECRET``…) is never inherited.
-* Working directory: the runtime's ``workdir`` (plus the request's relative ``cwd``); without
-  one, a private scratch directory removed afterwards.
-* Network ``disabled``: the program runs in a new, empty network namespace
-  (``unshare --net``, or ``unshare -rn`` for a non-root hub). Whether that works here is probed
-  once per process at :meth:`ProcessBackend.start`; if it does not, the capabilities say
-  ``enforcesNetwork=false`` and every network-disabled request is refused.
-* Filesystem: not confined (it is the hub user's host view), so only mode ``host`` is accepted
-  (every restricted mode is refused: ``validate_policy``). Memory/pids/cpu limits are not
-  enforced, so policies setting them are refused.
-* Output: each stream capped (bytes past the cap are read and dropped, counted, flagged).
+Kill is total: a timeout or cancel sends SIGTERM to the program's processes, then after
+``kill_grace_s`` SIGKILL to ``bwrap``, which tears the PID namespace down (``setsid``, double
+fork and ``nohup`` children included); the run's cgroup is killed and removed too;
+``--die-with-parent`` covers a hub that is SIGKILLed, and :meth:`start` sweeps cgroups left by
+hubs that are gone.
+
+**Unconfined** (``confine=False``; isolation ``hostLocal``): for trusted code only, when the
+operator configures it by name. Own session and process group; environment cleared; network
+``disabled`` through ``unshare --net`` where that works; the hub user's host filesystem (only
+mode ``host`` is accepted); no resource limits; a program that calls ``setsid()`` leaves the
+group and is not tracked.
+
+Both: the environment holds only ``PATH`` (minimal), ``HOME`` (the working directory),
+``LANG`` and the request's explicit variables (each allowed by the policy) — never the hub's;
+each output stream is capped (bytes past the cap are read and dropped, counted, flagged).
 """
 
 from __future__ import annotations
@@ -48,8 +56,17 @@ from typing import Final
 
 import msgspec
 
-from backends.access import WorkspaceAccess
+from backends.access import Access, WorkspaceAccess, workspace_filesystem
 from backends.captured import captured_result, not_run_result
+from backends.cgroups import CgroupHost, RunCgroup, RunLimits
+from backends.confine import (
+    HostView,
+    Sandbox,
+    bwrap_argv,
+    host_view,
+    launcher_argv,
+    workspace_mounts,
+)
 from backends.lifecycle import BackendLifecycle, elapsed_ms
 from backends.output import OutputChannel
 from backends.runs import Run, RunRegistry, TaskSet
@@ -59,11 +76,11 @@ from hub.core.execution.capabilities import (
     ExecutionLanguage,
 )
 from hub.core.execution.errors import ExecutionFailed, InvalidRequest
-from hub.core.execution.policy import SandboxPolicy, host_local
+from hub.core.execution.policy import MIB, FilesystemMode, SandboxPolicy, host_local
 from hub.core.execution.request import ExecutionRequest
 from hub.core.execution.result import ExecEvent, ExecutionResult, Stream, classify, signal_exit_code
 
-__all__ = ["DEFAULT_PATH", "ProcessBackend", "probe_network_isolation"]
+__all__ = ["DEFAULT_PATH", "Confinement", "ProcessBackend", "probe_network_isolation"]
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +88,16 @@ DEFAULT_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
 READ_SIZE: Final = 64 * 1024
 SHELL: Final = "/bin/sh"
 MAX_ARG_SOURCE: Final = 131_071  # the kernel's limit on one argv string, minus the NUL
+# A confined run's limits when its policy sets none (each only where the host enforces it):
+# enough for compilers and test suites, far below what would starve the hub.
+DEFAULT_MAX_MEMORY: Final = 2048 * MIB
+DEFAULT_MAX_PIDS: Final = 512
+DEFAULT_MAX_OPEN_FILES: Final = 1024
+DEFAULT_MAX_FILE_BYTES: Final = 1024 * MIB
+STAGING_PREFIX: Final = "agora-sandbox-"  # + "<hub pid>-…": the staged /etc of the sandboxes
+CONFINED_MODES: Final[frozenset[FilesystemMode]] = frozenset(
+    {"none", "workspaceReadOnly", "workspaceReadWrite", "paths"}
+)
 
 # The result of the one-per-process probe: the argv prefix that puts a program in a new network
 # namespace, or () when none works. None = not probed yet.
@@ -125,20 +152,173 @@ async def _runs_ok(argv: Sequence[str]) -> bool:
         return False
 
 
+async def _file_block() -> int:
+    """Bytes per block of ``/bin/sh``'s ``ulimit -f`` (POSIX says 512; bash uses 1024), read
+    back from the kernel's view of the limit. 0 if the shell cannot set it."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            SHELL,
+            "-c",
+            "ulimit -f 8 && exec cat /proc/self/limits",
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env={"PATH": DEFAULT_PATH},
+        )
+        out, _ = await proc.communicate()
+    except OSError:
+        return 0
+    for line in out.decode(errors="replace").splitlines():
+        if line.startswith("Max file size"):
+            soft = line.split()[3]
+            return int(soft) // 8 if soft.isdigit() else 0
+    return 0
+
+
+async def _runs_ok_why(argv: Sequence[str]) -> tuple[bool, str]:
+    """Whether ``argv`` exits 0 (within 10 s), and else its stderr (or why it did not
+    start)."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env={"PATH": DEFAULT_PATH},
+            start_new_session=True,
+        )
+    except OSError as e:
+        return False, str(e)
+    try:
+        async with asyncio.timeout(10):
+            _, err = await proc.communicate()
+    except TimeoutError:
+        _kill_group(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        return False, "it did not finish within 10 s"
+    why = err.decode(errors="replace").strip()[:500]
+    return proc.returncode == 0, why or f"exit status {proc.returncode}"
+
+
 def _kill_group(pgid: int, sig: signal.Signals) -> None:
     """Signal a process group; a group that is already gone is fine."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
 
 
+class Confinement:
+    """What confining a program takes on this host, found once by :meth:`probe`: ``bwrap``
+    (and whether it can make namespaces here), the host view, the cgroups, the rlimit unit.
+    ``problem`` says why programs cannot be confined ("" when they can)."""
+
+    def __init__(self, bwrap: str | None, extra: Sequence[str], *, cgroups: bool = True) -> None:
+        self._bwrap_hint = bwrap
+        self._extra = tuple(extra)
+        self._use_cgroups = cgroups
+        self.bwrap = ""
+        self.view = HostView(dirs=())
+        self.cgroups: CgroupHost | None = None
+        self.file_block = 0  # bytes per `ulimit -f` block of /bin/sh (dash 512, bash 1024)
+        self.problem = "not probed yet"
+        self._staging: Path | None = None
+
+    @property
+    def memory(self) -> bool:
+        """Memory is bounded: a cgroup, else ``RLIMIT_AS`` (``ulimit -v``)."""
+        return True
+
+    @property
+    def pids(self) -> bool:
+        return self.cgroups is not None and "pids" in self.cgroups.controllers
+
+    @property
+    def cpu(self) -> bool:
+        return self.cgroups is not None and "cpu" in self.cgroups.controllers
+
+    async def probe(self) -> None:
+        """Find bwrap and check that it confines here (a trivial program in a sandbox with
+        every namespace); find the cgroups (sweeping groups of dead hubs) and the unit of the
+        shell's ``ulimit -f``."""
+        search = DEFAULT_PATH + ":/usr/sbin:/sbin"
+        bwrap = self._bwrap_hint or shutil.which("bwrap", path=search)
+        if bwrap is None or not os.access(bwrap, os.X_OK):
+            self.problem = (
+                "bubblewrap (bwrap) is not installed: install the `bubblewrap` package, or "
+                "configure an unconfined instance for trusted code (docs/execution.md)"
+            )
+            log.warning("process backend: %s", self.problem)
+            return
+        await asyncio.to_thread(_sweep_staging)
+        self._staging = Path(
+            await asyncio.to_thread(tempfile.mkdtemp, prefix=f"{STAGING_PREFIX}{os.getpid()}-")
+        )
+        self.view = await asyncio.to_thread(host_view, self._extra, self._staging)
+        argv = bwrap_argv(bwrap, self.view, Sandbox(mounts=()), ["/bin/true"])
+        ok, why = await _runs_ok_why(argv)
+        if not ok:
+            self.problem = f"bwrap cannot create namespaces here: {why}"
+            log.warning("process backend: %s", self.problem)
+            return
+        block = await _file_block()
+        if not block:
+            self.problem = f"{SHELL} cannot set resource limits (ulimit)"
+            return
+        self.bwrap = bwrap
+        self.file_block = block
+        if self._use_cgroups:
+            self.cgroups = await asyncio.to_thread(CgroupHost.probe)
+        if self.cgroups is not None:
+            await asyncio.to_thread(self.cgroups.sweep)
+        self.problem = ""
+        log.info("process backend confinement: %s, cgroups %s", bwrap, self.cgroups)
+
+    def close(self) -> None:
+        """Remove the staged ``/etc`` and this hub's parent cgroups (when empty). Blocking."""
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
+            self._staging = None
+        if self.cgroups is not None:
+            self.cgroups.close()
+
+
+def _sweep_staging() -> None:
+    """Remove the staged ``/etc`` directories of hubs that are gone (SIGKILLed). Blocking."""
+    root = Path(tempfile.gettempdir())
+    with contextlib.suppress(OSError):
+        for path in root.glob(f"{STAGING_PREFIX}*-*"):
+            pid = path.name[len(STAGING_PREFIX) :].split("-", 1)[0]
+            if pid.isdigit() and not _pid_alive(int(pid)):
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class ProcessBackend(BackendLifecycle):
     """Runs each execution as a host process (see the module docstring).
 
-    ``policy``: the instance's default policy (default: :func:`host_local` with the network
-    disabled — the widest this instance runs; pass ``host_local()`` to allow network).
-    ``network_isolation``: ``None`` probes ``unshare``; ``False`` never isolates (then
-    network-disabled requests are refused). ``python``: the interpreter for the ``python``
-    language (default: the hub's own; ``""`` disables the language).
+    ``confine``: run every program under bubblewrap (default); ``False`` is the unconfined
+    host instance, for trusted code only. ``access``: the instance's authority over the
+    workspace (``read``: it is bound read-only whatever a policy says). ``policy``: the
+    instance's default policy, the widest it runs (default, confined: the workspace per
+    ``access``, network disabled; unconfined: :func:`host_local` with the network disabled).
+    A confined instance cannot offer filesystem mode ``host``: such a policy is a
+    :class:`ValueError`. ``max_memory_bytes``, ``max_pids``, ``max_open_files``,
+    ``max_file_bytes``: a confined run's limits when its policy sets none (each applied where
+    the host enforces it). ``cgroups``: use the host's cgroups where it offers them (``False``:
+    rlimits only, so memory is bounded but pids and cpu limits are refused). ``expose``:
+    further host paths shown read-only at the same path (the python interpreter's prefix is
+    added when it is not under ``/usr``).
+    ``network_isolation`` (unconfined only): ``None`` probes ``unshare``; ``False`` never
+    isolates (then network-disabled requests are refused). ``python``: the interpreter for the
+    ``python`` language (default: the hub's own; ``""`` disables the language).
     """
 
     def __init__(
@@ -146,18 +326,50 @@ class ProcessBackend(BackendLifecycle):
         name: str = "process",
         *,
         policy: SandboxPolicy | None = None,
+        confine: bool = True,
+        access: Access = "read-write",
         network_isolation: bool | None = None,
         kill_grace_s: float = 1.0,
         max_concurrent: int = 24,
         python: str | None = None,
         path: str = DEFAULT_PATH,
+        bwrap: str | None = None,
+        cgroups: bool = True,
+        expose: Sequence[str] = (),
+        max_memory_bytes: int = DEFAULT_MAX_MEMORY,
+        max_pids: int = DEFAULT_MAX_PIDS,
+        max_open_files: int = DEFAULT_MAX_OPEN_FILES,
+        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     ) -> None:
         self._name = name
-        self._policy = policy if policy is not None else host_local().replace(network="disabled")
+        self._confine = confine
+        self._access = access
+        self._python = sys.executable if python is None else python
+        if policy is None:
+            if confine:
+                policy = SandboxPolicy(network="disabled", filesystem=workspace_filesystem(access))
+            else:
+                policy = host_local().replace(network="disabled")
+        if confine and policy.filesystem.mode not in CONFINED_MODES:
+            raise ValueError(
+                f"a confined process backend cannot offer filesystem mode "
+                f"{policy.filesystem.mode!r}; use confine=False (trusted code only) for that"
+            )
+        self._policy = policy
         self._want_netns = network_isolation
         self._netns: tuple[str, ...] = ()
+        shown = list(expose)
+        if self._python and not os.path.realpath(sys.base_prefix).startswith("/usr/"):
+            # The interpreter and its standard library, nothing else of its home directory.
+            shown.append(
+                sys.base_prefix if python is None else str(Path(self._python).parent.parent)
+            )
+        self._confinement = Confinement(bwrap, shown, cgroups=cgroups)
+        self._max_memory = max_memory_bytes
+        self._max_pids = max_pids
+        self._max_open_files = max_open_files
+        self._max_file_bytes = max_file_bytes
         self._kill_grace_s = kill_grace_s
-        self._python = sys.executable if python is None else python
         self._path = path
         self._registry = RunRegistry(name, max_concurrent)
         self._started = False
@@ -168,19 +380,27 @@ class ProcessBackend(BackendLifecycle):
     def _readiness(self) -> tuple[bool, str]:
         if not os.access(SHELL, os.X_OK):
             return False, f"{SHELL} is missing"
+        if self._confine and self._started and self._confinement.problem:
+            return False, self._confinement.problem
         return True, ""
 
     async def start(self) -> None:
-        """Probe network isolation once (idempotent)."""
+        """Probe confinement (bwrap, cgroups, rlimits; sweeping cgroups of dead hubs) or, for
+        an unconfined instance, network isolation. Idempotent."""
         if self._started:
             return
-        if self._want_netns is not False:
-            self._netns = await probe_network_isolation()
-        self._caps = self._capabilities(network=bool(self._netns))
+        if self._confine:
+            await self._confinement.probe()
+            self._caps = self._capabilities(network=not self._confinement.problem)
+        else:
+            if self._want_netns is not False:
+                self._netns = await probe_network_isolation()
+            self._caps = self._capabilities(network=bool(self._netns))
         self._started = True
 
     async def aclose(self) -> None:
         await self._registry.aclose()
+        await asyncio.to_thread(self._confinement.close)
 
     async def execute(
         self,
@@ -194,14 +414,18 @@ class ProcessBackend(BackendLifecycle):
         run = self._registry.admit(request.exec_id)
         started = time.monotonic()
         scratch: Path | None = None
+        group: RunCgroup | None = None
         proc: asyncio.subprocess.Process | None = None
         try:
-            if workdir is None:
-                workdir = scratch = Path(tempfile.mkdtemp(prefix="agora-exec-"))
-            cwd = _working_dir(workdir, request.effective_cwd)
-            env = self._environment(request, cwd)
-            if request.policy.network == "disabled":
-                argv = [*self._netns, *argv]
+            if self._confine:
+                argv, cwd, env, group = await self._confined(request, workdir, argv)
+            else:
+                if workdir is None:
+                    workdir = scratch = Path(tempfile.mkdtemp(prefix="agora-exec-"))
+                cwd = _working_dir(workdir, request.effective_cwd)
+                env = self._environment(request, str(cwd))
+                if request.policy.network == "disabled":
+                    argv = [*self._netns, *argv]
             try:
                 proc, exited = await _spawn(
                     argv,
@@ -229,7 +453,7 @@ class ProcessBackend(BackendLifecycle):
                 run.on_stop = lambda _reason: tasks.create_task(self._terminate(proc, run))
                 if run.stop_reason is not None:  # cancelled while the program was spawning
                     tasks.create_task(self._terminate(proc, run))
-                exited.add_done_callback(lambda _: _reaped(proc, run))
+                exited.add_done_callback(lambda _: _reaped(proc, run, group))
                 try:
                     assert proc.stdout is not None and proc.stderr is not None
                     tasks.create_task(_pump(proc.stdout, "stdout", channel))
@@ -248,10 +472,15 @@ class ProcessBackend(BackendLifecycle):
                     timer.cancel()
                     run.on_stop = None
                     await tasks.aclose()
-                result = self._result(request, run, proc.returncode, channel, started)
+                oom = group is not None and group.memory_exceeded()
+                result = self._result(request, run, proc.returncode, channel, started, oom)
         finally:
             done = _cleanup_now(proc, scratch)
-            await self._registry.close_run(run, None if done else _cleanup(proc, scratch))
+            if done and group is not None and not group.try_remove():
+                # Killed, but the PID namespace is still being torn down: the empty group
+                # goes a moment later, without holding the result back.
+                self._registry.spawn(asyncio.to_thread(group.remove))
+            await self._registry.close_run(run, None if done else _cleanup(proc, scratch, group))
         yield result
 
     # -- internals ---------------------------------------------------------------------------
@@ -260,6 +489,23 @@ class ProcessBackend(BackendLifecycle):
         languages = {ExecutionLanguage.COMMAND}
         if self._python:
             languages.add(ExecutionLanguage.PYTHON)
+        if self._confine:
+            confinement = self._confinement
+            return BackendCapabilities(
+                isolation=ExecutionIsolation.NAMESPACE,
+                enforces_network=network,
+                enforces_filesystem=True,
+                enforces_environment=True,
+                enforces_timeout=True,
+                enforces_memory=confinement.memory,
+                enforces_pids=confinement.pids,
+                enforces_cpu=confinement.cpu,
+                supports_structured_output=bool(self._python),
+                supports_process_execution=True,
+                languages=frozenset(languages),
+                filesystem_modes=CONFINED_MODES,
+                value_from_stdout=True,
+            )
         return BackendCapabilities(
             isolation=ExecutionIsolation.HOST_LOCAL,
             enforces_network=network,
@@ -272,6 +518,44 @@ class ProcessBackend(BackendLifecycle):
             filesystem_modes=frozenset({"host"}),
             value_from_stdout=True,
         )
+
+    async def _confined(
+        self, request: ExecutionRequest, workdir: Path | None, command: list[str]
+    ) -> tuple[list[str], Path, dict[str, str], RunCgroup | None]:
+        """``(argv, host cwd, env, cgroup)`` that run ``command`` confined for ``request``:
+        the launcher (cgroup join, rlimits) and ``bwrap`` in front of it. Raises
+        :class:`InvalidRequest` for a filesystem path that leads out of the workspace."""
+        confinement = self._confinement
+        policy = request.policy
+        mounts, cwd = await asyncio.to_thread(
+            workspace_mounts,
+            workdir,
+            policy.filesystem,
+            request.effective_cwd,
+            writable=self._access == "read-write",
+        )
+        box = Sandbox(mounts=mounts, cwd=cwd, network=policy.network == "enabled")
+        memory = policy.memory_bytes or self._max_memory
+        limits = RunLimits(
+            memory_bytes=memory,
+            pids=policy.pids or self._max_pids,
+            cpus=policy.cpus,
+        )
+        group: RunCgroup | None = None
+        if confinement.cgroups is not None:
+            try:
+                group = confinement.cgroups.create(limits)
+            except OSError as e:
+                raise ExecutionFailed(f"creating the run's cgroup failed: {e}") from e
+        launcher = launcher_argv(
+            SHELL,
+            group.procs_files if group is not None else (),
+            open_files=self._max_open_files,
+            file_blocks=max(1, self._max_file_bytes // confinement.file_block),
+            memory_kib=memory // 1024 if group is None or group.memory is None else None,
+        )
+        argv = launcher + bwrap_argv(confinement.bwrap, confinement.view, box, command)
+        return argv, Path("/"), self._environment(request, cwd), group
 
     def _command(self, request: ExecutionRequest) -> tuple[list[str], bytes | None]:
         """``(argv, stdin bytes or None)`` for ``request``. Raises :class:`InvalidRequest`."""
@@ -290,16 +574,26 @@ class ProcessBackend(BackendLifecycle):
             return [SHELL, "-c", source, "sh", *request.argv], stdin
         if not request.argv:
             raise InvalidRequest("a command needs source text or argv", field="source")
+        if self._confine:
+            # Looked up inside the sandbox: a shell says "not found" (127) as a host spawn would.
+            return [SHELL, "-c", 'exec "$@"', "sh", *request.argv], stdin
         return list(request.argv), stdin
 
-    def _environment(self, request: ExecutionRequest, cwd: Path) -> dict[str, str]:
-        env = {"PATH": self._path, "HOME": str(cwd), "LANG": "C.UTF-8"}
+    def _environment(self, request: ExecutionRequest, cwd: str) -> dict[str, str]:
+        env = {"PATH": self._path, "HOME": cwd, "LANG": "C.UTF-8"}
         env.update(request.env)  # validated: every name is in the policy's allow-list
         return env
 
     async def _terminate(self, proc: asyncio.subprocess.Process, run: Run) -> None:
-        """On timeout or cancel: SIGTERM the group, then SIGKILL after the grace period."""
-        _kill_group(proc.pid, signal.SIGTERM)
+        """On timeout or cancel: SIGTERM the program (confined: every process of its sandbox,
+        bwrap aside, which would otherwise kill them at once), then SIGKILL after the grace
+        period (confined: bwrap, which takes the PID namespace down with it)."""
+        if self._confine:
+            for pid in _sandboxed(proc.pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGTERM)
+        else:
+            _kill_group(proc.pid, signal.SIGTERM)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self._kill_grace_s):
                 await run.exited.wait()
@@ -312,11 +606,15 @@ class ProcessBackend(BackendLifecycle):
         returncode: int | None,
         channel: OutputChannel,
         started: float,
+        memory_exceeded: bool = False,
     ) -> ExecutionResult:
         return captured_result(
             channel,
             classify(
-                signal_exit_code(returncode), cancelled=run.cancelled, timed_out=run.timed_out
+                signal_exit_code(returncode),
+                cancelled=run.cancelled,
+                timed_out=run.timed_out,
+                memory_exceeded=memory_exceeded,
             ),
             duration_ms=elapsed_ms(started),
             metadata=self._metadata(request),
@@ -351,12 +649,19 @@ def _cleanup_now(proc: asyncio.subprocess.Process | None, scratch: Path | None) 
     return True
 
 
-async def _cleanup(proc: asyncio.subprocess.Process | None, scratch: Path | None) -> None:
-    """Kill whatever is left of the run's process group, reap it, drop the scratch dir."""
+async def _cleanup(
+    proc: asyncio.subprocess.Process | None, scratch: Path | None, group: RunCgroup | None
+) -> None:
+    """Kill whatever is left of the run's process group (and cgroup), reap it, drop the
+    scratch dir and the cgroup."""
     if proc is not None and proc.returncode is None:
         # Not reaped yet (the run was cancelled or failed mid-way): kill the group.
         _kill_group(proc.pid, signal.SIGKILL)
+        if group is not None:
+            group.kill()
         await proc.wait()
+    if group is not None:
+        await asyncio.to_thread(group.remove)
     if scratch is not None:
         await asyncio.to_thread(shutil.rmtree, scratch, True)
 
@@ -432,8 +737,39 @@ async def _spawn(
     return asyncio.subprocess.Process(transport, protocol, loop), protocol.exited
 
 
-def _reaped(proc: asyncio.subprocess.Process, run: Run) -> None:
-    """The main process exited: kill what it left in its group (so the pipes close and nothing
-    outlives the run), and mark the run as gone."""
+def _reaped(proc: asyncio.subprocess.Process, run: Run, group: RunCgroup | None) -> None:
+    """The main process exited: kill what it left in its group and cgroup (so the pipes close
+    and nothing outlives the run), and mark the run as gone."""
     _kill_group(proc.pid, signal.SIGKILL)
+    if group is not None:
+        group.kill()
     run.exited.set()
+
+
+def _sandboxed(bwrap_pid: int) -> list[int]:
+    """The processes of a confined run: every descendant of ``bwrap_pid`` but bwrap's own
+    (its direct children: the PID namespace's init). Reparented orphans (``setsid``, double
+    fork) are the init's children, so they are found too."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 1 and fields[1].isdigit():
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found: list[int] = []
+    frontier = [
+        grandchild
+        for child in children.get(bwrap_pid, [])
+        for grandchild in children.get(child, [])
+    ]
+    while frontier:
+        pid = frontier.pop()
+        found.append(pid)
+        frontier.extend(children.get(pid, []))
+    return found

@@ -10,15 +10,21 @@ container removal included.
 Floors (what the backend is compared with):
 
 * ``floor  subprocess true`` — ``subprocess.run(["true"])``: one fork/exec and wait.
-* ``floor  subprocess unshare --net true`` — the same in a new network namespace, the
-  process backend's extra work when the network is disabled.
+* ``floor  subprocess unshare --net true`` — the same in a new network namespace (what the
+  unconfined process instance adds when the network is disabled).
+* ``floor  subprocess bwrap true`` — ``true`` under the exact ``bwrap`` command line the
+  confined process backend builds (:func:`backends.confine.bwrap_argv`: user, PID, IPC, UTS,
+  mount and network namespaces, the read-only host view), without the launcher or the cgroup.
 * ``floor  docker run --rm`` — the Docker CLI running ``true`` in ``agora/busybox:1`` with
   ``--network none`` (create, attach, start, wait, remove — plus the CLI's own start-up).
 
 Backend rows:
 
-* ``process  network on`` / ``network off`` — ``argv=["true"]`` (no shell), host_local policy,
-  with the network enabled, then disabled (``unshare --net``).
+* ``process  confined …`` — the default, confined instance (bubblewrap, cgroup limits,
+  rlimits): ``argv=["true"]``, network off (the default), network on, and network off with a
+  workspace directory bound read-write.
+* ``process  unconfined …`` — ``confine=False`` (trusted code only), host_local policy, network
+  on, then off (``unshare --net``).
 * ``container  cold`` — a fresh container per run (``warm_pool=0``): create, attach, start,
   wait, remove.
 * ``container  warm`` — a container from the warm pool (started ahead, idle); the pool is
@@ -61,6 +67,7 @@ from backends.base import (
     host_local,
     narrow,
 )
+from backends.confine import Sandbox, bwrap_argv, host_view
 from backends.container import ContainerBackend, engine_reachable
 from backends.container.images import DEFAULT_IMAGE
 from backends.process import ProcessBackend
@@ -123,28 +130,74 @@ async def process_rows(runs: int) -> list[Row]:
     rows: list[Row] = [
         ("floor  subprocess true", sync_times(lambda: subprocess.run(["true"]), runs), ""),
     ]
-    async with ProcessBackend(policy=host_local()) as backend:
+    unshare = shutil.which("unshare") or "unshare"
+    rows.append(
+        (
+            "floor  subprocess unshare --net true",
+            sync_times(lambda: subprocess.run([unshare, "--net", "--", "true"]), runs),
+            "",
+        )
+    )
+    open_policy = SandboxPolicy(
+        network="enabled", filesystem=FilesystemPolicy.workspace_read_write()
+    )
+    async with ProcessBackend(policy=open_policy) as confined:
+        ok, why = confined.available()
+        if not ok:
+            print(f"(confined process rows skipped: {why})", file=sys.stderr)
+        else:
+            staging = Path(tempfile.mkdtemp(prefix="agora-bench-etc-"))
+            bwrap = bwrap_argv(
+                shutil.which("bwrap") or "bwrap",
+                host_view(staging=staging),
+                Sandbox(mounts=()),
+                ["true"],
+            )
+            rows.append(
+                (
+                    "floor  subprocess bwrap true",
+                    sync_times(lambda: subprocess.run(bwrap, check=True), runs),
+                    "",
+                )
+            )
+            shutil.rmtree(staging, ignore_errors=True)
+            off = narrow(open_policy, PolicyPatch(network="disabled"))
+            rows.append(
+                (
+                    "process  confined network off",
+                    await async_times(runner(confined, off), runs),
+                    "floor  subprocess bwrap true",
+                )
+            )
+            rows.append(
+                (
+                    "process  confined network on",
+                    await async_times(runner(confined, open_policy), runs),
+                    "floor  subprocess bwrap true",
+                )
+            )
+            with tempfile.TemporaryDirectory(prefix="agora-bench-") as tmp:
+                rows.append(
+                    (
+                        "process  confined workspace rw",
+                        await async_times(runner(confined, off, Path(tmp)), runs),
+                        "floor  subprocess bwrap true",
+                    )
+                )
+    async with ProcessBackend(confine=False, policy=host_local()) as backend:
         on = host_local()
         rows.append(
             (
-                "process  network on",
+                "process  unconfined network on",
                 await async_times(runner(backend, on), runs),
                 "floor  subprocess true",
             )
         )
         if backend.capabilities.enforces_network:
-            unshare = shutil.which("unshare") or "unshare"
-            rows.append(
-                (
-                    "floor  subprocess unshare --net true",
-                    sync_times(lambda: subprocess.run([unshare, "--net", "--", "true"]), runs),
-                    "",
-                )
-            )
             off = narrow(on, PolicyPatch(network="disabled"))
             rows.append(
                 (
-                    "process  network off",
+                    "process  unconfined network off",
                     await async_times(runner(backend, off), runs),
                     "floor  subprocess unshare --net true",
                 )

@@ -199,14 +199,14 @@ async def hub_rows(runs: int, container: bool) -> list[Row]:
                 (
                     "hub  process  network on",
                     await async_times(lambda: client.run(backend="process-net", **argv), runs),
-                    "floor  subprocess true",
+                    "floor  subprocess bwrap true",
                 )
             )
             rows.append(
                 (
                     "hub  process  network off",
                     await async_times(lambda: client.run(backend="process", **argv), runs),
-                    "floor  subprocess unshare --net true",
+                    "floor  subprocess bwrap true",  # the default instance is confined
                 )
             )
             if container:

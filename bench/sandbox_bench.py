@@ -38,11 +38,8 @@ from backends.base import (
     ExecutionLanguage,
     ExecutionRequest,
     GuestModule,
-    PolicyPatch,
     Source,
     collect,
-    host_local,
-    narrow,
 )
 from backends.monty import PythonBackend
 from backends.process import ProcessBackend
@@ -81,10 +78,8 @@ async def one(backend: CodeExecutor, **kw: object) -> None:
 
 async def bench(runs: int, rust: bool) -> list[tuple[str, list[float]]]:
     rows: list[tuple[str, list[float]]] = []
-    async with ProcessBackend(policy=host_local()) as process:
+    async with ProcessBackend() as process:  # confined (bubblewrap), network off
         policy = process.default_policy
-        if process.capabilities.enforces_network:
-            policy = narrow(policy, PolicyPatch(network="disabled"))
         rows.append(
             (
                 "process  /bin/true",

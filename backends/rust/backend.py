@@ -22,6 +22,15 @@ Pipeline, each phase under its own timeout:
    working directory, timeout and output caps, so it gets exactly that backend's sandbox and
    its enforced controls (the capabilities this backend reports are the runner's).
 
+Confinement (the default, ``confine=True``): ``check`` and ``build`` run under the same
+bubblewrap sandbox as the ``process`` backend (:mod:`backends.confine`: no network, uid 65534,
+the minimal read-only host view) in which the compiler sees, besides the system directories,
+only its read-only sysroot, the serde_json build and the crate registry, and its own build
+directory read-write — so ``include_str!("/etc/shadow")`` finds nothing and diagnostics carry
+only the build's own files; memory and pids are bounded by a cgroup where the host has one. The
+binary then runs in the confined ``process`` runner, which sees the binary cache read-only.
+Building serde_json once from the Debian registry (trusted input, no user code) is not confined.
+
 A phase that runs out of time gives ``failed/timeout`` (exit 124) with a diagnostic naming
 the phase; ``cancel`` during a compile kills the compiler (``cancelled/killed``).
 
@@ -53,11 +62,21 @@ from typing import Any, Final
 
 import msgspec
 
-from backends.access import WorkspaceAccess
+from backends.access import Access, WorkspaceAccess
 from backends.base import CodeExecutor, closing_stream
+from backends.cgroups import RunCgroup, RunLimits
+from backends.confine import Mount, Sandbox, bwrap_argv, launcher_argv
 from backends.harness import extract_value, truncate_utf8
 from backends.lifecycle import BackendLifecycle, elapsed_ms
-from backends.process import ProcessBackend
+from backends.process import (
+    DEFAULT_MAX_FILE_BYTES,
+    DEFAULT_MAX_MEMORY,
+    DEFAULT_MAX_OPEN_FILES,
+    DEFAULT_MAX_PIDS,
+    SHELL,
+    Confinement,
+    ProcessBackend,
+)
 from backends.runs import Run, RunRegistry, wait_quietly
 from backends.rust.diagnostics import errors, parse_diagnostics, to_diagnostic
 from backends.rust.settings import RustSettings, host_settings
@@ -348,6 +367,8 @@ class RustBackend(BackendLifecycle):
         *,
         runner: CodeExecutor | None = None,
         policy: SandboxPolicy | None = None,
+        access: Access = "read-write",
+        confine: bool = True,
         toolchain: RustToolchain | None = None,
         settings: RustSettings | None = None,
         cache_dir: Path | None = None,
@@ -358,11 +379,22 @@ class RustBackend(BackendLifecycle):
         max_cached_binaries: int = 256,
     ) -> None:
         self._name = name
+        self.toolchain = toolchain or RustToolchain(settings=settings, cache_dir=cache_dir)
         self._own_runner = runner is None
         self._runner: CodeExecutor = (
-            runner if runner is not None else ProcessBackend(f"{name}-runner", policy=policy)
+            runner
+            if runner is not None
+            else ProcessBackend(
+                f"{name}-runner",
+                policy=policy,
+                access=access,
+                confine=confine,
+                python="",
+                expose=[str(self.toolchain.cache_dir / "bin")],  # the built binaries, read-only
+            )
         )
-        self.toolchain = toolchain or RustToolchain(settings=settings, cache_dir=cache_dir)
+        self._confine = confine
+        self._confinement: Confinement | None = None
         self._check_timeout_s = check_timeout_s
         self._build_timeout_s = build_timeout_s
         self._opt_level = opt_level
@@ -393,19 +425,33 @@ class RustBackend(BackendLifecycle):
     def _readiness(self) -> tuple[bool, str]:
         if self.toolchain.problem:
             return False, self.toolchain.problem
+        if self._confinement is not None and self._confinement.problem:
+            return False, f"the compiler cannot be confined: {self._confinement.problem}"
         return self._runner.available()
 
     async def start(self) -> None:
-        """Probe rustc and start the runner (idempotent). serde_json is built on first use."""
+        """Probe rustc, the compiler's confinement, and start the runner (idempotent).
+        serde_json is built on first use."""
         if self._started:
             return
         await self.toolchain.probe()
+        # The runner and the compiler see these directories: they must exist to be bound.
+        for sub in ("bin", "deps", "work"):
+            await asyncio.to_thread(
+                (self.toolchain.cache_dir / sub).mkdir, parents=True, exist_ok=True
+            )
+        if self._confine and self.toolchain.rustc is not None:
+            shown = await asyncio.to_thread(self._compiler_view, self.toolchain.rustc)
+            self._confinement = Confinement(None, shown)
+            await self._confinement.probe()
         if self._own_runner:
             await self._runner.start()
         self._started = True
 
     async def aclose(self) -> None:
         await self._registry.aclose()
+        if self._confinement is not None:
+            await asyncio.to_thread(self._confinement.close)
         if self._own_runner:
             await self._runner.aclose()
 
@@ -518,9 +564,21 @@ class RustBackend(BackendLifecycle):
             "-L",
             f"dependency={deps.deps_dir}",
         ]
+        group = self._compile_group()
         try:
             check = await _run_tool(
-                [*common, "--error-format=json", "--emit=metadata", "-o", "check.rmeta", "main.rs"],
+                self._confined(
+                    [
+                        *common,
+                        "--error-format=json",
+                        "--emit=metadata",
+                        "-o",
+                        "check.rmeta",
+                        "main.rs",
+                    ],
+                    work,
+                    group,
+                ),
                 env=self.toolchain.env,
                 cwd=work,
                 timeout_s=self._check_timeout_s,
@@ -531,18 +589,24 @@ class RustBackend(BackendLifecycle):
             diagnostics = parse_diagnostics(check.stderr)
             if check.returncode != 0 or errors(diagnostics):
                 return _compile_failed(check, diagnostics)
-            temp = binary.with_name(f".{key}.{os.getpid()}.tmp")
+            # Built inside the build directory (the only place the compiler may write), then
+            # moved into the cache by the hub.
+            temp = work / "agora_user.bin"
             build = await _run_tool(
-                [
-                    *common,
-                    "-C",
-                    f"opt-level={self._opt_level}",
-                    "-C",
-                    "debuginfo=0",
-                    "-o",
-                    str(temp),
-                    "main.rs",
-                ],
+                self._confined(
+                    [
+                        *common,
+                        "-C",
+                        f"opt-level={self._opt_level}",
+                        "-C",
+                        "debuginfo=0",
+                        "-o",
+                        temp.name,
+                        "main.rs",
+                    ],
+                    work,
+                    group,
+                ),
                 env=self.toolchain.env,
                 cwd=work,
                 timeout_s=self._build_timeout_s,
@@ -555,7 +619,45 @@ class RustBackend(BackendLifecycle):
             await asyncio.to_thread(os.replace, temp, binary)
             return None
         finally:
+            if group is not None:
+                await asyncio.to_thread(group.remove)
             await asyncio.to_thread(shutil.rmtree, work, True)
+
+    def _compiler_view(self, rustc: str) -> list[str]:
+        """What the compiler sees beyond the system directories (read-only): its sysroot,
+        the serde_json build, the crate registry. Blocking."""
+        shown = [os.path.dirname(os.path.dirname(os.path.realpath(rustc)))]
+        shown.append(str(self.toolchain.cache_dir / "deps"))
+        if self.toolchain.registry.is_dir():
+            shown.append(str(self.toolchain.registry))
+        return shown
+
+    def _compile_group(self) -> RunCgroup | None:
+        """The cgroup bounding a compile's memory and processes, where the host has one."""
+        confinement = self._confinement
+        if confinement is None or confinement.cgroups is None:
+            return None
+        try:
+            return confinement.cgroups.create(
+                RunLimits(memory_bytes=DEFAULT_MAX_MEMORY, pids=DEFAULT_MAX_PIDS)
+            )
+        except OSError as e:
+            raise ExecutionInternal(f"creating the compiler's cgroup failed: {e}") from e
+
+    def _confined(self, argv: list[str], work: Path, group: RunCgroup | None) -> list[str]:
+        """``argv`` (a compiler step) as run in the sandbox: only ``work`` writable, no
+        network; ``argv`` itself when the backend is unconfined."""
+        confinement = self._confinement
+        if confinement is None:
+            return argv
+        box = Sandbox(mounts=(Mount(work, str(work), True),), cwd=str(work), network=False)
+        launcher = launcher_argv(
+            SHELL,
+            group.procs_files if group is not None else (),
+            open_files=DEFAULT_MAX_OPEN_FILES,
+            file_blocks=max(1, DEFAULT_MAX_FILE_BYTES // confinement.file_block),
+        )
+        return launcher + bwrap_argv(confinement.bwrap, confinement.view, box, argv)
 
     async def _run_binary(
         self,

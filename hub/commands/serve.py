@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from hub.auth import TokenSigner, load_or_create_secret
+from hub.auth import SECRET_ENV, TokenSigner, load_or_create_secret
 from hub.commands.common import add_config_arg, add_data_args, config_from_args, fail
 from hub.core.errors import AgoraError, ConfigError
 
@@ -87,6 +87,9 @@ async def serve_command(args: argparse.Namespace) -> int:
         config = with_cluster_env(config_from_args(args), os.environ)
         data_dir = config.storage.data_dir
         secret = load_or_create_secret(data_dir, os.environ)
+        # Read once: gone from the environment, so no child (a backend's program, a compiler,
+        # the Docker CLI) can inherit it.
+        os.environ.pop(SECRET_ENV, None)
         signer = TokenSigner(secret, max_ttl=config.auth.max_token_ttl)
         store = open_store(config.storage.store, data_dir)
     except AgoraError as e:

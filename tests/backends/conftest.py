@@ -29,7 +29,6 @@ from backends.base import (
     PolicyPatch,
     SandboxPolicy,
     Source,
-    host_local,
     narrow,
 )
 from backends.container import ContainerBackend, engine_reachable
@@ -41,6 +40,11 @@ pytest.register_assert_rewrite("tests.backends.helpers")
 from tests.backends.helpers import drain, new_request  # noqa: E402  (after the rewrite registration)
 
 TEST_OWNER = f"agora-test-{os.getpid()}"
+
+
+def confined_open() -> SandboxPolicy:
+    """The widest policy a confined process backend runs: network on, workspace read-write."""
+    return SandboxPolicy(network="enabled", filesystem=FilesystemPolicy.workspace_read_write())
 
 
 def docker_state() -> tuple[bool, str]:
@@ -65,9 +69,8 @@ class Rig:
         return narrow(self.base, PolicyPatch(**changes)) if changes else self.base
 
     def workspace_policy(self, *, read_only: bool = False) -> SandboxPolicy:
-        """A policy that gives the program the workdir (process: the host view)."""
-        if not self.is_container:
-            return self.base
+        """A policy that gives the program the workdir at /workspace (both backends confine
+        the filesystem)."""
         return self.with_filesystem(
             FilesystemPolicy.workspace_read_only()
             if read_only
@@ -145,11 +148,16 @@ def _processes_with(marker: str) -> list[str]:
 
 async def make_rig(kind: str) -> tuple[Rig, CodeExecutor]:
     if kind == "process":
-        process = ProcessBackend(policy=host_local())
+        # Confined (the default): the widest policy has the network on and the workspace
+        # read-write; the baseline narrows it to no network and no workspace, as containers.
+        process = ProcessBackend(policy=confined_open())
         await process.start()
-        base = process.default_policy
-        if process.capabilities.enforces_network:
-            base = narrow(base, PolicyPatch(network="disabled"))
+        ok, why = process.available()
+        require("bwrap", ok, why)
+        base = narrow(
+            process.default_policy,
+            PolicyPatch(network="disabled", filesystem=FilesystemPolicy.none()),
+        )
         return Rig(kind, process, base), process
     ok, why = await asyncio.to_thread(docker_state)
     require("docker", ok, why)

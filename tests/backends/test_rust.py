@@ -335,5 +335,18 @@ async def test_cancel_during_run(backend: RustBackend) -> None:
 async def test_capabilities_are_the_runners(backend: RustBackend) -> None:
     caps = backend.capabilities
     assert caps.languages == {ExecutionLanguage.RUST}
-    assert caps.isolation == "hostLocal" and caps.supports_structured_output
-    assert backend.default_policy.filesystem.mode == "host"
+    assert caps.isolation == "namespace" and caps.supports_structured_output
+    assert backend.default_policy.filesystem.mode == "workspaceReadWrite"
+
+
+async def test_compiler_cannot_read_host_files(backend: RustBackend) -> None:
+    # include_str! runs at compile time: the confined compiler sees no /etc/shadow, and the
+    # diagnostics name only what the build itself has.
+    source = (
+        "fn run(_input: serde_json::Value) -> serde_json::Value "
+        '{ serde_json::json!(include_str!("/etc/shadow")) }'
+    )
+    result = await run(backend, source)
+    assert (result.status, result.reason) == ("failed", "compileFailed")
+    assert b"root:" not in result.stderr
+    assert any("/etc/shadow" in d.message for d in result.diagnostics), result.diagnostics

@@ -36,14 +36,17 @@ class ExecutionLanguage(enum.StrEnum):
 class ExecutionIsolation(enum.StrEnum):
     """Isolation class of a backend (adk-code's), strongest last but one:
 
-    ``inProcess`` (runs inside the hub's process), ``hostLocal`` (a host process, e.g. the
-    ``process`` backend), ``containerEphemeral`` (a fresh container per run),
+    ``inProcess`` (runs inside the hub's process), ``hostLocal`` (an unconfined host process:
+    the ``process`` backend configured with ``confine = false``), ``namespace`` (a host process
+    in its own user/PID/mount/network namespaces with a minimal read-only host view: the
+    confined ``process`` backend), ``containerEphemeral`` (a fresh container per run),
     ``containerPersistent`` (a long-lived container shared by runs), ``providerHosted`` (a
     remote service).
     """
 
     IN_PROCESS = "inProcess"
     HOST_LOCAL = "hostLocal"
+    NAMESPACE = "namespace"
     CONTAINER_EPHEMERAL = "containerEphemeral"
     CONTAINER_PERSISTENT = "containerPersistent"
     PROVIDER_HOSTED = "providerHosted"
