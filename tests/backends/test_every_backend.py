@@ -37,7 +37,6 @@ from backends.base import (
     UnsupportedLanguage,
     UnsupportedPolicy,
     closing_stream,
-    host_local,
     narrow,
 )
 from backends.container import ContainerBackend
@@ -193,7 +192,7 @@ class Subject:
 
 async def _make(kind: str) -> CodeExecutor:
     if kind == "process":
-        return ProcessBackend(policy=host_local())
+        return ProcessBackend()  # confined: the default
     if kind == "container":
         ok, why = await asyncio.to_thread(docker_state)
         require("docker", ok, why)
