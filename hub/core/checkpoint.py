@@ -197,9 +197,7 @@ class NoteVerifier:
 
     def vkey(self) -> str:
         """The verifier key text ``<name>+<key ID hex>+<base64(type || public key)>``."""
-        return (
-            f"{self.name}+{self.key_id:08x}+{_b64(bytes([self.sig_type]) + self.public_key)}"
-        )
+        return f"{self.name}+{self.key_id:08x}+{_b64(bytes([self.sig_type]) + self.public_key)}"
 
     def matches(self, signature: Signature) -> bool:
         """Whether the signature line claims to be by this key (same name and key ID)."""
@@ -282,9 +280,7 @@ class NoteSigner:
         if self.sig_type == COSIGNATURE_V1:
             if not 0 <= timestamp <= _MAX_TIMESTAMP:
                 raise _error("a cosignature time is 0..2^63-1", "signature")
-            data = timestamp.to_bytes(8, "big") + self._key.sign(
-                cosigned_message(text, timestamp)
-            )
+            data = timestamp.to_bytes(8, "big") + self._key.sign(cosigned_message(text, timestamp))
         else:
             data = self._key.sign(text.encode("utf-8"))
         return Signature(name=self.name, key_id=self.verifier.key_id, data=data)
@@ -372,6 +368,20 @@ class Checkpoint(msgspec.Struct, frozen=True):
         return "".join(f"{line}\n" for line in lines)
 
 
+class CheckpointRecord(msgspec.Struct, frozen=True):
+    """A checkpoint as a store keeps it: the signed note the hub produced and the
+    cosignature lines (``— <witness> <base64>\n`` each) witnesses handed back since."""
+
+    workspace: str
+    size: int
+    note: str
+    cosignatures: str = ""
+
+    def signed(self) -> str:
+        """The whole signed note: the hub's signature then every cosignature."""
+        return self.note + self.cosignatures
+
+
 def parse_checkpoint(text: str) -> Checkpoint:
     """Parse a checkpoint note text (not the signatures). Raises :class:`NoteError`."""
     if not text.endswith("\n"):
@@ -418,9 +428,7 @@ def open_checkpoint(
     note = open_note(data, [verifier])
     checkpoint = parse_checkpoint(note.text)
     if origin is not None and checkpoint.origin != origin:
-        raise _error(
-            f"the checkpoint is of {checkpoint.origin!r}, not {origin!r}", "origin"
-        )
+        raise _error(f"the checkpoint is of {checkpoint.origin!r}, not {origin!r}", "origin")
     for witness in witnesses:
         if verified_by(note, witness) is None:
             raise _error(f"the checkpoint is not cosigned by {witness.name!r}", "unsigned")
@@ -431,6 +439,7 @@ __all__ = [
     "COSIGNATURE_V1",
     "ED25519",
     "Checkpoint",
+    "CheckpointRecord",
     "Note",
     "NoteError",
     "NoteSigner",

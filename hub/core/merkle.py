@@ -272,16 +272,12 @@ def _consistency_ranges(old: int, new: int) -> list[tuple[int, int]]:
 
 def _check_inclusion_args(index: int, size: int) -> None:
     if not 0 <= index < size:
-        raise ProofError(
-            f"leaf {index} is not in a tree of size {size}", index=index, size=size
-        )
+        raise ProofError(f"leaf {index} is not in a tree of size {size}", index=index, size=size)
 
 
 def _check_consistency_args(old: int, new: int) -> None:
     if not 0 <= old <= new:
-        raise ProofError(
-            f"no consistency proof from size {old} to size {new}", old=old, new=new
-        )
+        raise ProofError(f"no consistency proof from size {old} to size {new}", old=old, new=new)
 
 
 def inclusion_proof_indexes(index: int, size: int) -> list[int]:
@@ -391,9 +387,7 @@ def check_consistency(
         if proof:
             raise ProofError("a proof between equal sizes must be empty")
         if old_root != new_root:
-            raise ProofError(
-                f"two different roots for the tree of size {old}", old=old, new=new
-            )
+            raise ProofError(f"two different roots for the tree of size {old}", old=old, new=new)
         return
     # Top down: which side each proof element is on, and whether it is part of the old tree.
     steps: list[tuple[bool, bytes]] = []  # (the old tree ends left of this sibling, sibling)

@@ -47,27 +47,37 @@ import aiosqlite
 import msgspec
 
 from hub.core.chain import GENESIS
-from hub.core.errors import AgoraError, IntegrityError, Internal, Unavailable
+from hub.core.checkpoint import CheckpointRecord
+from hub.core.errors import AgoraError, IntegrityError, Internal, NotFound, Unavailable
 from hub.core.events import Event, decode_events
+from hub.core.merkle import frontier_indexes, stored_hash_count
 from hub.core.records import AppendResult, Head, Snapshot
 from hub.log.base import EventStore
 from hub.log.blobs import FileBlobStore
 from hub.log.codec import as_bytes, decode_page, head_from_row
 from hub.log.writer import (
     EMPTY_TIP,
+    EMPTY_TREE,
     Append,
     Decision,
     GroupCommit,
     Outcome,
     Request,
     Tip,
+    TreeBuilder,
+    TreeTip,
     batch_timestamp,
     chain,
     decide,
+    grow_trees,
     resolve,
+    tree_starts,
 )
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
+"""1: events, snapshots. 2: merkle_hashes, checkpoints (a version-1 file gains the empty
+tables; each workspace's hashes are then built from its events at its next append or
+checkpoint, :meth:`SqliteEventStore.ensure_hashes`)."""
 
 _SCHEMA: Final = (
     """
@@ -92,6 +102,27 @@ _SCHEMA: Final = (
         seq       INTEGER NOT NULL,
         body      BLOB    NOT NULL,
         PRIMARY KEY (workspace, name, version, seq)
+    ) WITHOUT ROWID
+    """,
+    # The stored hashes of each workspace's Merkle tree (hub.core.merkle: idx is the
+    # stored hash index). Derived from the events, written in the same transaction.
+    """
+    CREATE TABLE IF NOT EXISTS merkle_hashes (
+        workspace TEXT    NOT NULL,
+        idx       INTEGER NOT NULL,
+        hash      BLOB    NOT NULL,
+        PRIMARY KEY (workspace, idx)
+    ) WITHOUT ROWID
+    """,
+    # Signed checkpoints (hub.core.checkpoint): the hub's note, and the cosignature lines
+    # witnesses handed back.
+    """
+    CREATE TABLE IF NOT EXISTS checkpoints (
+        workspace    TEXT    NOT NULL,
+        size         INTEGER NOT NULL,
+        note         TEXT    NOT NULL,
+        cosignatures TEXT    NOT NULL DEFAULT '',
+        PRIMARY KEY (workspace, size)
     ) WITHOUT ROWID
     """,
 )
@@ -157,9 +188,27 @@ _SELECT_SNAPSHOT: Final = (
     "AND seq <= ? ORDER BY seq DESC LIMIT 1"
 )
 
+_INSERT_HASH: Final = "INSERT INTO merkle_hashes (workspace, idx, hash) VALUES (?, ?, ?)"
+_SELECT_HASHES: Final = (
+    "SELECT idx, hash FROM merkle_hashes WHERE workspace = ? "
+    "AND idx IN (SELECT value FROM json_each(?))"
+)
+_DELETE_HASHES_FROM: Final = "DELETE FROM merkle_hashes WHERE workspace = ? AND idx >= ?"
+_SELECT_CHECKPOINT: Final = (
+    "SELECT workspace, size, note, cosignatures FROM checkpoints WHERE workspace = ? AND size = ?"
+)
+_SELECT_LATEST_CHECKPOINT: Final = (
+    "SELECT workspace, size, note, cosignatures FROM checkpoints "
+    "WHERE workspace = ? ORDER BY size DESC LIMIT 1"
+)
+_SELECT_CHECKPOINTS: Final = (
+    "SELECT workspace, size, note, cosignatures FROM checkpoints WHERE workspace = ? ORDER BY size"
+)
+
 _MAX_SEQ: Final = 2**63 - 1
 DEFAULT_QUEUE_MAX: Final = 4096
 _MAX_CACHED_HEADS: Final = 100_000
+_REBUILD_PAGE: Final = 5000  # events per page when rebuilding a workspace's stored hashes
 DEFAULT_BUSY_TIMEOUT_S: Final = 5.0
 # Bound the WAL file left behind after a checkpoint (it is otherwise never truncated).
 _JOURNAL_SIZE_LIMIT: Final = 64 * 1024 * 1024
@@ -230,6 +279,7 @@ class _Writer:
         self.busy_timeout = busy_timeout
         self.conn: sqlite3.Connection | None = None
         self.heads: dict[str, Tip] = {}
+        self.trees: dict[str, TreeTip] = {}
         self.next_position: int | None = None  # None: reload from the database
         self.data_version: int | None = None
         self.last_timestamp = 0
@@ -298,6 +348,7 @@ class _Writer:
     def _forget(self) -> None:
         """Drop everything cached; it is reloaded from the database when next needed."""
         self.heads.clear()
+        self.trees.clear()
         self.next_position = None
 
     def _tip(self, workspace: str) -> Tip:
@@ -320,8 +371,13 @@ class _Writer:
         try:
             conn.execute("BEGIN IMMEDIATE")
             decision, now = self._decide(conn, batch)
+            trees: dict[str, TreeTip] = {}
             if decision.rows:
                 conn.executemany(_INSERT, [_row(e, body) for e, body in decision.rows])
+                hash_rows, trees = grow_trees(
+                    decision.rows, decision.leaves, self._trees(conn, decision.rows)
+                )
+                conn.executemany(_INSERT_HASH, hash_rows)
             conn.execute("COMMIT")
         except sqlite3.Error as e:
             self._abort(conn)
@@ -332,7 +388,9 @@ class _Writer:
         # Committed: only now do the staged heads become the truth.
         if len(self.heads) > _MAX_CACHED_HEADS:
             self.heads.clear()  # bounded: evicted heads are reloaded on demand
+            self.trees.clear()
         self.heads.update(decision.staged)
+        self.trees.update(trees)
         self.next_position = decision.position
         self.last_timestamp = now
         return decision.outcomes
@@ -381,6 +439,95 @@ class _Writer:
             for id_, seq, body in conn.execute(_SELECT_IDS, (workspace, _json.encode(ids))):
                 known[(workspace, id_)] = (seq, as_bytes(body))
         return known
+
+    # -- the Merkle tree ---------------------------------------------------------------------
+
+    def _trees(
+        self, conn: sqlite3.Connection, rows: list[tuple[Event, bytes]]
+    ) -> dict[str, TreeTip]:
+        """The tree of each workspace ``rows`` grow, as of the batch's start: cached, else
+        its frontier read back, else rebuilt from the events (in the batch's transaction)."""
+        trees: dict[str, TreeTip] = {}
+        for workspace, (size, head) in tree_starts(rows).items():
+            tree = self.trees.get(workspace)
+            if tree is None or not tree.matches(size, head):
+                tree = self._load_tree(conn, workspace, size, head)
+            trees[workspace] = tree
+        return trees
+
+    def _load_tree(self, conn: sqlite3.Connection, workspace: str, size: int, head: str) -> TreeTip:
+        # Stored hashes past the head would be stale derived data (the log was cut behind
+        # the store's back); they are dropped rather than left to collide with new ones.
+        conn.execute(_DELETE_HASHES_FROM, (workspace, stored_hash_count(size)))
+        if size == 0:
+            return EMPTY_TREE
+        indexes = frontier_indexes(size)
+        found = {
+            idx: bytes(h)
+            for idx, h in conn.execute(_SELECT_HASHES, (workspace, _json.encode(indexes)))
+        }
+        if all(i in found for i in indexes):
+            return TreeTip(size, head, tuple(found[i] for i in indexes))
+        tip = self._rebuild(conn, workspace, size)
+        assert tip.head == head, "bad math: rebuilt tree is of another head"
+        return tip
+
+    def _rebuild(self, conn: sqlite3.Connection, workspace: str, size: int) -> TreeTip:
+        """Rewrite the stored hashes of events 1..size from the events (in a transaction)."""
+        conn.execute(_DELETE_HASHES_FROM, (workspace, 0))
+        builder = TreeBuilder(workspace)
+        after = 0
+        while after < size:
+            page = conn.execute(_SELECT_RANGE, (workspace, after, size, _REBUILD_PAGE)).fetchall()
+            if not page:
+                break
+            events = decode_page([r[1] for r in page], [r[0] for r in page], "seq")
+            conn.executemany(_INSERT_HASH, builder.add(events))
+            after = events[-1].seq
+        return builder.tip
+
+    def rebuild_hashes(self, workspace: str) -> int:
+        conn = self.conn
+        if conn is None:
+            raise Unavailable("the store is closed")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            self.trees.pop(workspace, None)
+            row = conn.execute(_SELECT_TIP, (workspace,)).fetchone()
+            size = 0 if row is None else int(row[0])
+            tip = self._rebuild(conn, workspace, size)
+            conn.execute("COMMIT")
+        except BaseException as e:
+            with contextlib.suppress(sqlite3.Error):
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            if isinstance(e, sqlite3.Error):
+                raise _translate(e, "rebuilding the Merkle hashes") from e
+            raise
+        self.trees[workspace] = tip
+        return size
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def save_checkpoint(self, record: CheckpointRecord) -> bool:
+        count = self._in_transaction(
+            "INSERT OR IGNORE INTO checkpoints (workspace, size, note, cosignatures) "
+            "VALUES (?, ?, ?, ?)",
+            (record.workspace, record.size, record.note, record.cosignatures),
+            "saving a checkpoint",
+        )
+        return count == 1
+
+    def set_cosignatures(self, workspace: str, size: int, cosignatures: str) -> None:
+        count = self._in_transaction(
+            "UPDATE checkpoints SET cosignatures = ? WHERE workspace = ? AND size = ?",
+            (cosignatures, workspace, size),
+            "saving cosignatures",
+        )
+        if count != 1:
+            raise NotFound(
+                f"no checkpoint of {workspace!r} at size {size}", workspace=workspace, size=size
+            )
 
     # -- snapshots (writes share the writer thread, so they never contend for the lock) -----
 
@@ -548,6 +695,48 @@ class SqliteEventStore(EventStore):
         """See :meth:`EventStore.import_events`."""
         return await self._commits.import_events(workspace, events)
 
+    # -- the Merkle tree and checkpoints ----------------------------------------------------
+
+    async def read_hash_map(self, workspace: str, indexes: Sequence[int]) -> dict[int, bytes]:
+        """See :meth:`EventStore.read_hash_map`. Raises ``Unavailable``."""
+        if not indexes:
+            return {}
+        rows = await self._fetch(
+            _SELECT_HASHES, (workspace, _json.encode(list(indexes))), "reading Merkle hashes"
+        )
+        return {int(idx): bytes(h) for idx, h in rows}
+
+    async def rebuild_hashes(self, workspace: str) -> int:
+        """See :meth:`EventStore.rebuild_hashes` (on the writer thread, between batches)."""
+        size: int = await self._on_writer(self._writer_or_raise().rebuild_hashes, workspace)
+        return size
+
+    async def save_checkpoint(self, record: CheckpointRecord) -> bool:
+        """See :meth:`EventStore.save_checkpoint`."""
+        saved: bool = await self._on_writer(self._writer_or_raise().save_checkpoint, record)
+        return saved
+
+    async def set_cosignatures(self, workspace: str, size: int, cosignatures: str) -> None:
+        """See :meth:`EventStore.set_cosignatures`."""
+        await self._on_writer(
+            self._writer_or_raise().set_cosignatures, workspace, size, cosignatures
+        )
+
+    async def load_checkpoint(
+        self, workspace: str, size: int | None = None
+    ) -> CheckpointRecord | None:
+        """See :meth:`EventStore.load_checkpoint`. Raises ``Unavailable``."""
+        if size is None:
+            rows = await self._fetch(_SELECT_LATEST_CHECKPOINT, (workspace,), "reading checkpoints")
+        else:
+            rows = await self._fetch(_SELECT_CHECKPOINT, (workspace, size), "reading checkpoints")
+        return _checkpoint(rows[0]) if rows else None
+
+    async def list_checkpoints(self, workspace: str) -> list[CheckpointRecord]:
+        """See :meth:`EventStore.list_checkpoints`. Raises ``Unavailable``."""
+        rows = await self._fetch(_SELECT_CHECKPOINTS, (workspace,), "reading checkpoints")
+        return [_checkpoint(r) for r in rows]
+
     # -- snapshots --------------------------------------------------------------------------
 
     async def save_snapshot(self, snapshot: Snapshot) -> None:
@@ -673,6 +862,13 @@ class SqliteEventStore(EventStore):
     async def heads(self) -> list[Head]:
         """See :meth:`EventStore.heads`. Raises ``Unavailable``."""
         return [head_from_row(r) for r in await self._fetch(_SELECT_HEADS, (), "reading heads")]
+
+
+def _checkpoint(row: Any) -> CheckpointRecord:
+    workspace, size, note, cosignatures = row
+    return CheckpointRecord(
+        workspace=workspace, size=int(size), note=str(note), cosignatures=str(cosignatures)
+    )
 
 
 def _increasing(events: list[Event], key: str) -> bool:

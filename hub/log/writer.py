@@ -35,14 +35,15 @@ import asyncio
 import collections
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, NamedTuple, TypeAlias
 
 import msgspec
 
-from hub.core.chain import GENESIS, seal, verify_chain
+from hub.core.chain import GENESIS, canonical_bytes, seal_canonical, verify_chain
 from hub.core.errors import AgoraError, BadRequest, Conflict, IntegrityError, Unavailable
 from hub.core.events import EVENT_TYPES, Event, encode_event
+from hub.core.merkle import append_leaf, leaf_hash, stored_hash_count
 from hub.core.records import AppendResult
 from hub.core.validation import validate_workspace
 from hub.log.codec import decode_page
@@ -382,6 +383,8 @@ class Decision(NamedTuple):
     """The new tip of every workspace written: the truth once the transaction commits."""
     position: int
     """The next free position once the transaction commits."""
+    leaves: list[bytes]
+    """The Merkle leaf hash of each row (hub.core.merkle), in the same order."""
 
 
 def batch_timestamp(last: int) -> int:
@@ -414,6 +417,7 @@ def decide(
     staged: dict[str, Tip] = {}
     written: dict[tuple[str, str], Event] = {}
     rows: list[tuple[Event, bytes]] = []
+    leaves: list[bytes] = []
     outcomes: list[Outcome] = []
     minted = iter(
         mint(now, sum(r.size - len(r.client_ids) for r in batch if isinstance(r, Append)))
@@ -422,15 +426,15 @@ def decide(
         try:
             if isinstance(req, Append):
                 result, position = _append_one(
-                    req, tip, staged, written, known, minted, rows, position, now
+                    req, tip, staged, written, known, minted, rows, leaves, position, now
                 )
                 outcomes.append(result)
             else:
-                outcomes.append(_import_one(req, tip, staged, rows, position))
+                outcomes.append(_import_one(req, tip, staged, rows, leaves, position))
                 position += req.size
         except AgoraError as e:
             outcomes.append(e)
-    return Decision(outcomes, rows, staged, position)
+    return Decision(outcomes, rows, staged, position, leaves)
 
 
 def _append_one(
@@ -441,6 +445,7 @@ def _append_one(
     known: Mapping[tuple[str, str], tuple[int, bytes]],
     minted: Iterator[str],
     rows: list[tuple[Event, bytes]],
+    leaves: list[bytes],
     position: int,
     now: int,
 ) -> tuple[AppendResult, int]:
@@ -464,10 +469,11 @@ def _append_one(
             expected=req.expected_seq,
         )
     new_rows: list[tuple[Event, bytes]] = []
+    new_leaves: list[bytes] = []
     try:
         for draft in req.drafts:
             seq += 1
-            event = seal(
+            event, canonical = seal_canonical(
                 draft,
                 id=draft.id or next(minted),
                 workspace=workspace,
@@ -478,12 +484,14 @@ def _append_one(
                 prev=prev,
             )
             new_rows.append((event, encode_event(event)))  # fails here, before anything is staged
+            new_leaves.append(leaf_hash(canonical))
             prev = event.hash or GENESIS
             position += 1
     except (TypeError, ValueError, msgspec.EncodeError) as e:
         index = len(new_rows)
         raise BadRequest(f"event {index} cannot be encoded: {e}", index=index) from e
     rows.extend(new_rows)
+    leaves.extend(new_leaves)
     sealed = tuple(event for event, _ in new_rows)
     if req.client_ids:  # minted ids are new by construction: only client ids can repeat
         for event in sealed:
@@ -515,6 +523,7 @@ def _import_one(
     tip: Callable[[str], Tip],
     staged: dict[str, Tip],
     rows: list[tuple[Event, bytes]],
+    leaves: list[bytes],
     position: int,
 ) -> int:
     workspace = req.workspace
@@ -528,7 +537,100 @@ def _import_one(
         # Positions belong to this store; everything hashed stays verbatim.
         stored = msgspec.structs.replace(event, position=position)
         rows.append((stored, encode_event(stored)))
+        leaves.append(leaf_hash(canonical_bytes(event)))
         position += 1
     last = req.events[-1]
     staged[workspace] = (last.seq, last.hash or GENESIS, position - 1, last.timestamp)
     return len(req.events)
+
+
+# -- the Merkle tree of each workspace (no I/O) ----------------------------------------------
+#
+# Every batch also writes the stored hashes (hub.core.merkle) of the events it adds, in the
+# same transaction. Growing a workspace's tree needs its *frontier* at the batch's start
+# (at most log2 n hashes); the store caches frontiers across batches, keyed by the chain
+# head they belong to, and reads or rebuilds a missing one (:meth:`TreeTip.matches`).
+
+
+class TreeTip(NamedTuple):
+    """A workspace's tree as of one chain head: its size (= seq), the head's hash, and the
+    frontier (hub.core.merkle.frontier_coordinates) of that size."""
+
+    size: int
+    head: str
+    frontier: tuple[bytes, ...]
+
+    def matches(self, size: int, head: str) -> bool:
+        """Whether this is the tree of the chain ending at (``size``, ``head``). The chain
+        hash covers the whole history, so a cached frontier is never reused for another."""
+        return self.size == size and self.head == head
+
+
+EMPTY_TREE: Final = TreeTip(0, GENESIS, ())
+
+HashRow: TypeAlias = tuple[str, int, bytes]
+"""(workspace, stored hash index, hash): one row of the ``merkle_hashes`` table."""
+
+
+def tree_starts(rows: Sequence[tuple[Event, bytes]]) -> dict[str, tuple[int, str]]:
+    """For each workspace a batch writes: the (size, chain head hash) its tree grows from."""
+    starts: dict[str, tuple[int, str]] = {}
+    for event, _ in rows:
+        if event.workspace not in starts:
+            starts[event.workspace] = (event.seq - 1, event.prev or GENESIS)
+    return starts
+
+
+def grow_trees(
+    rows: Sequence[tuple[Event, bytes]],
+    leaves: Sequence[bytes],
+    trees: Mapping[str, TreeTip],
+) -> tuple[list[HashRow], dict[str, TreeTip]]:
+    """The stored hashes a batch adds, and each written workspace's new tree tip.
+
+    ``trees``: every written workspace's tree at the start of the batch (as
+    :func:`tree_starts` names it)."""
+    grown = dict(trees)
+    hash_rows: list[HashRow] = []
+    for (event, _), leaf in zip(rows, leaves, strict=True):
+        workspace = event.workspace
+        tree = grown[workspace]
+        assert tree.size == event.seq - 1, "bad math: rows out of seq order"
+        frontier, new = append_leaf(tree.frontier, tree.size, leaf)
+        first = stored_hash_count(tree.size)
+        hash_rows.extend((workspace, first + i, h) for i, h in enumerate(new))
+        grown[workspace] = TreeTip(event.seq, event.hash or GENESIS, frontier)
+    return hash_rows, {w: grown[w] for w in tree_starts(rows)}
+
+
+class TreeBuilder:
+    """Rebuilds a workspace's stored hashes from its events (derived data: for a log written
+    before the tree existed, or whose hashes were lost). Feed every event from seq 1 in
+    order, a page at a time; each :meth:`add` returns the hash rows to store."""
+
+    __slots__ = ("tip", "workspace")
+
+    def __init__(self, workspace: str) -> None:
+        self.workspace = workspace
+        self.tip = EMPTY_TREE
+
+    def add(self, events: Iterable[Event]) -> list[HashRow]:
+        """Raises :class:`IntegrityError` for a gap or an event of another workspace."""
+        rows: list[HashRow] = []
+        tip = self.tip
+        frontier, size = tip.frontier, tip.size
+        head = tip.head
+        for event in events:
+            if event.seq != size + 1 or event.workspace != self.workspace:
+                raise IntegrityError(
+                    f"cannot build the tree of {self.workspace!r}: expected seq {size + 1}, "
+                    f"got seq {event.seq}",
+                    seq=size + 1,
+                )
+            first = stored_hash_count(size)
+            frontier, new = append_leaf(frontier, size, leaf_hash(canonical_bytes(event)))
+            rows.extend((self.workspace, first + i, h) for i, h in enumerate(new))
+            size += 1
+            head = event.hash or GENESIS
+        self.tip = TreeTip(size, head, frontier)
+        return rows
