@@ -109,6 +109,20 @@ class RuntimeConfig(_Section, frozen=True):
     retention_window_s: Positive = 3600  # older finished ones beyond the newest N are disposed
 
 
+class AuditConfig(_Section, frozen=True):
+    """``[audit]``: signed checkpoints of each workspace's Merkle tree (docs/audit.md).
+
+    A checkpoint is produced once ``checkpoint_every_events`` events were appended since the
+    last one, or ``checkpoint_every_ms`` after the first event not yet covered, whichever
+    comes first (never for a tree already signed), and on demand (``agora checkpoint``).
+    ``hub_id`` names the hub in the key and origins (``agora.<hub id>/<workspace>``) when
+    the key is first created; default: random."""
+
+    checkpoint_every_events: Positive = 1000
+    checkpoint_every_ms: Positive = 10_000
+    hub_id: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9._-]{1,64}$")] | None = None
+
+
 class A2AConfig(_Section, frozen=True):
     """``[a2a]``."""
 
@@ -124,6 +138,7 @@ class HubConfig(_Section, frozen=True):
     backends: tuple[BackendConfig, ...] = ()
     a2a: A2AConfig = msgspec.field(default_factory=A2AConfig)
     runtime: RuntimeConfig = msgspec.field(default_factory=RuntimeConfig)
+    audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
 
     def with_overrides(
         self,
