@@ -26,7 +26,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
@@ -34,6 +34,7 @@ from typing import Final, Self
 import msgspec
 
 from hub.config import AuditConfig
+from hub.core.chain import canonical_bytes
 from hub.core.checkpoint import (
     Checkpoint,
     CheckpointRecord,
@@ -54,10 +55,15 @@ from hub.core.checkpoint import (
 )
 from hub.core.errors import BadRequest, ConfigError, IntegrityError, NotFound
 from hub.core.merkle import (
+    EMPTY_ROOT,
+    append_leaf,
     consistency_proof,
     consistency_proof_indexes,
+    frontier_root,
     inclusion_proof,
     inclusion_proof_indexes,
+    leaf_hash,
+    stored_hash_index,
     tree_hash,
     tree_hash_indexes,
 )
@@ -160,6 +166,112 @@ async def prove_consistency(
     reader = await store.read_hashes(workspace, consistency_proof_indexes(old, new))
     hashes = tuple(consistency_proof(old, new, reader))
     return ConsistencyProof(workspace=workspace, old=old, new=new, hashes=hashes)
+
+
+# -- auditing a log against checkpoints -------------------------------------------------------
+
+
+class Finding(msgspec.Struct, frozen=True):
+    """What :func:`audit_log` found for one checkpoint: ``problem`` None when the log still
+    holds the tree it signed; else why not, and ``first_seq``, the first seq that differs
+    from what was signed, when it can be told (None otherwise)."""
+
+    label: str
+    size: int
+    problem: str | None = None
+    first_seq: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+_AUDIT_PAGE: Final = 5000
+
+
+async def audit_log(
+    store: EventStore, workspace: str, checkpoints: Sequence[tuple[str, Checkpoint]]
+) -> list[Finding]:
+    """Check that ``workspace``'s log still contains each signed tree (``(label,
+    checkpoint)``), recomputing the tree from the events themselves (never from the stored
+    hashes, which whoever edits the database can rewrite too). One pass over the log.
+
+    The first differing seq comes from a smaller checkpoint that still matches (a lower
+    bound) and from the stored leaf hashes when they still hold the signed tree (an edit
+    that did not also rewrite them); one findings per checkpoint, in the order given."""
+    targets = sorted({c.size for _, c in checkpoints})
+    roots: dict[int, bytes] = {}
+    leaves: list[bytes] = []
+    frontier: tuple[bytes, ...] = ()
+    pending = iter(targets)
+    want = next(pending, None)
+    while want is not None and want == 0:
+        roots[0] = EMPTY_ROOT
+        want = next(pending, None)
+    async for event in store.read(workspace, batch=_AUDIT_PAGE):
+        if want is None:
+            break
+        leaf = leaf_hash(canonical_bytes(event))
+        frontier, _ = append_leaf(frontier, len(leaves), leaf)
+        leaves.append(leaf)
+        while want is not None and want == len(leaves):
+            roots[want] = frontier_root(frontier)
+            want = next(pending, None)
+    matched = sorted(
+        size for size, root in roots.items() if _signed_root(checkpoints, size) == root
+    )
+    findings: list[Finding] = []
+    for label, checkpoint in checkpoints:
+        size = checkpoint.size
+        root = roots.get(size)
+        if root == checkpoint.root:
+            findings.append(Finding(label=label, size=size))
+            continue
+        lower = max((m for m in matched if m < size), default=0)
+        first = await _first_difference(store, workspace, checkpoint, leaves, lower)
+        if root is None:
+            problem = (
+                f"the log has {len(leaves)} events but the checkpoint signed {size}: events "
+                "were removed (truncated or dropped)"
+            )
+            if first is None and lower == len(leaves):
+                first = len(leaves) + 1
+        else:
+            problem = "the log's tree of that size has another root: history was rewritten"
+        if first is None and lower:
+            problem += f" somewhere after seq {lower}"
+        findings.append(Finding(label=label, size=size, problem=problem, first_seq=first))
+    return findings
+
+
+def _signed_root(checkpoints: Sequence[tuple[str, Checkpoint]], size: int) -> bytes | None:
+    roots = {c.root for _, c in checkpoints if c.size == size}
+    return roots.pop() if len(roots) == 1 else None
+
+
+async def _first_difference(
+    store: EventStore,
+    workspace: str,
+    checkpoint: Checkpoint,
+    leaves: list[bytes],
+    lower: int,
+) -> int | None:
+    """The first seq (> ``lower``) whose leaf differs from the signed tree's, read from the
+    stored hashes when those still hold the signed tree; None when they do not."""
+    size = checkpoint.size
+    try:
+        if await root_hash(store, workspace, size) != checkpoint.root:
+            return None
+    except IntegrityError:  # hashes missing: nothing to compare with
+        return None
+    for start in range(lower, size, _AUDIT_PAGE):
+        indexes = [stored_hash_index(0, i) for i in range(start, min(start + _AUDIT_PAGE, size))]
+        signed = (await store.read_hashes(workspace, indexes)).read_hashes(indexes)
+        for offset, leaf in enumerate(signed):
+            i = start + offset
+            if i >= len(leaves) or leaves[i] != leaf:
+                return i + 1
+    return None
 
 
 # -- producing checkpoints --------------------------------------------------------------------
@@ -374,7 +486,9 @@ __all__ = [
     "KEY_FILE",
     "Checkpointer",
     "ConsistencyProof",
+    "Finding",
     "InclusionProof",
+    "audit_log",
     "key_path",
     "load_key",
     "load_or_create_key",
