@@ -45,8 +45,8 @@ def path(m: int, d: list[bytes]) -> list[bytes]:
         return []
     k = _k(n)
     if m < k:
-        return path(m, d[:k]) + [mth(d[k:])]
-    return path(m - k, d[k:]) + [mth(d[:k])]
+        return [*path(m, d[:k]), mth(d[k:])]
+    return [*path(m - k, d[k:]), mth(d[:k])]
 
 
 def proof(m: int, d: list[bytes]) -> list[bytes]:
@@ -60,8 +60,8 @@ def _subproof(m: int, d: list[bytes], b: bool) -> list[bytes]:
         return [] if b else [mth(d)]
     k = _k(n)
     if m <= k:
-        return _subproof(m, d[:k], b) + [mth(d[k:])]
-    return _subproof(m - k, d[k:], False) + [mth(d[:k])]
+        return [*_subproof(m, d[:k], b), mth(d[k:])]
+    return [*_subproof(m - k, d[k:], False), mth(d[:k])]
 
 
 def verify_inclusion(

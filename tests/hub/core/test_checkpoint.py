@@ -139,7 +139,8 @@ def test_cosignature_v1_message_and_round_trip() -> None:
     with pytest.raises(NoteError):
         open_checkpoint(forged, log.verifier)
     with pytest.raises(NoteError):
-        open_checkpoint(text, log.verifier, witnesses=[generate_signer("w2", COSIGNATURE_V1).verifier])
+        stranger = generate_signer("w2", COSIGNATURE_V1).verifier
+        open_checkpoint(text, log.verifier, witnesses=[stranger])
     with pytest.raises(NoteError) as info:
         open_checkpoint(text, log.verifier, origin="agora.hub1/other")
     assert info.value.details["reason"] == "origin"
