@@ -174,6 +174,40 @@ def append_leaves(
     return current, stored
 
 
+class CompactRange:
+    """A frontier kept in place for appending many leaves fast (the writer's hot path):
+    ``size`` leaves, ``hashes`` the frontier, ``stored`` the count of stored hashes so far
+    (the index the next stored hash gets)."""
+
+    __slots__ = ("hashes", "size", "stored")
+
+    def __init__(self, size: int = 0, frontier: Sequence[bytes] = ()) -> None:
+        assert len(frontier) == size.bit_count(), "bad math: frontier does not match the size"
+        self.size = size
+        self.hashes = list(frontier)
+        self.stored = stored_hash_count(size)
+
+    def append(self, leaf: bytes) -> list[bytes]:
+        """Add a leaf hash; return the hashes to store, at indexes ``stored - len(result)``
+        onward (as :func:`append_leaf`)."""
+        stack = self.hashes
+        new = [leaf]
+        current = leaf
+        n = self.size
+        sha256 = hashlib.sha256
+        while n & 1:
+            current = sha256(_NODE + stack.pop() + current).digest()
+            new.append(current)
+            n >>= 1
+        stack.append(current)
+        self.size += 1
+        self.stored += len(new)
+        return new
+
+    def frontier(self) -> tuple[bytes, ...]:
+        return tuple(self.hashes)
+
+
 def frontier_root(frontier: Sequence[bytes]) -> bytes:
     """The root hash of the tree a frontier tiles (RFC 9162 MTH): fold right to left."""
     if not frontier:
@@ -441,6 +475,7 @@ def check_consistency(
 __all__ = [
     "EMPTY_ROOT",
     "HASH_SIZE",
+    "CompactRange",
     "HashReader",
     "MappingReader",
     "ProofError",

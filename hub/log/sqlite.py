@@ -274,9 +274,10 @@ def _translate(e: sqlite3.Error, doing: str) -> AgoraError:
 class _Writer:
     """The writing side. Every method runs on the store's single writer thread."""
 
-    def __init__(self, path: Path, busy_timeout: float) -> None:
+    def __init__(self, path: Path, busy_timeout: float, merkle: bool = True) -> None:
         self.path = path
         self.busy_timeout = busy_timeout
+        self.merkle = merkle
         self.conn: sqlite3.Connection | None = None
         self.heads: dict[str, Tip] = {}
         self.trees: dict[str, TreeTip] = {}
@@ -374,6 +375,7 @@ class _Writer:
             trees: dict[str, TreeTip] = {}
             if decision.rows:
                 conn.executemany(_INSERT, [_row(e, body) for e, body in decision.rows])
+            if decision.rows and self.merkle:
                 hash_rows, trees = grow_trees(
                     decision.rows, decision.leaves, self._trees(conn, decision.rows)
                 )
@@ -569,7 +571,10 @@ class SqliteEventStore(EventStore):
     :class:`FileBlobStore` keeps blobs (default ``<path's directory>/blobs``). ``batch_max``:
     the most events one group commit writes (a larger single request is written alone).
     ``queue_max``: the most requests waiting for the writer; ``append`` then waits for room.
-    ``busy_timeout``: seconds to wait for a lock held by another process.
+    ``busy_timeout``: seconds to wait for a lock held by another process. ``merkle``: keep
+    each workspace's Merkle tree (docs/audit.md); off only to measure what it costs
+    (bench/log_bench.py): hashes left out are built from the events at the next append with
+    it on.
     """
 
     def __init__(
@@ -580,6 +585,7 @@ class SqliteEventStore(EventStore):
         batch_max: int = 1024,
         queue_max: int = DEFAULT_QUEUE_MAX,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT_S,
+        merkle: bool = True,
     ) -> None:
         if batch_max < 1 or queue_max < 1:
             raise ValueError("batch_max and queue_max must be >= 1")
@@ -587,6 +593,7 @@ class SqliteEventStore(EventStore):
         self.batch_max = batch_max
         self.queue_max = queue_max
         self.busy_timeout = busy_timeout
+        self.merkle = merkle
         self.blob_root = blobs_dir if blobs_dir is not None else self.path.parent / "blobs"
         self.blobs = FileBlobStore(self.blob_root)
         self._writer: _Writer | None = None
@@ -612,7 +619,7 @@ class SqliteEventStore(EventStore):
     async def _open(self) -> None:
         loop = asyncio.get_running_loop()
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agora-sqlite-writer")
-        writer = _Writer(self.path, self.busy_timeout)
+        writer = _Writer(self.path, self.busy_timeout, self.merkle)
         reader: aiosqlite.Connection | None = None
         try:
             await loop.run_in_executor(executor, writer.open)

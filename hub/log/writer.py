@@ -43,7 +43,7 @@ import msgspec
 from hub.core.chain import GENESIS, canonical_bytes, seal_canonical, verify_chain
 from hub.core.errors import AgoraError, BadRequest, Conflict, IntegrityError, Unavailable
 from hub.core.events import EVENT_TYPES, Event, encode_event
-from hub.core.merkle import append_leaf, leaf_hash, stored_hash_count
+from hub.core.merkle import CompactRange, leaf_hash
 from hub.core.records import AppendResult
 from hub.core.validation import validate_workspace
 from hub.log.codec import decode_page
@@ -589,18 +589,26 @@ def grow_trees(
     """The stored hashes a batch adds, and each written workspace's new tree tip.
 
     ``trees``: every written workspace's tree at the start of the batch (as
-    :func:`tree_starts` names it)."""
-    grown = dict(trees)
+    :func:`tree_starts` names it). About two hashes per event: kept lean, it runs inside
+    every commit."""
+    ranges: dict[str, CompactRange] = {}
+    heads: dict[str, str] = {}
     hash_rows: list[HashRow] = []
+    add = hash_rows.append
     for (event, _), leaf in zip(rows, leaves, strict=True):
         workspace = event.workspace
-        tree = grown[workspace]
-        assert tree.size == event.seq - 1, "bad math: rows out of seq order"
-        frontier, new = append_leaf(tree.frontier, tree.size, leaf)
-        first = stored_hash_count(tree.size)
-        hash_rows.extend((workspace, first + i, h) for i, h in enumerate(new))
-        grown[workspace] = TreeTip(event.seq, event.hash or GENESIS, frontier)
-    return hash_rows, {w: grown[w] for w in tree_starts(rows)}
+        compact = ranges.get(workspace)
+        if compact is None:
+            tree = trees[workspace]
+            compact = ranges[workspace] = CompactRange(tree.size, tree.frontier)
+        assert compact.size == event.seq - 1, "bad math: rows out of seq order"
+        new = compact.append(leaf)
+        index = compact.stored - len(new)
+        for h in new:
+            add((workspace, index, h))
+            index += 1
+        heads[workspace] = event.hash or GENESIS
+    return hash_rows, {w: TreeTip(c.size, heads[w], c.frontier()) for w, c in ranges.items()}
 
 
 class TreeBuilder:
@@ -618,19 +626,18 @@ class TreeBuilder:
         """Raises :class:`IntegrityError` for a gap or an event of another workspace."""
         rows: list[HashRow] = []
         tip = self.tip
-        frontier, size = tip.frontier, tip.size
+        compact = CompactRange(tip.size, tip.frontier)
         head = tip.head
         for event in events:
-            if event.seq != size + 1 or event.workspace != self.workspace:
+            if event.seq != compact.size + 1 or event.workspace != self.workspace:
                 raise IntegrityError(
-                    f"cannot build the tree of {self.workspace!r}: expected seq {size + 1}, "
-                    f"got seq {event.seq}",
-                    seq=size + 1,
+                    f"cannot build the tree of {self.workspace!r}: expected seq "
+                    f"{compact.size + 1}, got seq {event.seq}",
+                    seq=compact.size + 1,
                 )
-            first = stored_hash_count(size)
-            frontier, new = append_leaf(frontier, size, leaf_hash(canonical_bytes(event)))
+            new = compact.append(leaf_hash(canonical_bytes(event)))
+            first = compact.stored - len(new)
             rows.extend((self.workspace, first + i, h) for i, h in enumerate(new))
-            size += 1
             head = event.hash or GENESIS
-        self.tip = TreeTip(size, head, frontier)
+        self.tip = TreeTip(compact.size, head, compact.frontier())
         return rows
