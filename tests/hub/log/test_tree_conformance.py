@@ -148,6 +148,16 @@ async def test_a_second_writer_of_the_same_storage_keeps_the_tree_right(
         await assert_tree_matches_events(a, "ws")
 
 
+async def test_two_writers_racing_on_one_workspace_keep_the_tree_right(
+    make_store: Callable[[str], EventStore],
+) -> None:
+    async with make_store("raced") as a, make_store("raced") as b:
+        await asyncio.gather(
+            *(s.append("ws", [msg(f"{i}")] * (1 + i % 3)) for i in range(40) for s in (a, b))
+        )
+        assert await assert_tree_matches_events(b, "ws") == 2 * sum(1 + i % 3 for i in range(40))
+
+
 async def test_the_tree_survives_reopening(make_store: Callable[[str], EventStore]) -> None:
     async with make_store("again") as store:
         await store.append("ws", [msg(str(i)) for i in range(5)])
