@@ -410,6 +410,33 @@ class Checkpointer:
                 del self._pending[workspace]
             return kept
 
+    async def inclusion_proof(
+        self, workspace: str, seq: int, size: int | None = None
+    ) -> InclusionProof:
+        """The proof that event ``seq`` is in the tree of ``size`` (default: the latest
+        checkpoint kept). Raises :class:`NotFound` without a checkpoint, or for a ``size``
+        beyond the log; :class:`hub.core.merkle.ProofError` for a seq outside the tree."""
+        size = await self._size(workspace, size)
+        return await prove_inclusion(self.store, workspace, seq, size)
+
+    async def consistency_proof(
+        self, workspace: str, old: int, new: int | None = None
+    ) -> ConsistencyProof:
+        """The proof that the tree of ``old`` is a prefix of the tree of ``new`` (default:
+        the latest checkpoint kept). Raises as :meth:`inclusion_proof`."""
+        new = await self._size(workspace, new)
+        return await prove_consistency(self.store, workspace, old, new)
+
+    async def _size(self, workspace: str, size: int | None) -> int:
+        if size is None:
+            latest = await self.store.load_checkpoint(workspace)
+            if latest is None:
+                raise NotFound(f"no checkpoint of {workspace!r} yet", workspace=workspace)
+            return latest.size
+        if size > await self.store.ensure_hashes(workspace):
+            raise NotFound(f"the log of {workspace!r} has no tree of size {size}", size=size)
+        return size
+
     async def _check_extends_last(self, workspace: str, size: int, root: bytes) -> None:
         last = await self.store.load_checkpoint(workspace)
         if last is None:

@@ -69,11 +69,12 @@ def register(subparsers: Any) -> None:
     add_workspace_arg(parser, optional=True)
     parser.add_argument(
         "--checkpoint",
-        action="append",
+        action="extend",
+        nargs="+",
         default=[],
         type=Path,
         metavar="FILE",
-        help="a signed checkpoint the log must still contain (repeatable; needs WORKSPACE)",
+        help="signed checkpoints the log must still contain (repeatable; needs WORKSPACE)",
     )
     parser.add_argument(
         "--key",

@@ -95,9 +95,9 @@ def stored_hash_index(level: int, index: int) -> int:
     """Where the hash of the perfect subtree (``level``, ``index``) — leaves
     ``[index << level, (index + 1) << level)`` — sits in the stored sequence."""
     assert level >= 0 and index >= 0, "bad math: negative tree coordinates"
-    # The last leaf of the subtree, then every stored hash up to and including it: each
-    # leaf k brings 1 + trailing-ones(k) hashes, and those of leaves 0..k add up to
-    # sum over j >= 0 of (k+1) >> j ... computed as tlog does, by walking down the levels.
+    # As tlog: walk down to the subtree's last leaf n (index 2^level·(index+1) - 1); the
+    # hashes stored up to and including leaf n's own hash number n + n/2 + n/4 + … (each
+    # leaf k adds 1 + trailing-ones(k)); the ``level`` more stored after it lead up to ours.
     n = index
     for _ in range(level):
         n = 2 * n + 1
@@ -147,17 +147,9 @@ def append_leaf(
 
     Returns (the frontier of ``size + 1``, the hashes to store at indexes
     ``stored_hash_count(size)`` onward: the leaf, then each subtree it completes)."""
-    assert len(frontier) == size.bit_count(), "bad math: frontier does not match the size"
-    stack = list(frontier)
-    new = [leaf]
-    current = leaf
-    n = size
-    while n & 1:  # each trailing one bit: leaf completes a subtree with the last frontier entry
-        current = node_hash(stack.pop(), current)
-        new.append(current)
-        n >>= 1
-    stack.append(current)
-    return tuple(stack), new
+    compact = CompactRange(size, frontier)
+    new = compact.append(leaf)
+    return compact.frontier(), new
 
 
 def append_leaves(

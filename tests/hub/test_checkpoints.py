@@ -200,3 +200,19 @@ async def test_proofs_check_against_the_signed_root(store: SqliteEventStore) -> 
     check_consistency(5, 11, small.root, large.root, consistency.hashes)
     findings = await audit_log(store, "ws", [("small", small), ("large", large)])
     assert [f.ok for f in findings] == [True, True]
+
+
+async def test_the_servers_proof_api(store: SqliteEventStore) -> None:
+    checkpoints = Checkpointer(store, generate_signer("agora.t"))
+    await store.append("ws", [msg(str(i)) for i in range(9)])
+    with pytest.raises(NotFound):
+        await checkpoints.inclusion_proof("ws", 3)  # no checkpoint yet
+    record = await checkpoints.on_demand("ws")
+    signed = parse_checkpoint(parse_note(record.note).text)
+    proof = await checkpoints.inclusion_proof("ws", 3)
+    events = [e async for e in store.read("ws")]
+    check_inclusion(2, 9, leaf_hash(canonical_bytes(events[2])), proof.hashes, signed.root)
+    old = await root_hash(store, "ws", 4)
+    check_consistency(4, 9, old, signed.root, (await checkpoints.consistency_proof("ws", 4)).hashes)
+    with pytest.raises(NotFound):
+        await checkpoints.inclusion_proof("ws", 3, 10)
