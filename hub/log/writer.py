@@ -594,7 +594,6 @@ def grow_trees(
     ranges: dict[str, CompactRange] = {}
     heads: dict[str, str] = {}
     hash_rows: list[HashRow] = []
-    add = hash_rows.append
     for (event, _), leaf in zip(rows, leaves, strict=True):
         workspace = event.workspace
         compact = ranges.get(workspace)
@@ -602,11 +601,7 @@ def grow_trees(
             tree = trees[workspace]
             compact = ranges[workspace] = CompactRange(tree.size, tree.frontier)
         assert compact.size == event.seq - 1, "bad math: rows out of seq order"
-        new = compact.append(leaf)
-        index = compact.stored - len(new)
-        for h in new:
-            add((workspace, index, h))
-            index += 1
+        compact.append_rows(workspace, leaf, hash_rows)
         heads[workspace] = event.hash or GENESIS
     return hash_rows, {w: TreeTip(c.size, heads[w], c.frontier()) for w, c in ranges.items()}
 
