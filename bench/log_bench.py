@@ -265,8 +265,12 @@ async def agora_concurrent(
         return per_writer * WRITERS / (time.perf_counter() - t0)
 
 
-async def agora_tree(db: Path, n: int, *, on: bool, workspaces: int = 8) -> tuple[float, int]:
-    """(d): (b) with the Merkle tree and checkpoints on or off; (appends/s, checkpoints)."""
+async def agora_tree(
+    db: Path, n: int, *, on: bool, workspaces: int = 8
+) -> tuple[float, float, int]:
+    """(d): (b) with the Merkle tree and checkpoints on or off; (appends/s, CPU µs of this
+    process per append, checkpoints signed). CPU time is less at the mercy of other
+    processes on a shared machine than the rate is."""
     per_writer = n // WRITERS
     async with SqliteEventStore(db, merkle=on) as store:
         checkpoints = Checkpointer(store, generate_signer("agora.bench")) if on else None
@@ -278,31 +282,36 @@ async def agora_tree(db: Path, n: int, *, on: bool, workspaces: int = 8) -> tupl
                 if checkpoints is not None:
                     checkpoints.appended(workspace, result.seqs[-1])
 
+        total = per_writer * WRITERS
         if checkpoints is None:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             await asyncio.gather(*(writer(k) for k in range(WRITERS)))
-            return per_writer * WRITERS / (time.perf_counter() - t0), 0
+            cpu = (time.process_time() - c0) / total * 1e6
+            return total / (time.perf_counter() - t0), cpu, 0
         async with checkpoints:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             await asyncio.gather(*(writer(k) for k in range(WRITERS)))
-            rate = per_writer * WRITERS / (time.perf_counter() - t0)
+            rate = total / (time.perf_counter() - t0)
+            cpu = (time.process_time() - c0) / total * 1e6
         made = 0
         for w in range(workspaces):
             made += len(await store.list_checkpoints(f"bench-{w}"))
-        return rate, made
+        return rate, cpu, made
 
 
 def tree_rows(root: Path, n: int, repeats: int) -> None:
     """(d): interleaved off/on runs; prints the medians and the ratio."""
     off: list[float] = []
     on: list[float] = []
+    cpu: dict[bool, list[float]] = {False: [], True: []}
     signed: list[int] = []
     for i in range(repeats):
         for flag, rates in ((False, off), (True, on)):
             run_dir = root / f"d-{flag}-{i}"
             run_dir.mkdir()
-            rate, made = asyncio.run(agora_tree(run_dir / "log.db", n, on=flag))
+            rate, used, made = asyncio.run(agora_tree(run_dir / "log.db", n, on=flag))
             rates.append(rate)
+            cpu[flag].append(used)
             if flag:
                 signed.append(made)
             shutil.rmtree(run_dir)
@@ -314,6 +323,8 @@ def tree_rows(root: Path, n: int, repeats: int) -> None:
         f"    off {fmt(m_off)} appends/s | on {fmt(m_on)} appends/s | on/off {ratio:.2f}  "
         f"target >= {TREE_RATIO_TARGET:g}  {mark}"
     )
+    c_off, c_on = statistics.median(cpu[False]), statistics.median(cpu[True])
+    print(f"    CPU per append: off {c_off:.1f} µs | on {c_on:.1f} µs | on/off {c_on / c_off:.2f}")
     print(f"    runs off: {', '.join(fmt(r) for r in off)}")
     print(
         f"    runs on:  {', '.join(fmt(r) for r in on)} (checkpoints signed: "
