@@ -338,11 +338,13 @@ class Checkpointer:
     # -- the schedule -------------------------------------------------------------------------
 
     def appended(self, workspace: str, head: int) -> None:
-        """Hear of a commit (``head``: the workspace's new last seq). Never blocks."""
+        """Hear of a commit (``head``: the workspace's new last seq). Never blocks; called
+        for every append, so it only wakes the task when the event count makes a checkpoint
+        due (the task's own timer covers ``every_ms``)."""
         seen = self._pending.get(workspace)
-        since = seen[1] if seen is not None else self._clock() * 1000
+        since = self._clock() * 1000 if seen is None else seen[1]
         self._pending[workspace] = (head, since)
-        if self._due(workspace, head, since, self._clock() * 1000):
+        if head - self._signed.get(workspace, 0) >= self.every_events:
             self._wake.set()
 
     def _due(self, workspace: str, head: int, since: float, now_ms: float) -> bool:
@@ -369,10 +371,19 @@ class Checkpointer:
                 self._pending.pop(workspace, None)
         return made
 
+    def _next_deadline_s(self) -> float:
+        """Seconds until the earliest pending workspace is due by time (at most every_ms)."""
+        now_ms = self._clock() * 1000
+        wait_ms = min(
+            (since + self.every_ms - now_ms for _, since in self._pending.values()),
+            default=self.every_ms,
+        )
+        return max(0.0, min(wait_ms, self.every_ms)) / 1000
+
     async def _run(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.every_ms / 1000):
+                async with asyncio.timeout(self._next_deadline_s()):
                     await self._wake.wait()
             self._wake.clear()
             await self.produce_due()

@@ -216,3 +216,16 @@ async def test_the_servers_proof_api(store: SqliteEventStore) -> None:
     check_consistency(4, 9, old, signed.root, (await checkpoints.consistency_proof("ws", 4)).hashes)
     with pytest.raises(NotFound):
         await checkpoints.inclusion_proof("ws", 3, 10)
+
+
+async def test_the_background_task_produces_a_checkpoint_due_by_time(
+    store: SqliteEventStore,
+) -> None:
+    config = AuditConfig(checkpoint_every_events=1000, checkpoint_every_ms=50)
+    async with Checkpointer(store, generate_signer("agora.t"), config) as checkpoints:
+        await store.append("ws", [msg()])
+        checkpoints.appended("ws", 1)
+        async with asyncio.timeout(10):
+            # The store has no event to wait on: poll, bounded.
+            while await store.load_checkpoint("ws") is None:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
