@@ -43,8 +43,10 @@ from hub.core.merkle import (
     tree_hash_indexes,
 )
 from hub.log.sqlite import SqliteEventStore
+from hub.log.writer import runs
 
 WORKSPACE = "bench"
+INSERT = "INSERT INTO merkle_hashes VALUES (?, ?, ?)"
 TARGET_MS = 5.0  # per proof, generation through the store
 
 
@@ -57,15 +59,17 @@ def build(db: Path, n: int) -> bytes:
     compact = CompactRange()
     conn = sqlite3.connect(db)
     conn.execute("PRAGMA journal_mode=WAL")
-    batch: list[tuple[str, int, bytes]] = []
+    hashes: list[bytes] = []
+    first = 0
     for i in range(n):
-        new = compact.append(leaf(i))
-        first = compact.stored - len(new)
-        batch.extend((WORKSPACE, first + j, h) for j, h in enumerate(new))
-        if len(batch) >= 100_000:
-            conn.executemany("INSERT INTO merkle_hashes VALUES (?, ?, ?)", batch)
-            batch.clear()
-    conn.executemany("INSERT INTO merkle_hashes VALUES (?, ?, ?)", batch)
+        compact.append_into(leaf(i), hashes)
+        if len(hashes) >= 100_000:  # stored as the writer stores them: runs of RUN_MAX
+            conn.executemany(
+                "INSERT INTO merkle_hashes VALUES (?, ?, ?)", runs(WORKSPACE, first, hashes)
+            )
+            first = compact.stored
+            hashes = []
+    conn.executemany(INSERT, runs(WORKSPACE, first, hashes))
     conn.commit()
     conn.close()
     return frontier_root(compact.frontier())
@@ -147,10 +151,14 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         root = build(db, args.events)
         built = time.perf_counter() - t0
-        rows = sqlite3.connect(db).execute("SELECT count(*) FROM merkle_hashes").fetchone()[0]
+        conn = sqlite3.connect(db)
+        rows, size = conn.execute(
+            "SELECT count(*), sum(length(hash)) / 32 FROM merkle_hashes"
+        ).fetchone()
+        conn.close()
         print(
-            f"built and stored {rows:,} hashes for {args.events:,} leaves in {built:.1f} s "
-            f"({rows / args.events:.2f} per leaf); root "
+            f"built and stored {size:,} hashes ({rows:,} runs) for {args.events:,} leaves in "
+            f"{built:.1f} s ({size / args.events:.2f} per leaf); root "
             f"{base64.b64encode(root).decode()}"
         )
         asyncio.run(measure(db, args.events, root, args.proofs))

@@ -196,24 +196,23 @@ class CompactRange:
         self.stored += len(new)
         return new
 
-    def append_rows(self, key: str, leaf: bytes, rows: list[tuple[str, int, bytes]]) -> None:
-        """:meth:`append`, adding each new stored hash to ``rows`` as ``(key, index, hash)``
-        (the store's row shape; no intermediate list: this runs for every event written)."""
+    def append_into(self, leaf: bytes, out: list[bytes]) -> None:
+        """:meth:`append`, adding the new stored hashes to ``out`` (no list per leaf: this
+        runs for every event written)."""
         stack = self.hashes
-        index = self.stored
-        rows.append((key, index, leaf))
-        index += 1
+        out.append(leaf)
         current = leaf
         n = self.size
+        added = 1
         sha256 = hashlib.sha256
         while n & 1:
             current = sha256(_NODE + stack.pop() + current).digest()
-            rows.append((key, index, current))
-            index += 1
+            out.append(current)
+            added += 1
             n >>= 1
         stack.append(current)
         self.size += 1
-        self.stored = index
+        self.stored += added
 
     def frontier(self) -> tuple[bytes, ...]:
         return tuple(self.hashes)

@@ -117,10 +117,11 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         3,
         "merkle_hashes (each workspace's Merkle tree), checkpoints (signed tree heads)",
         (
-            # The stored hashes of each workspace's Merkle tree (hub.core.merkle: idx is the
-            # stored hash index). Derived from the events and written in the same
-            # transaction; a workspace written before this migration gets its hashes built
-            # from its events at its next append or checkpoint.
+            # The stored hashes of each workspace's Merkle tree (hub.core.merkle's dense
+            # sequence), in runs: ``hash`` holds consecutive stored hashes from index ``idx``
+            # on, 32 bytes each (hub.log.writer.HashRow). Derived from the events and
+            # written in the same transaction; a workspace written before this migration
+            # gets its hashes built from its events at its next append or checkpoint.
             """
             CREATE TABLE {schema}.merkle_hashes (
                 workspace TEXT   NOT NULL,

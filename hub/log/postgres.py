@@ -68,7 +68,7 @@ from hub.core.errors import (
     Unavailable,
 )
 from hub.core.events import Event
-from hub.core.merkle import frontier_indexes, stored_hash_count
+from hub.core.merkle import HASH_SIZE, frontier_indexes, stored_hash_count
 from hub.core.records import AppendResult, Head, Snapshot
 from hub.core.validation import SHA256_RE
 from hub.log.base import BlobStore, EventStore
@@ -221,12 +221,23 @@ class _Sql:
             f"INSERT INTO {s}.merkle_hashes (workspace, idx, hash) "
             "SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])"
         )
-        self.hashes = (
-            f"SELECT idx, hash FROM {s}.merkle_hashes WHERE workspace = $1 "
-            "AND idx = ANY($2::bigint[])"
-        )
+        # Each wanted stored index: the run holding it (hub.log.writer.HashRow), sliced to
+        # its 32 bytes; a slice past the run's end comes back short (not stored).
+        self.hashes = f"""
+            SELECT w.want, substring(r.hash FROM ((w.want - r.idx) * 32 + 1)::int FOR 32)
+            FROM unnest($2::bigint[]) AS w(want)
+            JOIN LATERAL (
+                SELECT idx, hash FROM {s}.merkle_hashes
+                WHERE workspace = $1 AND idx <= w.want ORDER BY idx DESC LIMIT 1
+            ) AS r ON true
+        """
         self.delete_hashes_from = (
             f"DELETE FROM {s}.merkle_hashes WHERE workspace = $1 AND idx >= $2"
+        )
+        self.cut_hash_run = (
+            f"UPDATE {s}.merkle_hashes "
+            "SET hash = substring(hash FROM 1 FOR (($2 - idx) * 32)::int) "
+            "WHERE workspace = $1 AND idx < $2 AND idx + octet_length(hash) / 32 > $2"
         )
         self.head_seq = f"SELECT seq FROM {s}.heads WHERE workspace = $1"
         self.save_checkpoint = (
@@ -278,6 +289,11 @@ class _Sql:
         )
         self.blob_get = f"SELECT data FROM {s}.blobs WHERE sha256 = $1"
         self.blob_has = f"SELECT EXISTS (SELECT 1 FROM {s}.blobs WHERE sha256 = $1)"
+
+
+def _hash_map(rows: list[asyncpg.Record]) -> dict[int, bytes]:
+    """(index, 32-byte slice) rows as index → hash; a short slice is a hash not stored."""
+    return {int(r[0]): bytes(r[1]) for r in rows if r[1] is not None and len(r[1]) == HASH_SIZE}
 
 
 def _checkpoint(row: asyncpg.Record) -> CheckpointRecord:
@@ -640,11 +656,13 @@ class PostgresEventStore(EventStore):
     async def _load_tree(self, conn: Conn, workspace: str, size: int, head: str) -> TreeTip:
         # Stored hashes past the head are stale derived data (the log was cut behind the
         # store's back): dropped rather than left to collide with new ones.
-        await conn.execute(self._sql.delete_hashes_from, workspace, stored_hash_count(size))
+        count = stored_hash_count(size)
+        await conn.execute(self._sql.delete_hashes_from, workspace, count)
+        await conn.execute(self._sql.cut_hash_run, workspace, count)
         if size == 0:
             return EMPTY_TREE
         indexes = frontier_indexes(size)
-        found = {r[0]: bytes(r[1]) for r in await conn.fetch(self._sql.hashes, workspace, indexes)}
+        found = _hash_map(await conn.fetch(self._sql.hashes, workspace, indexes))
         if all(i in found for i in indexes):
             return TreeTip(size, head, tuple(found[i] for i in indexes))
         tip = await self._rebuild(conn, workspace, size)
@@ -753,7 +771,7 @@ class PostgresEventStore(EventStore):
         rows = await self._fetch(
             self._sql.hashes, (workspace, list(indexes)), "reading Merkle hashes"
         )
-        return {int(r[0]): bytes(r[1]) for r in rows}
+        return _hash_map(rows)
 
     async def rebuild_hashes(self, workspace: str) -> int:
         """See :meth:`EventStore.rebuild_hashes`: under the log's write lock, so no node

@@ -38,7 +38,7 @@ import asyncio
 import contextlib
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final, TypeAlias
@@ -50,7 +50,7 @@ from hub.core.chain import GENESIS
 from hub.core.checkpoint import CheckpointRecord
 from hub.core.errors import AgoraError, IntegrityError, Internal, NotFound, Unavailable
 from hub.core.events import Event, decode_events
-from hub.core.merkle import frontier_indexes, stored_hash_count
+from hub.core.merkle import HASH_SIZE, frontier_indexes, stored_hash_count
 from hub.core.records import AppendResult, Head, Snapshot
 from hub.log.base import EventStore
 from hub.log.blobs import FileBlobStore
@@ -104,8 +104,9 @@ _SCHEMA: Final = (
         PRIMARY KEY (workspace, name, version, seq)
     ) WITHOUT ROWID
     """,
-    # The stored hashes of each workspace's Merkle tree (hub.core.merkle: idx is the
-    # stored hash index). Derived from the events, written in the same transaction.
+    # The stored hashes of each workspace's Merkle tree (hub.core.merkle's dense sequence),
+    # in runs: ``hash`` holds consecutive stored hashes from index ``idx`` on, 32 bytes each
+    # (hub.log.writer.HashRow). Derived from the events, written in the same transaction.
     """
     CREATE TABLE IF NOT EXISTS merkle_hashes (
         workspace TEXT    NOT NULL,
@@ -189,11 +190,23 @@ _SELECT_SNAPSHOT: Final = (
 )
 
 _INSERT_HASH: Final = "INSERT INTO merkle_hashes (workspace, idx, hash) VALUES (?, ?, ?)"
-_SELECT_HASHES: Final = (
-    "SELECT idx, hash FROM merkle_hashes WHERE workspace = ? "
-    "AND idx IN (SELECT value FROM json_each(?))"
-)
+# Each wanted stored index: the run holding it (the last one starting at or before it; an
+# index seek), sliced to its 32 bytes (hub.log.writer.HashRow). A slice past the run's end
+# comes back short: that hash is not stored.
+_SELECT_HASHES: Final = """
+    SELECT j.value, (
+        SELECT substr(r.hash, (j.value - r.idx) * 32 + 1, 32) FROM merkle_hashes AS r
+        WHERE r.workspace = ?1 AND r.idx <= j.value ORDER BY r.idx DESC LIMIT 1
+    )
+    FROM json_each(?2) AS j
+"""
+# Cut the stored sequence back to its first ?2 hashes: whole runs past it go, a run across
+# it is shortened.
 _DELETE_HASHES_FROM: Final = "DELETE FROM merkle_hashes WHERE workspace = ? AND idx >= ?"
+_CUT_HASH_RUN: Final = (
+    "UPDATE merkle_hashes SET hash = substr(hash, 1, (?2 - idx) * 32) "
+    "WHERE workspace = ?1 AND idx < ?2 AND idx + length(hash) / 32 > ?2"
+)
 _SELECT_CHECKPOINT: Final = (
     "SELECT workspace, size, note, cosignatures FROM checkpoints WHERE workspace = ? AND size = ?"
 )
@@ -460,14 +473,13 @@ class _Writer:
     def _load_tree(self, conn: sqlite3.Connection, workspace: str, size: int, head: str) -> TreeTip:
         # Stored hashes past the head would be stale derived data (the log was cut behind
         # the store's back); they are dropped rather than left to collide with new ones.
-        conn.execute(_DELETE_HASHES_FROM, (workspace, stored_hash_count(size)))
+        count = stored_hash_count(size)
+        conn.execute(_DELETE_HASHES_FROM, (workspace, count))
+        conn.execute(_CUT_HASH_RUN, (workspace, count))
         if size == 0:
             return EMPTY_TREE
         indexes = frontier_indexes(size)
-        found = {
-            idx: bytes(h)
-            for idx, h in conn.execute(_SELECT_HASHES, (workspace, _json.encode(indexes)))
-        }
+        found = _hash_map(conn.execute(_SELECT_HASHES, (workspace, _json.encode(indexes))))
         if all(i in found for i in indexes):
             return TreeTip(size, head, tuple(found[i] for i in indexes))
         tip = self._rebuild(conn, workspace, size)
@@ -711,7 +723,7 @@ class SqliteEventStore(EventStore):
         rows = await self._fetch(
             _SELECT_HASHES, (workspace, _json.encode(list(indexes))), "reading Merkle hashes"
         )
-        return {int(idx): bytes(h) for idx, h in rows}
+        return _hash_map(rows)
 
     async def rebuild_hashes(self, workspace: str) -> int:
         """See :meth:`EventStore.rebuild_hashes` (on the writer thread, between batches)."""
@@ -869,6 +881,11 @@ class SqliteEventStore(EventStore):
     async def heads(self) -> list[Head]:
         """See :meth:`EventStore.heads`. Raises ``Unavailable``."""
         return [head_from_row(r) for r in await self._fetch(_SELECT_HEADS, (), "reading heads")]
+
+
+def _hash_map(rows: Iterable[Any]) -> dict[int, bytes]:
+    """(index, 32-byte slice) rows as index → hash; a short slice is a hash not stored."""
+    return {int(idx): bytes(h) for idx, h in rows if h is not None and len(h) == HASH_SIZE}
 
 
 def _checkpoint(row: Any) -> CheckpointRecord:

@@ -569,7 +569,21 @@ class TreeTip(NamedTuple):
 EMPTY_TREE: Final = TreeTip(0, GENESIS, ())
 
 HashRow: TypeAlias = tuple[str, int, bytes]
-"""(workspace, stored hash index, hash): one row of the ``merkle_hashes`` table."""
+"""(workspace, idx, hashes): one row of the ``merkle_hashes`` table, a *run* of consecutive
+stored hashes (hub.core.merkle's dense sequence) starting at stored index ``idx``,
+concatenated (32 bytes each). A batch writes one run per workspace (split every
+:data:`RUN_MAX` hashes) instead of a row per hash: the tree then costs the commit a few
+rows, not two per event. Readers slice the run (``substr``)."""
+
+RUN_MAX: Final = 1024  # hashes in one run: 32 KiB
+
+
+def runs(workspace: str, first: int, hashes: list[bytes]) -> list[HashRow]:
+    """``hashes`` (stored from index ``first`` on) as rows of at most :data:`RUN_MAX`."""
+    return [
+        (workspace, first + i, b"".join(hashes[i : i + RUN_MAX]))
+        for i in range(0, len(hashes), RUN_MAX)
+    ]
 
 
 def tree_starts(rows: Sequence[tuple[Event, bytes]]) -> dict[str, tuple[int, str]]:
@@ -591,19 +605,25 @@ def grow_trees(
     ``trees``: every written workspace's tree at the start of the batch (as
     :func:`tree_starts` names it). About two hashes per event: kept lean, it runs inside
     every commit."""
-    ranges: dict[str, CompactRange] = {}
+    ranges: dict[str, tuple[CompactRange, int, list[bytes]]] = {}
     heads: dict[str, str] = {}
-    hash_rows: list[HashRow] = []
     for (event, _), leaf in zip(rows, leaves, strict=True):
         workspace = event.workspace
-        compact = ranges.get(workspace)
-        if compact is None:
+        grown = ranges.get(workspace)
+        if grown is None:
             tree = trees[workspace]
-            compact = ranges[workspace] = CompactRange(tree.size, tree.frontier)
+            compact = CompactRange(tree.size, tree.frontier)
+            grown = ranges[workspace] = (compact, compact.stored, [])
+        compact = grown[0]
         assert compact.size == event.seq - 1, "bad math: rows out of seq order"
-        compact.append_rows(workspace, leaf, hash_rows)
+        compact.append_into(leaf, grown[2])
         heads[workspace] = event.hash or GENESIS
-    return hash_rows, {w: TreeTip(c.size, heads[w], c.frontier()) for w, c in ranges.items()}
+    hash_rows: list[HashRow] = []
+    tips: dict[str, TreeTip] = {}
+    for workspace, (compact, first, hashes) in ranges.items():
+        hash_rows.extend(runs(workspace, first, hashes))
+        tips[workspace] = TreeTip(compact.size, heads[workspace], compact.frontier())
+    return hash_rows, tips
 
 
 class TreeBuilder:
@@ -619,9 +639,10 @@ class TreeBuilder:
 
     def add(self, events: Iterable[Event]) -> list[HashRow]:
         """Raises :class:`IntegrityError` for a gap or an event of another workspace."""
-        rows: list[HashRow] = []
         tip = self.tip
         compact = CompactRange(tip.size, tip.frontier)
+        first = compact.stored
+        hashes: list[bytes] = []
         head = tip.head
         for event in events:
             if event.seq != compact.size + 1 or event.workspace != self.workspace:
@@ -630,9 +651,7 @@ class TreeBuilder:
                     f"{compact.size + 1}, got seq {event.seq}",
                     seq=compact.size + 1,
                 )
-            new = compact.append(leaf_hash(canonical_bytes(event)))
-            first = compact.stored - len(new)
-            rows.extend((self.workspace, first + i, h) for i, h in enumerate(new))
+            compact.append_into(leaf_hash(canonical_bytes(event)), hashes)
             head = event.hash or GENESIS
         self.tip = TreeTip(compact.size, head, compact.frontier())
-        return rows
+        return runs(self.workspace, first, hashes)
