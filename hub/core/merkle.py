@@ -214,6 +214,28 @@ class CompactRange:
         self.size += 1
         self.stored += added
 
+    def extend(self, records: Iterable[bytes], out: list[bytes]) -> None:
+        """Add a leaf for each of ``records`` (leaf data: its hash is
+        :func:`leaf_hash` of it), adding every new stored hash to ``out`` in stored order.
+        One tight loop: the writer runs it for every event it commits."""
+        stack = self.hashes
+        append = out.append
+        n = self.size
+        sha256 = hashlib.sha256
+        start = len(out)
+        for data in records:
+            current = sha256(_LEAF + data).digest()
+            append(current)
+            m = n
+            while m & 1:
+                current = sha256(_NODE + stack.pop() + current).digest()
+                append(current)
+                m >>= 1
+            stack.append(current)
+            n += 1
+        self.size = n
+        self.stored += len(out) - start
+
     def frontier(self) -> tuple[bytes, ...]:
         return tuple(self.hashes)
 

@@ -86,13 +86,13 @@ from hub.log.writer import (
     Request,
     Tip,
     TreeBuilder,
+    TreeGrowth,
     TreeTip,
     batch_timestamp,
     chain,
     decide,
     grow_trees,
     resolve,
-    tree_starts,
 )
 
 DEFAULT_SCHEMA: Final = "agora"
@@ -625,7 +625,9 @@ class PostgresEventStore(EventStore):
                 trees: dict[str, TreeTip] = {}
                 if decision.rows:
                     hash_rows, trees = grow_trees(
-                        decision.rows, decision.leaves, await self._trees_of(conn, decision.rows)
+                        decision.records,
+                        await self._trees_of(conn, decision.records),
+                        decision.staged,
                     )
                     await self._write(conn, decision.rows, decision.staged, hash_rows)
         except _DRIVER_ERRORS as e:
@@ -642,14 +644,14 @@ class PostgresEventStore(EventStore):
         self._trees.update(trees)
         return decision.outcomes
 
-    async def _trees_of(self, conn: Conn, rows: list[tuple[Event, bytes]]) -> dict[str, TreeTip]:
-        """The tree of each workspace ``rows`` grow, as of the batch's start: cached, else its
-        frontier read back, else rebuilt from the events (under the batch's lock)."""
+    async def _trees_of(self, conn: Conn, records: dict[str, TreeGrowth]) -> dict[str, TreeTip]:
+        """The tree each written workspace grows from: cached, else its frontier read back,
+        else rebuilt from the events (under the batch's lock)."""
         trees: dict[str, TreeTip] = {}
-        for workspace, (size, head) in tree_starts(rows).items():
+        for workspace, growth in records.items():
             tree = self._trees.get(workspace)
-            if tree is None or not tree.matches(size, head):
-                tree = await self._load_tree(conn, workspace, size, head)
+            if tree is None or not tree.matches(growth.size, growth.head):
+                tree = await self._load_tree(conn, workspace, growth.size, growth.head)
             trees[workspace] = tree
         return trees
 

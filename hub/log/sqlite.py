@@ -65,13 +65,13 @@ from hub.log.writer import (
     Request,
     Tip,
     TreeBuilder,
+    TreeGrowth,
     TreeTip,
     batch_timestamp,
     chain,
     decide,
     grow_trees,
     resolve,
-    tree_starts,
 )
 
 SCHEMA_VERSION: Final = 2
@@ -107,13 +107,14 @@ _SCHEMA: Final = (
     # The stored hashes of each workspace's Merkle tree (hub.core.merkle's dense sequence),
     # in runs: ``hash`` holds consecutive stored hashes from index ``idx`` on, 32 bytes each
     # (hub.log.writer.HashRow). Derived from the events, written in the same transaction.
+    # A rowid table: runs are kilobytes, too large for a WITHOUT ROWID b-tree's cells.
     """
     CREATE TABLE IF NOT EXISTS merkle_hashes (
         workspace TEXT    NOT NULL,
         idx       INTEGER NOT NULL,
         hash      BLOB    NOT NULL,
         PRIMARY KEY (workspace, idx)
-    ) WITHOUT ROWID
+    )
     """,
     # Signed checkpoints (hub.core.checkpoint): the hub's note, and the cosignature lines
     # witnesses handed back.
@@ -390,7 +391,7 @@ class _Writer:
                 conn.executemany(_INSERT, [_row(e, body) for e, body in decision.rows])
             if decision.rows and self.merkle:
                 hash_rows, trees = grow_trees(
-                    decision.rows, decision.leaves, self._trees(conn, decision.rows)
+                    decision.records, self._trees(conn, decision.records), decision.staged
                 )
                 conn.executemany(_INSERT_HASH, hash_rows)
             conn.execute("COMMIT")
@@ -458,15 +459,15 @@ class _Writer:
     # -- the Merkle tree ---------------------------------------------------------------------
 
     def _trees(
-        self, conn: sqlite3.Connection, rows: list[tuple[Event, bytes]]
+        self, conn: sqlite3.Connection, records: dict[str, TreeGrowth]
     ) -> dict[str, TreeTip]:
-        """The tree of each workspace ``rows`` grow, as of the batch's start: cached, else
-        its frontier read back, else rebuilt from the events (in the batch's transaction)."""
+        """The tree each written workspace grows from: cached, else its frontier read back,
+        else rebuilt from the events (in the batch's transaction)."""
         trees: dict[str, TreeTip] = {}
-        for workspace, (size, head) in tree_starts(rows).items():
+        for workspace, growth in records.items():
             tree = self.trees.get(workspace)
-            if tree is None or not tree.matches(size, head):
-                tree = self._load_tree(conn, workspace, size, head)
+            if tree is None or not tree.matches(growth.size, growth.head):
+                tree = self._load_tree(conn, workspace, growth.size, growth.head)
             trees[workspace] = tree
         return trees
 

@@ -43,7 +43,7 @@ import msgspec
 from hub.core.chain import GENESIS, canonical_bytes, seal_canonical, verify_chain
 from hub.core.errors import AgoraError, BadRequest, Conflict, IntegrityError, Unavailable
 from hub.core.events import EVENT_TYPES, Event, encode_event
-from hub.core.merkle import CompactRange, leaf_hash
+from hub.core.merkle import CompactRange
 from hub.core.records import AppendResult
 from hub.core.validation import validate_workspace
 from hub.log.codec import decode_page
@@ -372,6 +372,23 @@ class GroupCommit:
 # -- deciding a batch (no I/O) --------------------------------------------------------------
 
 
+class TreeGrowth(NamedTuple):
+    """How one workspace's tree grows in a batch: from the tree of ``size`` whose chain
+    head is ``head``, by a leaf per entry of ``records`` (canonical event bytes)."""
+
+    size: int
+    head: str
+    records: list[bytes]
+
+
+def _grow(records: dict[str, TreeGrowth], workspace: str, current: Tip) -> list[bytes]:
+    """The list collecting ``workspace``'s new canonical bytes in this batch."""
+    growth = records.get(workspace)
+    if growth is None:
+        growth = records[workspace] = TreeGrowth(current[0], current[1], [])
+    return growth.records
+
+
 class Decision(NamedTuple):
     """What :func:`decide` made of a batch."""
 
@@ -383,8 +400,10 @@ class Decision(NamedTuple):
     """The new tip of every workspace written: the truth once the transaction commits."""
     position: int
     """The next free position once the transaction commits."""
-    leaves: list[bytes]
-    """The Merkle leaf hash of each row (hub.core.merkle), in the same order."""
+    records: dict[str, TreeGrowth]
+    """Per workspace written: where its tree grows from and the canonical bytes
+    (hub.core.chain) of its new events in seq order, what their Merkle leaves cover
+    (:func:`grow_trees`)."""
 
 
 def batch_timestamp(last: int) -> int:
@@ -417,7 +436,7 @@ def decide(
     staged: dict[str, Tip] = {}
     written: dict[tuple[str, str], Event] = {}
     rows: list[tuple[Event, bytes]] = []
-    leaves: list[bytes] = []
+    records: dict[str, TreeGrowth] = {}
     outcomes: list[Outcome] = []
     minted = iter(
         mint(now, sum(r.size - len(r.client_ids) for r in batch if isinstance(r, Append)))
@@ -426,15 +445,15 @@ def decide(
         try:
             if isinstance(req, Append):
                 result, position = _append_one(
-                    req, tip, staged, written, known, minted, rows, leaves, position, now
+                    req, tip, staged, written, known, minted, rows, records, position, now
                 )
                 outcomes.append(result)
             else:
-                outcomes.append(_import_one(req, tip, staged, rows, leaves, position))
+                outcomes.append(_import_one(req, tip, staged, rows, records, position))
                 position += req.size
         except AgoraError as e:
             outcomes.append(e)
-    return Decision(outcomes, rows, staged, position, leaves)
+    return Decision(outcomes, rows, staged, position, records)
 
 
 def _append_one(
@@ -445,7 +464,7 @@ def _append_one(
     known: Mapping[tuple[str, str], tuple[int, bytes]],
     minted: Iterator[str],
     rows: list[tuple[Event, bytes]],
-    leaves: list[bytes],
+    records: dict[str, TreeGrowth],
     position: int,
     now: int,
 ) -> tuple[AppendResult, int]:
@@ -469,11 +488,11 @@ def _append_one(
             expected=req.expected_seq,
         )
     new_rows: list[tuple[Event, bytes]] = []
-    new_leaves: list[bytes] = []
+    new_canonical: list[bytes] = []
     try:
         for draft in req.drafts:
             seq += 1
-            event, canonical = seal_canonical(
+            event, encoded = seal_canonical(
                 draft,
                 id=draft.id or next(minted),
                 workspace=workspace,
@@ -484,14 +503,14 @@ def _append_one(
                 prev=prev,
             )
             new_rows.append((event, encode_event(event)))  # fails here, before anything is staged
-            new_leaves.append(leaf_hash(canonical))
+            new_canonical.append(encoded)
             prev = event.hash or GENESIS
             position += 1
     except (TypeError, ValueError, msgspec.EncodeError) as e:
         index = len(new_rows)
         raise BadRequest(f"event {index} cannot be encoded: {e}", index=index) from e
     rows.extend(new_rows)
-    leaves.extend(new_leaves)
+    _grow(records, workspace, current).extend(new_canonical)
     sealed = tuple(event for event, _ in new_rows)
     if req.client_ids:  # minted ids are new by construction: only client ids can repeat
         for event in sealed:
@@ -523,7 +542,7 @@ def _import_one(
     tip: Callable[[str], Tip],
     staged: dict[str, Tip],
     rows: list[tuple[Event, bytes]],
-    leaves: list[bytes],
+    records: dict[str, TreeGrowth],
     position: int,
 ) -> int:
     workspace = req.workspace
@@ -533,11 +552,12 @@ def _import_one(
             f"workspace {workspace!r} is not empty (head {current[0]}); import needs an empty one",
             head=current[0],
         )
+    grown = _grow(records, workspace, current)
     for event in req.events:
         # Positions belong to this store; everything hashed stays verbatim.
         stored = msgspec.structs.replace(event, position=position)
         rows.append((stored, encode_event(stored)))
-        leaves.append(leaf_hash(canonical_bytes(event)))
+        grown.append(canonical_bytes(event))
         position += 1
     last = req.events[-1]
     staged[workspace] = (last.seq, last.hash or GENESIS, position - 1, last.timestamp)
@@ -586,43 +606,26 @@ def runs(workspace: str, first: int, hashes: list[bytes]) -> list[HashRow]:
     ]
 
 
-def tree_starts(rows: Sequence[tuple[Event, bytes]]) -> dict[str, tuple[int, str]]:
-    """For each workspace a batch writes: the (size, chain head hash) its tree grows from."""
-    starts: dict[str, tuple[int, str]] = {}
-    for event, _ in rows:
-        if event.workspace not in starts:
-            starts[event.workspace] = (event.seq - 1, event.prev or GENESIS)
-    return starts
-
-
 def grow_trees(
-    rows: Sequence[tuple[Event, bytes]],
-    leaves: Sequence[bytes],
-    trees: Mapping[str, TreeTip],
+    records: Mapping[str, TreeGrowth], trees: Mapping[str, TreeTip], staged: Mapping[str, Tip]
 ) -> tuple[list[HashRow], dict[str, TreeTip]]:
-    """The stored hashes a batch adds, and each written workspace's new tree tip.
-
-    ``trees``: every written workspace's tree at the start of the batch (as
-    :func:`tree_starts` names it). About two hashes per event: kept lean, it runs inside
-    every commit."""
-    ranges: dict[str, tuple[CompactRange, int, list[bytes]]] = {}
-    heads: dict[str, str] = {}
-    for (event, _), leaf in zip(rows, leaves, strict=True):
-        workspace = event.workspace
-        grown = ranges.get(workspace)
-        if grown is None:
-            tree = trees[workspace]
-            compact = CompactRange(tree.size, tree.frontier)
-            grown = ranges[workspace] = (compact, compact.stored, [])
-        compact = grown[0]
-        assert compact.size == event.seq - 1, "bad math: rows out of seq order"
-        compact.append_into(leaf, grown[2])
-        heads[workspace] = event.hash or GENESIS
+    """The stored hashes a batch adds (one run per workspace), and each written workspace's
+    new tree tip. ``records``: :attr:`Decision.records`; ``trees``: each written workspace's
+    tree as of the batch's start (its :class:`TreeGrowth` size and head); ``staged``: the
+    new chain tips. Each workspace's leaves are hashed and added in one tight loop
+    (hub.core.merkle.CompactRange.extend): this runs inside every commit."""
     hash_rows: list[HashRow] = []
     tips: dict[str, TreeTip] = {}
-    for workspace, (compact, first, hashes) in ranges.items():
+    for workspace, growth in records.items():
+        tree = trees[workspace]
+        compact = CompactRange(tree.size, tree.frontier)
+        first = compact.stored
+        hashes: list[bytes] = []
+        compact.extend(growth.records, hashes)
+        seq, head = staged[workspace][0], staged[workspace][1]
+        assert compact.size == seq, "bad math: the tree and the chain disagree on the size"
         hash_rows.extend(runs(workspace, first, hashes))
-        tips[workspace] = TreeTip(compact.size, heads[workspace], compact.frontier())
+        tips[workspace] = TreeTip(seq, head, compact.frontier())
     return hash_rows, tips
 
 
@@ -644,14 +647,16 @@ class TreeBuilder:
         first = compact.stored
         hashes: list[bytes] = []
         head = tip.head
+        records: list[bytes] = []
         for event in events:
-            if event.seq != compact.size + 1 or event.workspace != self.workspace:
+            if event.seq != compact.size + len(records) + 1 or event.workspace != self.workspace:
                 raise IntegrityError(
                     f"cannot build the tree of {self.workspace!r}: expected seq "
-                    f"{compact.size + 1}, got seq {event.seq}",
-                    seq=compact.size + 1,
+                    f"{compact.size + len(records) + 1}, got seq {event.seq}",
+                    seq=compact.size + len(records) + 1,
                 )
-            compact.append_into(leaf_hash(canonical_bytes(event)), hashes)
+            records.append(canonical_bytes(event))
             head = event.hash or GENESIS
+        compact.extend(records, hashes)
         self.tip = TreeTip(compact.size, head, compact.frontier())
         return runs(self.workspace, first, hashes)
