@@ -18,6 +18,12 @@ acknowledged append is fsynced) and the same event (a ~200-byte text payload). M
     versions and have to retry, which would only slow it down).
 (c) replay events/s over M events of one workspace / aggregate: read + decode + a trivial fold
     (count of events per kind, last seq).
+(d) Agora alone: (b)'s 64-writer appends/s with each workspace's Merkle tree and signed
+    checkpoints on (the default: stored hashes written in every commit, a
+    :class:`hub.checkpoints.Checkpointer` told of every append as the server tells it,
+    signing at its default every-1000-events / 10 s) beside the same run with both off
+    (``SqliteEventStore(merkle=False)``, no checkpointer); runs interleaved, same process.
+    Target: on within 10% of off. ``--tree-only`` runs just this.
 
 The eventsourcing side (9.x) is its persistence layer without the aggregate machinery, the
 closest equivalent of an :class:`EventStore`: ``eventsourcing.persistence.EventStore`` with
@@ -64,6 +70,8 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 
+from hub.checkpoints import Checkpointer
+from hub.core.checkpoint import generate_signer
 from hub.core.events import MessagePayload, MessagePosted
 from hub.log.sqlite import SqliteEventStore
 
@@ -73,6 +81,7 @@ TARGETS = {"single": 3_500.0, "concurrent": 50_000.0, "replay": 500_000.0}
 # (a) has no ratio target: with one writer awaiting each append, both sides must pay one
 # fsync per append, so the ratio can only approach 1x.
 RATIO_TARGETS = {"single": 0.0, "concurrent": 2.0, "replay": 2.0}
+TREE_RATIO_TARGET = 0.9  # (d): appends/s with the tree and checkpoints on / off
 
 
 # -- eventsourcing side ---------------------------------------------------------------------
@@ -256,6 +265,73 @@ async def agora_concurrent(
         return per_writer * WRITERS / (time.perf_counter() - t0)
 
 
+async def agora_tree(
+    db: Path, n: int, *, on: bool, workspaces: int = 8
+) -> tuple[float, float, int]:
+    """(d): (b) with the Merkle tree and checkpoints on or off; (appends/s, CPU µs of this
+    process per append, checkpoints signed). CPU time is less at the mercy of other
+    processes on a shared machine than the rate is."""
+    per_writer = n // WRITERS
+    async with SqliteEventStore(db, merkle=on) as store:
+        checkpoints = Checkpointer(store, generate_signer("agora.bench")) if on else None
+
+        async def writer(k: int) -> None:
+            workspace = f"bench-{k % workspaces}"
+            for _ in range(per_writer):
+                result = await store.append(workspace, [draft()])
+                if checkpoints is not None:
+                    checkpoints.appended(workspace, result.seqs[-1])
+
+        total = per_writer * WRITERS
+        if checkpoints is None:
+            t0, c0 = time.perf_counter(), time.process_time()
+            await asyncio.gather(*(writer(k) for k in range(WRITERS)))
+            cpu = (time.process_time() - c0) / total * 1e6
+            return total / (time.perf_counter() - t0), cpu, 0
+        async with checkpoints:
+            t0, c0 = time.perf_counter(), time.process_time()
+            await asyncio.gather(*(writer(k) for k in range(WRITERS)))
+            rate = total / (time.perf_counter() - t0)
+            cpu = (time.process_time() - c0) / total * 1e6
+        made = 0
+        for w in range(workspaces):
+            made += len(await store.list_checkpoints(f"bench-{w}"))
+        return rate, cpu, made
+
+
+def tree_rows(root: Path, n: int, repeats: int) -> None:
+    """(d): interleaved off/on runs; prints the medians and the ratio."""
+    off: list[float] = []
+    on: list[float] = []
+    cpu: dict[bool, list[float]] = {False: [], True: []}
+    signed: list[int] = []
+    for i in range(repeats):
+        for flag, rates in ((False, off), (True, on)):
+            run_dir = root / f"d-{flag}-{i}"
+            run_dir.mkdir()
+            rate, used, made = asyncio.run(agora_tree(run_dir / "log.db", n, on=flag))
+            rates.append(rate)
+            cpu[flag].append(used)
+            if flag:
+                signed.append(made)
+            shutil.rmtree(run_dir)
+    m_off, m_on = statistics.median(off), statistics.median(on)
+    ratio = m_on / m_off
+    mark = "ok" if ratio >= TREE_RATIO_TARGET else "MISS"
+    print(f"(d) {n} appends by {WRITERS} writers, Merkle tree + checkpoints; median of {repeats}")
+    print(
+        f"    off {fmt(m_off)} appends/s | on {fmt(m_on)} appends/s | on/off {ratio:.2f}  "
+        f"target >= {TREE_RATIO_TARGET:g}  {mark}"
+    )
+    c_off, c_on = statistics.median(cpu[False]), statistics.median(cpu[True])
+    print(f"    CPU per append: off {c_off:.1f} µs | on {c_on:.1f} µs | on/off {c_on / c_off:.2f}")
+    print(f"    runs off: {', '.join(fmt(r) for r in off)}")
+    print(
+        f"    runs on:  {', '.join(fmt(r) for r in on)} (checkpoints signed: "
+        f"{', '.join(map(str, signed))})"
+    )
+
+
 async def agora_replay(db: Path, m: int, repeats: int) -> list[float]:
     async with SqliteEventStore(db) as store:
         for start in range(0, m, 1000):
@@ -313,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--dir", type=Path, default=None, help="where the databases go")
+    parser.add_argument("--tree-only", action="store_true", help="run only (d)")
     args = parser.parse_args(argv)
     if args.quick:
         args.events, args.replay_events = 3_200, 50_000
@@ -323,6 +400,16 @@ def main(argv: list[str] | None = None) -> int:
     if fs_type(base) in {"tmpfs", "ramfs"}:
         base = Path(__file__).resolve().parent
     root = Path(tempfile.mkdtemp(prefix="log-bench-", dir=base))
+    if args.tree_only:
+        try:
+            print(
+                f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, "
+                f"{os.cpu_count()} CPUs, databases in {root} ({fs_type(root)})"
+            )
+            tree_rows(root, n_conc, repeats)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        return 0
     try:
         print(
             f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, "
@@ -388,6 +475,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"  {label.strip():<32} {', '.join(fmt(r) for r in ours)} | "
                 f"{', '.join(fmt(r) for r in theirs or [])}"
             )
+        print()
+        tree_rows(root, n_conc, repeats)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0

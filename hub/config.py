@@ -132,6 +132,20 @@ class AuthConfig(_Section, frozen=True):
     max_token_ttl: Annotated[int, msgspec.Meta(ge=1, le=MAX_TTL_SECONDS)] = DEFAULT_MAX_TOKEN_TTL
 
 
+class AuditConfig(_Section, frozen=True):
+    """``[audit]``: signed checkpoints of each workspace's Merkle tree (docs/audit.md).
+
+    A checkpoint is produced once ``checkpoint_every_events`` events were appended since the
+    last one, or ``checkpoint_every_ms`` after the first event not yet covered, whichever
+    comes first (never for a tree already signed), and on demand (``agora checkpoint``).
+    ``hub_id`` names the hub in the key and origins (``agora.<hub id>/<workspace>``) when
+    the key is first created; default: random."""
+
+    checkpoint_every_events: Positive = 1000
+    checkpoint_every_ms: Positive = 10_000
+    hub_id: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9._-]{1,64}$")] | None = None
+
+
 class A2AConfig(_Section, frozen=True):
     """``[a2a]``."""
 
@@ -150,6 +164,7 @@ class HubConfig(_Section, frozen=True):
     runtime: RuntimeSettings = msgspec.field(default_factory=RuntimeSettings)
     cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)
     auth: AuthConfig = msgspec.field(default_factory=AuthConfig)
+    audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
 
     def with_overrides(
         self,

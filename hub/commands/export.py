@@ -4,6 +4,9 @@ The bytes are the store's own encoding, streamed a page at a time; ``agora impor
 them verbatim into another store and the hashes still verify. Large file content and
 artifacts live in the blob store and are referenced by sha256 from the events; ``--blobs DIR``
 copies every referenced blob into DIR (the same layout as a data directory's ``blobs/``).
+``--checkpoints FILE`` writes every checkpoint kept of the workspace, cosignatures included,
+as JSON Lines (:class:`CheckpointLine`); ``agora import --checkpoints`` keeps them with the
+restored log, which still verifies against them (the tree covers no store-specific field).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
+
+import msgspec
 
 from hub.commands._audit import (
     EXIT_OK,
@@ -34,6 +39,14 @@ from hub.log.base import BlobStore, EventStore
 from hub.log.blobs import FileBlobStore
 
 COMMAND = "export"
+
+
+class CheckpointLine(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One line of ``--checkpoints FILE``: a kept checkpoint's whole signed note."""
+
+    workspace: str
+    size: int
+    note: str
 
 
 def register(subparsers: Any) -> None:
@@ -61,6 +74,13 @@ def register(subparsers: Any) -> None:
         default=None,
         metavar="DIR",
         help="also copy every blob the events reference into DIR",
+    )
+    parser.add_argument(
+        "--checkpoints",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="also write the workspace's signed checkpoints to FILE (JSON Lines)",
     )
     add_store_args(parser)
     parser.set_defaults(func=run)
@@ -112,6 +132,16 @@ async def run(args: argparse.Namespace) -> int:
         print(f"exported {count} events of {args.workspace}{where}{blobs}", file=sys.stderr)
         for sha, seq in missing:
             warn(COMMAND, f"blob {sha} (seq {seq}) is not in the blob store; not copied")
+        if args.checkpoints is not None:
+            records = await store.list_checkpoints(args.workspace)
+            lines = b"".join(
+                msgspec.json.encode(CheckpointLine(r.workspace, r.size, r.signed())) + b"\n"
+                for r in records
+            )
+            with _output(args.checkpoints) as out:
+                assert out is not None
+                out.write(lines)
+            print(f"exported {len(records)} checkpoints to {args.checkpoints}", file=sys.stderr)
         return EXIT_OK
 
     return await with_store(COMMAND, args, body)

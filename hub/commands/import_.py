@@ -9,13 +9,22 @@ Blobs are not in the JSON Lines; ``--blobs DIR`` (as written by ``agora export -
 copies the referenced ones into the store's blob store before the events are imported. A blob
 still missing afterwards is a warning, not an error: the events are the log's truth, and the
 content can be supplied later.
+
+``--checkpoints FILE`` (as written by ``agora export --checkpoints``) keeps the source's
+signed checkpoints with the restored log. Each must be of this workspace and sign a tree the
+imported events make (its root is recomputed before anything is written); the signatures
+are kept as they are (the source's key is not this hub's, so they are checked by whoever
+holds it: ``agora verify --checkpoint --key``).
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from hub.commands._audit import (
     EXIT_FAILED,
@@ -31,8 +40,12 @@ from hub.commands._audit import (
     with_store,
 )
 from hub.commands.common import fail
-from hub.commands.export import blob_refs, copy_blobs
+from hub.commands.export import CheckpointLine, blob_refs, copy_blobs
+from hub.core.chain import canonical_bytes
+from hub.core.checkpoint import CheckpointRecord, parse_checkpoint, parse_note
 from hub.core.errors import AgoraError, BadRequest, Conflict, IntegrityError, NotFound
+from hub.core.events import Event
+from hub.core.merkle import append_leaf, frontier_root, leaf_hash
 from hub.log.base import EventStore
 from hub.log.blobs import FileBlobStore
 
@@ -67,6 +80,13 @@ def register(subparsers: Any) -> None:
         metavar="DIR",
         help="copy the referenced blobs from DIR (written by 'agora export --blobs DIR')",
     )
+    parser.add_argument(
+        "--checkpoints",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="keep the source's checkpoints from FILE ('agora export --checkpoints FILE')",
+    )
     add_store_args(parser)
     parser.set_defaults(func=run)
 
@@ -94,6 +114,12 @@ async def run(args: argparse.Namespace) -> int:
             return fail(COMMAND, f"badRequest: {where(line, 'workspace', message)}", EXIT_FAILED)
     events = [ev for _, ev in numbered]
     line_of = {ev.seq: line for line, ev in numbered}
+    checkpoints: list[CheckpointRecord] = []
+    if args.checkpoints is not None:
+        try:
+            checkpoints = read_checkpoints(read_input(args.checkpoints), workspace, events)
+        except AgoraError as e:
+            return report(COMMAND, e)
 
     async def body(store: EventStore) -> int:
         head = await store.head(workspace)
@@ -122,8 +148,11 @@ async def run(args: argparse.Namespace) -> int:
                 message = e.message
             message = f"badRequest: {message} (hash chain broken; nothing imported)"
             return fail(COMMAND, message, EXIT_FAILED)
+        for record in checkpoints:
+            await store.save_checkpoint(record)
         blobs = f", {copied} blob(s) copied" if args.blobs is not None else ""
-        print(f"imported {count} events into {workspace} (head {events[-1].seq}){blobs}")
+        kept = f", {len(checkpoints)} checkpoint(s) kept" if args.checkpoints is not None else ""
+        print(f"imported {count} events into {workspace} (head {events[-1].seq}){blobs}{kept}")
         missing = [(sha, seq) for sha, seq in refs.items() if not await store.blobs.has(sha)]
         for sha, seq in missing[:MAX_NAMED_BLOBS]:
             warn(COMMAND, f"blob {sha} (referenced at seq {seq}) is not in the blob store")
@@ -134,3 +163,45 @@ async def run(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return await with_store(COMMAND, args, body, read_only=False)
+
+
+def read_checkpoints(
+    data: bytes, workspace: str, events: Sequence[Event]
+) -> list[CheckpointRecord]:
+    """The checkpoints of a ``--checkpoints`` file, each checked to be of ``workspace`` and
+    to sign the tree ``events`` make at its size. Raises :class:`BadRequest` naming the
+    line, :class:`IntegrityError` for a checkpoint the events do not match."""
+    wanted: dict[int, tuple[int, CheckpointRecord, bytes]] = {}
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            line = msgspec.json.decode(raw, type=CheckpointLine)
+            checkpoint = parse_checkpoint(parse_note(line.note).text)
+        except msgspec.DecodeError as e:
+            raise BadRequest(f"checkpoints line {number}: {e}") from e
+        except AgoraError as e:
+            raise BadRequest(f"checkpoints line {number}: {e.message}") from e
+        if line.workspace != workspace or not checkpoint.origin.endswith(f"/{workspace}"):
+            raise BadRequest(f"checkpoints line {number}: not a checkpoint of {workspace!r}")
+        if checkpoint.size != line.size or not 0 < line.size <= len(events):
+            raise BadRequest(
+                f"checkpoints line {number}: size {checkpoint.size} is not in the export "
+                f"({len(events)} events)"
+            )
+        record = CheckpointRecord(workspace=workspace, size=line.size, note=line.note)
+        wanted[number] = (line.size, record, checkpoint.root)
+    roots: dict[int, bytes] = {}
+    sizes = {size for size, _, _ in wanted.values()}
+    frontier: tuple[bytes, ...] = ()
+    for i, event in enumerate(events[: max(sizes, default=0)]):
+        frontier, _ = append_leaf(frontier, i, leaf_hash(canonical_bytes(event)))
+        if i + 1 in sizes:
+            roots[i + 1] = frontier_root(frontier)
+    for number, (size, _, root) in wanted.items():
+        if roots[size] != root:
+            raise IntegrityError(
+                f"checkpoints line {number}: the export's tree of size {size} is not the one "
+                "this checkpoint signed; nothing imported"
+            )
+    return [record for _, record, _ in wanted.values()]

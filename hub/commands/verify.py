@@ -11,16 +11,27 @@ Per workspace, two checks:
 
 Prints ``ok WORKSPACE N events`` per sound workspace and a total; a damaged workspace is named
 on stderr with its first bad seq, and the exit code is 1.
+
+``--checkpoint FILE…`` (with WORKSPACE) adds the check a hash chain cannot make: that the log
+still contains the Merkle tree each signed checkpoint (``agora checkpoint``, a client, a
+witness) covered. The tree is recomputed from the events, so a truncated log, a rewrite with
+the whole chain re-hashed, a reorder or a dropped event all fail, naming the checkpoint file
+and, where it can be told, the first differing seq. Each checkpoint must be signed by the
+hub's key (``--key``, default the data directory's; an auditor pins the key they were given)
+for this workspace, and cosigned by every ``--witness-key``. docs/audit.md walks through it.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any, Final
 
+from hub.checkpoints import audit_log
 from hub.commands._audit import (
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_USAGE,
     add_store_args,
     add_workspace_arg,
     progress,
@@ -29,8 +40,10 @@ from hub.commands._audit import (
     warn,
     with_store,
 )
+from hub.commands.checkpoint import read_verifier, verifier_from_args
 from hub.commands.common import fail
-from hub.core.errors import IntegrityError
+from hub.core.checkpoint import Checkpoint, NoteError, NoteVerifier, open_checkpoint, origin_for
+from hub.core.errors import AgoraError, BadRequest, IntegrityError
 from hub.core.projections.snapshots import SNAPSHOT_NAME, SNAPSHOT_VERSION, from_snapshot
 from hub.core.projections.workspace import WorkspaceState
 from hub.core.records import Head
@@ -54,11 +67,36 @@ def register(subparsers: Any) -> None:
         ),
     )
     add_workspace_arg(parser, optional=True)
+    parser.add_argument(
+        "--checkpoint",
+        action="extend",
+        nargs="+",
+        default=[],
+        type=Path,
+        metavar="FILE",
+        help="signed checkpoints the log must still contain (repeatable; needs WORKSPACE)",
+    )
+    parser.add_argument(
+        "--key",
+        default=None,
+        metavar="PUBKEY",
+        help="the hub's verifier key, or a file holding it (default: the data directory's)",
+    )
+    parser.add_argument(
+        "--witness-key",
+        action="append",
+        default=[],
+        metavar="PUBKEY",
+        help="require each checkpoint to be cosigned by this witness key (repeatable)",
+    )
     add_store_args(parser)
     parser.set_defaults(func=run)
 
 
 async def run(args: argparse.Namespace) -> int:
+    if args.checkpoint and args.workspace is None:
+        return fail(COMMAND, "--checkpoint needs a WORKSPACE", EXIT_USAGE)
+
     async def body(store: EventStore) -> int:
         if args.workspace is not None:
             heads = [await require_head(store, args.workspace)]
@@ -76,8 +114,12 @@ async def run(args: argparse.Namespace) -> int:
                 damaged += 1
                 fail(COMMAND, f"workspace {head.workspace}: {problem}")
         workspaces = f"{len(heads)} workspace{'s' if len(heads) != 1 else ''}"
-        if damaged:
-            print(f"FAILED: {damaged} of {workspaces} damaged ({total} events checked)")
+        unheld = await verify_checkpoints(store, args) if args.checkpoint else 0
+        if damaged or unheld:
+            parts = [f"{damaged} of {workspaces} damaged"] if damaged else []
+            if unheld:
+                parts.append(f"{unheld} of {len(args.checkpoint)} checkpoints not held")
+            print(f"FAILED: {', '.join(parts)} ({total} events checked)")
             return EXIT_FAILED
         print(f"ok: {workspaces}, {total} events verified")
         return EXIT_OK
@@ -119,3 +161,49 @@ async def verify_workspace(
             "deleting them repairs this"
         )
     return report.checked, None
+
+
+async def verify_checkpoints(store: EventStore, args: argparse.Namespace) -> int:
+    """Check the ``--checkpoint`` files against the log; print one line each; return how
+    many failed. A file that does not parse or verify counts as failed."""
+    workspace: str = args.workspace
+    try:
+        verifier = verifier_from_args(args, args.key)
+        witnesses = tuple(read_verifier(k) for k in args.witness_key)
+    except AgoraError as e:
+        raise BadRequest(f"cannot check checkpoints: {e.message}") from e
+    failed = 0
+    checkpoints: list[tuple[str, Checkpoint]] = []
+    for path in args.checkpoint:
+        label = str(path)
+        try:
+            checkpoints.append((label, _read_checkpoint(path, verifier, witnesses, workspace)))
+        except (NoteError, OSError, UnicodeDecodeError) as e:
+            failed += 1
+            message = e.message if isinstance(e, AgoraError) else str(e)
+            fail(COMMAND, f"checkpoint {label}: {message}")
+    for finding in await audit_log(store, workspace, checkpoints):
+        if finding.ok:
+            print(
+                f"ok checkpoint {finding.label}: {workspace} still holds the tree of size "
+                f"{finding.size}"
+            )
+            continue
+        failed += 1
+        where = f"; first differing seq {finding.first_seq}" if finding.first_seq else ""
+        fail(
+            COMMAND,
+            f"checkpoint {finding.label} (size {finding.size}): the log of {workspace} no "
+            f"longer contains the tree it signed: {finding.problem}{where}",
+        )
+    return failed
+
+
+def _read_checkpoint(
+    path: Path, verifier: NoteVerifier, witnesses: tuple[NoteVerifier, ...], workspace: str
+) -> Checkpoint:
+    text = path.read_text("utf-8")
+    checkpoint, _ = open_checkpoint(
+        text, verifier, origin=origin_for(verifier.name, workspace), witnesses=witnesses
+    )
+    return checkpoint

@@ -46,6 +46,31 @@ def seal(
     prev: str,
 ) -> Event:
     """Turn a draft into a stored event: set the envelope fields and the hash."""
+    return seal_canonical(
+        draft,
+        id=id,
+        workspace=workspace,
+        seq=seq,
+        position=position,
+        timestamp=timestamp,
+        producer=producer,
+        prev=prev,
+    )[0]
+
+
+def seal_canonical(
+    draft: Event,
+    *,
+    id: str,
+    workspace: str,
+    seq: int,
+    position: int,
+    timestamp: int,
+    producer: str,
+    prev: str,
+) -> tuple[Event, bytes]:
+    """:func:`seal`, also returning the event's :func:`canonical_bytes` (encoded once: the
+    chain hash and the Merkle leaf hash, hub.core.merkle, both cover them)."""
     unhashed = msgspec.structs.replace(
         draft,
         id=id,
@@ -57,8 +82,9 @@ def seal(
         prev=prev or None,
         hash=None,
     )
-    digest = hashlib.sha256(prev.encode() + _sorted_encoder.encode(unhashed)).hexdigest()
-    return msgspec.structs.replace(unhashed, position=position, hash=digest)
+    canonical = _sorted_encoder.encode(unhashed)
+    digest = hashlib.sha256(prev.encode() + canonical).hexdigest()
+    return msgspec.structs.replace(unhashed, position=position, hash=digest), canonical
 
 
 class ChainBreak(msgspec.Struct, frozen=True):

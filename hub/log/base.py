@@ -13,7 +13,10 @@ from types import TracebackType
 from typing import ClassVar, Self
 
 from hub.core.chain import GENESIS, verify_chain
+from hub.core.checkpoint import CheckpointRecord
+from hub.core.errors import IntegrityError
 from hub.core.events import Event
+from hub.core.merkle import MappingReader, frontier_indexes
 from hub.core.records import AppendResult, Head, Snapshot, VerifyReport
 
 
@@ -183,6 +186,68 @@ class EventStore(abc.ABC):
 
     @abc.abstractmethod
     async def delete_snapshots(self, workspace: str | None = None) -> int: ...
+
+    # -- the Merkle tree and checkpoints (docs/audit.md) -----------------------------------
+    #
+    # The stored hashes (hub.core.merkle) are derived data, written by the writer in the same
+    # transaction as the events they cover; checkpoints are what the hub signed, kept so that
+    # it can hand them (and their cosignatures) out again.
+
+    @abc.abstractmethod
+    async def read_hash_map(self, workspace: str, indexes: Sequence[int]) -> dict[int, bytes]:
+        """The stored Merkle hashes among ``indexes`` (index → hash; missing ones absent)."""
+
+    async def read_hashes(self, workspace: str, indexes: Sequence[int]) -> MappingReader:
+        """A :class:`hub.core.merkle.HashReader` holding the stored hashes at ``indexes``.
+        Raises :class:`IntegrityError` naming the first index that is not stored."""
+        found = await self.read_hash_map(workspace, indexes)
+        for index in indexes:
+            if index not in found:
+                raise IntegrityError(
+                    f"stored Merkle hash {index} of {workspace!r} is missing",
+                    workspace=workspace,
+                    index=index,
+                )
+        return MappingReader(found)
+
+    @abc.abstractmethod
+    async def rebuild_hashes(self, workspace: str) -> int:
+        """Recompute ``workspace``'s stored hashes from its events, replacing any stored
+        ones, with appends to it held off meanwhile; return the tree size (its head seq).
+        Raises :class:`IntegrityError` for a gap in the log, :class:`Unavailable`."""
+
+    async def ensure_hashes(self, workspace: str) -> int:
+        """The workspace's tree size, first building its stored hashes if they are missing
+        (a log written before the tree existed: built lazily, here or at its next append).
+        Raises as :meth:`rebuild_hashes`."""
+        head = await self.head(workspace)
+        if head is None:
+            return 0
+        indexes = frontier_indexes(head.seq)
+        found = await self.read_hash_map(workspace, indexes)
+        if all(i in found for i in indexes):
+            return head.seq
+        return await self.rebuild_hashes(workspace)
+
+    @abc.abstractmethod
+    async def save_checkpoint(self, record: CheckpointRecord) -> bool:
+        """Keep a checkpoint; return False (keeping the first) when one of that workspace and
+        size is already kept. Raises :class:`Unavailable`."""
+
+    @abc.abstractmethod
+    async def set_cosignatures(self, workspace: str, size: int, cosignatures: str) -> None:
+        """Replace the cosignature lines of a kept checkpoint. Raises
+        :class:`hub.core.errors.NotFound` when there is none of that size."""
+
+    @abc.abstractmethod
+    async def load_checkpoint(
+        self, workspace: str, size: int | None = None
+    ) -> CheckpointRecord | None:
+        """The kept checkpoint of ``size``, or the largest when ``size`` is None."""
+
+    @abc.abstractmethod
+    async def list_checkpoints(self, workspace: str) -> list[CheckpointRecord]:
+        """Every kept checkpoint of ``workspace``, smallest first."""
 
     # -- audit ------------------------------------------------------------------------------
 

@@ -113,6 +113,36 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             """,
         ),
     ),
+    Migration(
+        3,
+        "merkle_hashes (each workspace's Merkle tree), checkpoints (signed tree heads)",
+        (
+            # The stored hashes of each workspace's Merkle tree (hub.core.merkle's dense
+            # sequence), in runs: ``hash`` holds consecutive stored hashes from index ``idx``
+            # on, 32 bytes each (hub.log.writer.HashRow). Derived from the events and
+            # written in the same transaction; a workspace written before this migration
+            # gets its hashes built from its events at its next append or checkpoint.
+            """
+            CREATE TABLE {schema}.merkle_hashes (
+                workspace TEXT   NOT NULL,
+                idx       BIGINT NOT NULL,
+                hash      BYTEA  NOT NULL,
+                PRIMARY KEY (workspace, idx)
+            )
+            """,
+            # Signed checkpoints (hub.core.checkpoint) and the cosignature lines witnesses
+            # handed back.
+            """
+            CREATE TABLE {schema}.checkpoints (
+                workspace    TEXT   NOT NULL,
+                size         BIGINT NOT NULL,
+                note         TEXT   NOT NULL,
+                cosignatures TEXT   NOT NULL DEFAULT '',
+                PRIMARY KEY (workspace, size)
+            )
+            """,
+        ),
+    ),
 )
 
 LATEST: Final = MIGRATIONS[-1].version

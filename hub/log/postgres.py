@@ -58,6 +58,7 @@ import asyncpg.pool
 
 from hub.core.backoff import Backoff
 from hub.core.chain import GENESIS
+from hub.core.checkpoint import CheckpointRecord
 from hub.core.errors import (
     AgoraError,
     BadRequest,
@@ -68,6 +69,7 @@ from hub.core.errors import (
     Unavailable,
 )
 from hub.core.events import Event
+from hub.core.merkle import HASH_SIZE, frontier_indexes, stored_hash_count
 from hub.core.records import AppendResult, Head, Snapshot
 from hub.core.validation import SHA256_RE
 from hub.log.base import BlobStore, EventStore
@@ -76,15 +78,21 @@ from hub.log.codec import decode_page, head_from_row
 from hub.log.migrations import Conn, check_version, migrate, quote, validate_schema
 from hub.log.writer import (
     EMPTY_TIP,
+    EMPTY_TREE,
     Append,
     Decision,
     GroupCommit,
+    HashRow,
     Outcome,
     Request,
     Tip,
+    TreeBuilder,
+    TreeGrowth,
+    TreeTip,
     batch_timestamp,
     chain,
     decide,
+    grow_trees,
     resolve,
 )
 
@@ -102,6 +110,8 @@ URL_SCHEMES: Final = ("postgresql", "postgres")
 _STORE_OPTIONS: Final = ("schema", "pool_size")
 
 _MAX_SEQ: Final = 2**63 - 1
+_MAX_CACHED_TREES: Final = 100_000
+_REBUILD_PAGE: Final = 5000  # events per page when rebuilding a workspace's stored hashes
 
 Pool: TypeAlias = "asyncpg.Pool[asyncpg.Record]"
 
@@ -202,9 +212,54 @@ class _Sql:
                 ON CONFLICT (workspace) DO UPDATE
                 SET seq = EXCLUDED.seq, hash = EXCLUDED.hash, position = EXCLUDED.position,
                     timestamp = EXCLUDED.timestamp
+            ), hashed AS (
+                INSERT INTO {s}.merkle_hashes (workspace, idx, hash)
+                SELECT * FROM unnest($16::text[], $17::bigint[], $18::bytea[])
             )
             SELECT count(pg_notify($14, p)) FROM unnest($15::text[]) AS p
         """
+        self.insert_hashes = (
+            f"INSERT INTO {s}.merkle_hashes (workspace, idx, hash) "
+            "SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])"
+        )
+        # Each wanted stored index: the run holding it (hub.log.writer.HashRow), sliced to
+        # its 32 bytes; a slice past the run's end comes back short (not stored).
+        self.hashes = f"""
+            SELECT w.want, substring(r.hash FROM ((w.want - r.idx) * 32 + 1)::int FOR 32)
+            FROM unnest($2::bigint[]) AS w(want)
+            JOIN LATERAL (
+                SELECT idx, hash FROM {s}.merkle_hashes
+                WHERE workspace = $1 AND idx <= w.want ORDER BY idx DESC LIMIT 1
+            ) AS r ON true
+        """
+        self.delete_hashes_from = (
+            f"DELETE FROM {s}.merkle_hashes WHERE workspace = $1 AND idx >= $2"
+        )
+        self.cut_hash_run = (
+            f"UPDATE {s}.merkle_hashes "
+            "SET hash = substring(hash FROM 1 FOR (($2 - idx) * 32)::int) "
+            "WHERE workspace = $1 AND idx < $2 AND idx + octet_length(hash) / 32 > $2"
+        )
+        self.head_seq = f"SELECT seq FROM {s}.heads WHERE workspace = $1"
+        self.save_checkpoint = (
+            f"INSERT INTO {s}.checkpoints (workspace, size, note, cosignatures) "
+            "VALUES ($1, $2, $3, $4) ON CONFLICT (workspace, size) DO NOTHING"
+        )
+        self.set_cosignatures = (
+            f"UPDATE {s}.checkpoints SET cosignatures = $3 WHERE workspace = $1 AND size = $2"
+        )
+        self.checkpoint = (
+            f"SELECT workspace, size, note, cosignatures FROM {s}.checkpoints "
+            "WHERE workspace = $1 AND size = $2"
+        )
+        self.latest_checkpoint = (
+            f"SELECT workspace, size, note, cosignatures FROM {s}.checkpoints "
+            "WHERE workspace = $1 ORDER BY size DESC LIMIT 1"
+        )
+        self.checkpoints = (
+            f"SELECT workspace, size, note, cosignatures FROM {s}.checkpoints "
+            "WHERE workspace = $1 ORDER BY size"
+        )
         self.head = (
             f"SELECT workspace, seq, hash, timestamp, position FROM {s}.heads WHERE workspace = $1"
         )
@@ -235,6 +290,17 @@ class _Sql:
         )
         self.blob_get = f"SELECT data FROM {s}.blobs WHERE sha256 = $1"
         self.blob_has = f"SELECT EXISTS (SELECT 1 FROM {s}.blobs WHERE sha256 = $1)"
+
+
+def _hash_map(rows: list[asyncpg.Record]) -> dict[int, bytes]:
+    """(index, 32-byte slice) rows as index → hash; a short slice is a hash not stored."""
+    return {int(r[0]): bytes(r[1]) for r in rows if r[1] is not None and len(r[1]) == HASH_SIZE}
+
+
+def _checkpoint(row: asyncpg.Record) -> CheckpointRecord:
+    return CheckpointRecord(
+        workspace=row[0], size=int(row[1]), note=str(row[2]), cosignatures=str(row[3])
+    )
 
 
 def _rowcount(status: str) -> int:
@@ -381,6 +447,9 @@ class PostgresEventStore(EventStore):
         self._pool: Pool | None = None
         self._commits = GroupCommit(batch_max=batch_max, queue_max=queue_max, storable=_storable)
         self._last_timestamp = 0
+        # Frontiers of the workspaces this node wrote, keyed by their chain head: reused only
+        # while the head read under the lock is still theirs (other nodes append too).
+        self._trees: dict[str, TreeTip] = {}
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> PostgresEventStore:
@@ -553,8 +622,14 @@ class PostgresEventStore(EventStore):
             async with pool.acquire() as conn, conn.transaction(isolation="read_committed"):
                 await conn.execute(self._lock)
                 decision, now = await self._decide(conn, batch)
+                trees: dict[str, TreeTip] = {}
                 if decision.rows:
-                    await self._write(conn, decision.rows, decision.staged)
+                    hash_rows, trees = grow_trees(
+                        decision.records,
+                        await self._trees_of(conn, decision.records),
+                        decision.staged,
+                    )
+                    await self._write(conn, decision.rows, decision.staged, hash_rows)
         except _DRIVER_ERRORS as e:
             error = _translate(e, "committing a batch")
             message = f"could not commit the batch: {error.message}"
@@ -564,10 +639,64 @@ class PostgresEventStore(EventStore):
         except Exception as e:  # a bug: fail this batch only, keep the writer alive
             return [chain(Internal(f"writer failed: {e!r}"), e) for _ in batch]
         self._last_timestamp = max(self._last_timestamp, now)
+        if len(self._trees) > _MAX_CACHED_TREES:
+            self._trees.clear()  # bounded: evicted frontiers are read back on demand
+        self._trees.update(trees)
         return decision.outcomes
 
+    async def _trees_of(self, conn: Conn, records: dict[str, TreeGrowth]) -> dict[str, TreeTip]:
+        """The tree each written workspace grows from: cached, else its frontier read back,
+        else rebuilt from the events (under the batch's lock)."""
+        trees: dict[str, TreeTip] = {}
+        for workspace, growth in records.items():
+            tree = self._trees.get(workspace)
+            if tree is None or not tree.matches(growth.size, growth.head):
+                tree = await self._load_tree(conn, workspace, growth.size, growth.head)
+            trees[workspace] = tree
+        return trees
+
+    async def _load_tree(self, conn: Conn, workspace: str, size: int, head: str) -> TreeTip:
+        # Stored hashes past the head are stale derived data (the log was cut behind the
+        # store's back): dropped rather than left to collide with new ones.
+        count = stored_hash_count(size)
+        await conn.execute(self._sql.delete_hashes_from, workspace, count)
+        await conn.execute(self._sql.cut_hash_run, workspace, count)
+        if size == 0:
+            return EMPTY_TREE
+        indexes = frontier_indexes(size)
+        found = _hash_map(await conn.fetch(self._sql.hashes, workspace, indexes))
+        if all(i in found for i in indexes):
+            return TreeTip(size, head, tuple(found[i] for i in indexes))
+        tip = await self._rebuild(conn, workspace, size)
+        assert tip.head == head, "bad math: rebuilt tree is of another head"
+        return tip
+
+    async def _rebuild(self, conn: Conn, workspace: str, size: int) -> TreeTip:
+        """Rewrite the stored hashes of events 1..size from the events (in a transaction)."""
+        await conn.execute(self._sql.delete_hashes_from, workspace, 0)
+        builder = TreeBuilder(workspace)
+        after = 0
+        while after < size:
+            page = await conn.fetch(self._sql.range, workspace, after, size, _REBUILD_PAGE)
+            if not page:
+                break
+            events = decode_page([r[1] for r in page], [r[0] for r in page], "seq")
+            rows = builder.add(events)
+            await conn.execute(
+                self._sql.insert_hashes,
+                [r[0] for r in rows],
+                [r[1] for r in rows],
+                [r[2] for r in rows],
+            )
+            after = events[-1].seq
+        return builder.tip
+
     async def _write(
-        self, conn: Conn, rows: list[tuple[Event, bytes]], staged: dict[str, Tip]
+        self,
+        conn: Conn,
+        rows: list[tuple[Event, bytes]],
+        staged: dict[str, Tip],
+        hash_rows: list[HashRow],
     ) -> None:
         workspaces = list(staged)
         tips = [staged[w] for w in workspaces]
@@ -581,6 +710,9 @@ class PostgresEventStore(EventStore):
             [t[3] for t in tips],
             self.channel,
             [f"{w}:{t[0]}" for w, t in zip(workspaces, tips, strict=True)],
+            [r[0] for r in hash_rows],
+            [r[1] for r in hash_rows],
+            [r[2] for r in hash_rows],
         )
 
     async def _decide(self, conn: Conn, batch: list[Request]) -> tuple[Decision, int]:
@@ -631,6 +763,73 @@ class PostgresEventStore(EventStore):
     async def import_events(self, workspace: str, events: Sequence[Event]) -> int:
         """See :meth:`EventStore.import_events`."""
         return await self._commits.import_events(workspace, events)
+
+    # -- the Merkle tree and checkpoints ----------------------------------------------------
+
+    async def read_hash_map(self, workspace: str, indexes: Sequence[int]) -> dict[int, bytes]:
+        """See :meth:`EventStore.read_hash_map`. Raises ``Unavailable``."""
+        if not indexes or not _storable(workspace):
+            return {}
+        rows = await self._fetch(
+            self._sql.hashes, (workspace, list(indexes)), "reading Merkle hashes"
+        )
+        return _hash_map(rows)
+
+    async def rebuild_hashes(self, workspace: str) -> int:
+        """See :meth:`EventStore.rebuild_hashes`: under the log's write lock, so no node
+        appends meanwhile."""
+        if not _storable(workspace):
+            return 0
+        try:
+            pool = self._get_pool()
+            async with pool.acquire() as conn, conn.transaction(isolation="read_committed"):
+                await conn.execute(self._lock)
+                size = int(await conn.fetchval(self._sql.head_seq, workspace) or 0)
+                tip = await self._rebuild(conn, workspace, size)
+        except _DRIVER_ERRORS as e:
+            raise _translate(e, "rebuilding the Merkle hashes") from e
+        self._trees[workspace] = tip
+        return size
+
+    async def save_checkpoint(self, record: CheckpointRecord) -> bool:
+        """See :meth:`EventStore.save_checkpoint`."""
+        status = await self._execute(
+            self._sql.save_checkpoint,
+            (record.workspace, record.size, record.note, record.cosignatures),
+            "saving a checkpoint",
+        )
+        return _rowcount(status) == 1
+
+    async def set_cosignatures(self, workspace: str, size: int, cosignatures: str) -> None:
+        """See :meth:`EventStore.set_cosignatures`."""
+        status = await self._execute(
+            self._sql.set_cosignatures, (workspace, size, cosignatures), "saving cosignatures"
+        )
+        if _rowcount(status) != 1:
+            raise NotFound(
+                f"no checkpoint of {workspace!r} at size {size}", workspace=workspace, size=size
+            )
+
+    async def load_checkpoint(
+        self, workspace: str, size: int | None = None
+    ) -> CheckpointRecord | None:
+        """See :meth:`EventStore.load_checkpoint`. Raises ``Unavailable``."""
+        if not _storable(workspace):
+            return None
+        if size is None:
+            rows = await self._fetch(
+                self._sql.latest_checkpoint, (workspace,), "reading checkpoints"
+            )
+        else:
+            rows = await self._fetch(self._sql.checkpoint, (workspace, size), "reading checkpoints")
+        return _checkpoint(rows[0]) if rows else None
+
+    async def list_checkpoints(self, workspace: str) -> list[CheckpointRecord]:
+        """See :meth:`EventStore.list_checkpoints`. Raises ``Unavailable``."""
+        if not _storable(workspace):
+            return []
+        rows = await self._fetch(self._sql.checkpoints, (workspace,), "reading checkpoints")
+        return [_checkpoint(r) for r in rows]
 
     # -- snapshots --------------------------------------------------------------------------
 

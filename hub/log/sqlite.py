@@ -38,7 +38,7 @@ import asyncio
 import contextlib
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final, TypeAlias
@@ -47,27 +47,37 @@ import aiosqlite
 import msgspec
 
 from hub.core.chain import GENESIS
-from hub.core.errors import AgoraError, IntegrityError, Internal, Unavailable
+from hub.core.checkpoint import CheckpointRecord
+from hub.core.errors import AgoraError, IntegrityError, Internal, NotFound, Unavailable
 from hub.core.events import Event
+from hub.core.merkle import HASH_SIZE, frontier_indexes, stored_hash_count
 from hub.core.records import AppendResult, Head, Snapshot
 from hub.log.base import EventStore
 from hub.log.blobs import FileBlobStore
 from hub.log.codec import UNDECODABLE, as_bytes, decode_joined, decode_page, head_from_row
 from hub.log.writer import (
     EMPTY_TIP,
+    EMPTY_TREE,
     Append,
     Decision,
     GroupCommit,
     Outcome,
     Request,
     Tip,
+    TreeBuilder,
+    TreeGrowth,
+    TreeTip,
     batch_timestamp,
     chain,
     decide,
+    grow_trees,
     resolve,
 )
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
+"""1: events, snapshots. 2: merkle_hashes, checkpoints (a version-1 file gains the empty
+tables; each workspace's hashes are then built from its events at its next append or
+checkpoint, :meth:`SqliteEventStore.ensure_hashes`)."""
 
 _SCHEMA: Final = (
     """
@@ -92,6 +102,29 @@ _SCHEMA: Final = (
         seq       INTEGER NOT NULL,
         body      BLOB    NOT NULL,
         PRIMARY KEY (workspace, name, version, seq)
+    ) WITHOUT ROWID
+    """,
+    # The stored hashes of each workspace's Merkle tree (hub.core.merkle's dense sequence),
+    # in runs: ``hash`` holds consecutive stored hashes from index ``idx`` on, 32 bytes each
+    # (hub.log.writer.HashRow). Derived from the events, written in the same transaction.
+    # A rowid table: runs are kilobytes, too large for a WITHOUT ROWID b-tree's cells.
+    """
+    CREATE TABLE IF NOT EXISTS merkle_hashes (
+        workspace TEXT    NOT NULL,
+        idx       INTEGER NOT NULL,
+        hash      BLOB    NOT NULL,
+        PRIMARY KEY (workspace, idx)
+    )
+    """,
+    # Signed checkpoints (hub.core.checkpoint): the hub's note, and the cosignature lines
+    # witnesses handed back.
+    """
+    CREATE TABLE IF NOT EXISTS checkpoints (
+        workspace    TEXT    NOT NULL,
+        size         INTEGER NOT NULL,
+        note         TEXT    NOT NULL,
+        cosignatures TEXT    NOT NULL DEFAULT '',
+        PRIMARY KEY (workspace, size)
     ) WITHOUT ROWID
     """,
 )
@@ -157,9 +190,39 @@ _SELECT_SNAPSHOT: Final = (
     "AND seq <= ? ORDER BY seq DESC LIMIT 1"
 )
 
+_INSERT_HASH: Final = "INSERT INTO merkle_hashes (workspace, idx, hash) VALUES (?, ?, ?)"
+# Each wanted stored index: the run holding it (the last one starting at or before it; an
+# index seek), sliced to its 32 bytes (hub.log.writer.HashRow). A slice past the run's end
+# comes back short: that hash is not stored.
+_SELECT_HASHES: Final = """
+    SELECT j.value, (
+        SELECT substr(r.hash, (j.value - r.idx) * 32 + 1, 32) FROM merkle_hashes AS r
+        WHERE r.workspace = ?1 AND r.idx <= j.value ORDER BY r.idx DESC LIMIT 1
+    )
+    FROM json_each(?2) AS j
+"""
+# Cut the stored sequence back to its first ?2 hashes: whole runs past it go, a run across
+# it is shortened.
+_DELETE_HASHES_FROM: Final = "DELETE FROM merkle_hashes WHERE workspace = ? AND idx >= ?"
+_CUT_HASH_RUN: Final = (
+    "UPDATE merkle_hashes SET hash = substr(hash, 1, (?2 - idx) * 32) "
+    "WHERE workspace = ?1 AND idx < ?2 AND idx + length(hash) / 32 > ?2"
+)
+_SELECT_CHECKPOINT: Final = (
+    "SELECT workspace, size, note, cosignatures FROM checkpoints WHERE workspace = ? AND size = ?"
+)
+_SELECT_LATEST_CHECKPOINT: Final = (
+    "SELECT workspace, size, note, cosignatures FROM checkpoints "
+    "WHERE workspace = ? ORDER BY size DESC LIMIT 1"
+)
+_SELECT_CHECKPOINTS: Final = (
+    "SELECT workspace, size, note, cosignatures FROM checkpoints WHERE workspace = ? ORDER BY size"
+)
+
 _MAX_SEQ: Final = 2**63 - 1
 DEFAULT_QUEUE_MAX: Final = 4096
 _MAX_CACHED_HEADS: Final = 100_000
+_REBUILD_PAGE: Final = 5000  # events per page when rebuilding a workspace's stored hashes
 DEFAULT_BUSY_TIMEOUT_S: Final = 5.0
 # Bound the WAL file left behind after a checkpoint (it is otherwise never truncated).
 _JOURNAL_SIZE_LIMIT: Final = 64 * 1024 * 1024
@@ -225,11 +288,13 @@ def _translate(e: sqlite3.Error, doing: str) -> AgoraError:
 class _Writer:
     """The writing side. Every method runs on the store's single writer thread."""
 
-    def __init__(self, path: Path, busy_timeout: float) -> None:
+    def __init__(self, path: Path, busy_timeout: float, merkle: bool = True) -> None:
         self.path = path
         self.busy_timeout = busy_timeout
+        self.merkle = merkle
         self.conn: sqlite3.Connection | None = None
         self.heads: dict[str, Tip] = {}
+        self.trees: dict[str, TreeTip] = {}
         self.next_position: int | None = None  # None: reload from the database
         self.data_version: int | None = None
         self.last_timestamp = 0
@@ -298,6 +363,7 @@ class _Writer:
     def _forget(self) -> None:
         """Drop everything cached; it is reloaded from the database when next needed."""
         self.heads.clear()
+        self.trees.clear()
         self.next_position = None
 
     def _tip(self, workspace: str) -> Tip:
@@ -320,8 +386,14 @@ class _Writer:
         try:
             conn.execute("BEGIN IMMEDIATE")
             decision, now = self._decide(conn, batch)
+            trees: dict[str, TreeTip] = {}
             if decision.rows:
                 conn.executemany(_INSERT, [_row(e, body) for e, body in decision.rows])
+            if decision.rows and self.merkle:
+                hash_rows, trees = grow_trees(
+                    decision.records, self._trees(conn, decision.records), decision.staged
+                )
+                conn.executemany(_INSERT_HASH, hash_rows)
             conn.execute("COMMIT")
         except sqlite3.Error as e:
             self._abort(conn)
@@ -332,7 +404,9 @@ class _Writer:
         # Committed: only now do the staged heads become the truth.
         if len(self.heads) > _MAX_CACHED_HEADS:
             self.heads.clear()  # bounded: evicted heads are reloaded on demand
+            self.trees.clear()
         self.heads.update(decision.staged)
+        self.trees.update(trees)
         self.next_position = decision.position
         self.last_timestamp = now
         return decision.outcomes
@@ -382,6 +456,94 @@ class _Writer:
                 known[(workspace, id_)] = (seq, as_bytes(body))
         return known
 
+    # -- the Merkle tree ---------------------------------------------------------------------
+
+    def _trees(
+        self, conn: sqlite3.Connection, records: dict[str, TreeGrowth]
+    ) -> dict[str, TreeTip]:
+        """The tree each written workspace grows from: cached, else its frontier read back,
+        else rebuilt from the events (in the batch's transaction)."""
+        trees: dict[str, TreeTip] = {}
+        for workspace, growth in records.items():
+            tree = self.trees.get(workspace)
+            if tree is None or not tree.matches(growth.size, growth.head):
+                tree = self._load_tree(conn, workspace, growth.size, growth.head)
+            trees[workspace] = tree
+        return trees
+
+    def _load_tree(self, conn: sqlite3.Connection, workspace: str, size: int, head: str) -> TreeTip:
+        # Stored hashes past the head would be stale derived data (the log was cut behind
+        # the store's back); they are dropped rather than left to collide with new ones.
+        count = stored_hash_count(size)
+        conn.execute(_DELETE_HASHES_FROM, (workspace, count))
+        conn.execute(_CUT_HASH_RUN, (workspace, count))
+        if size == 0:
+            return EMPTY_TREE
+        indexes = frontier_indexes(size)
+        found = _hash_map(conn.execute(_SELECT_HASHES, (workspace, _json.encode(indexes))))
+        if all(i in found for i in indexes):
+            return TreeTip(size, head, tuple(found[i] for i in indexes))
+        tip = self._rebuild(conn, workspace, size)
+        assert tip.head == head, "bad math: rebuilt tree is of another head"
+        return tip
+
+    def _rebuild(self, conn: sqlite3.Connection, workspace: str, size: int) -> TreeTip:
+        """Rewrite the stored hashes of events 1..size from the events (in a transaction)."""
+        conn.execute(_DELETE_HASHES_FROM, (workspace, 0))
+        builder = TreeBuilder(workspace)
+        after = 0
+        while after < size:
+            page = conn.execute(_SELECT_RANGE, (workspace, after, size, _REBUILD_PAGE)).fetchall()
+            if not page:
+                break
+            events = decode_page([r[1] for r in page], [r[0] for r in page], "seq")
+            conn.executemany(_INSERT_HASH, builder.add(events))
+            after = events[-1].seq
+        return builder.tip
+
+    def rebuild_hashes(self, workspace: str) -> int:
+        conn = self.conn
+        if conn is None:
+            raise Unavailable("the store is closed")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            self.trees.pop(workspace, None)
+            row = conn.execute(_SELECT_TIP, (workspace,)).fetchone()
+            size = 0 if row is None else int(row[0])
+            tip = self._rebuild(conn, workspace, size)
+            conn.execute("COMMIT")
+        except BaseException as e:
+            with contextlib.suppress(sqlite3.Error):
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            if isinstance(e, sqlite3.Error):
+                raise _translate(e, "rebuilding the Merkle hashes") from e
+            raise
+        self.trees[workspace] = tip
+        return size
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def save_checkpoint(self, record: CheckpointRecord) -> bool:
+        count = self._in_transaction(
+            "INSERT OR IGNORE INTO checkpoints (workspace, size, note, cosignatures) "
+            "VALUES (?, ?, ?, ?)",
+            (record.workspace, record.size, record.note, record.cosignatures),
+            "saving a checkpoint",
+        )
+        return count == 1
+
+    def set_cosignatures(self, workspace: str, size: int, cosignatures: str) -> None:
+        count = self._in_transaction(
+            "UPDATE checkpoints SET cosignatures = ? WHERE workspace = ? AND size = ?",
+            (cosignatures, workspace, size),
+            "saving cosignatures",
+        )
+        if count != 1:
+            raise NotFound(
+                f"no checkpoint of {workspace!r} at size {size}", workspace=workspace, size=size
+            )
+
     # -- snapshots (writes share the writer thread, so they never contend for the lock) -----
 
     def save_snapshot(self, snapshot: Snapshot) -> None:
@@ -422,7 +584,10 @@ class SqliteEventStore(EventStore):
     :class:`FileBlobStore` keeps blobs (default ``<path's directory>/blobs``). ``batch_max``:
     the most events one group commit writes (a larger single request is written alone).
     ``queue_max``: the most requests waiting for the writer; ``append`` then waits for room.
-    ``busy_timeout``: seconds to wait for a lock held by another process.
+    ``busy_timeout``: seconds to wait for a lock held by another process. ``merkle``: keep
+    each workspace's Merkle tree (docs/audit.md); off only to measure what it costs
+    (bench/log_bench.py): hashes left out are built from the events at the next append with
+    it on.
     """
 
     def __init__(
@@ -433,6 +598,7 @@ class SqliteEventStore(EventStore):
         batch_max: int = 1024,
         queue_max: int = DEFAULT_QUEUE_MAX,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT_S,
+        merkle: bool = True,
     ) -> None:
         if batch_max < 1 or queue_max < 1:
             raise ValueError("batch_max and queue_max must be >= 1")
@@ -440,6 +606,7 @@ class SqliteEventStore(EventStore):
         self.batch_max = batch_max
         self.queue_max = queue_max
         self.busy_timeout = busy_timeout
+        self.merkle = merkle
         self.blob_root = blobs_dir if blobs_dir is not None else self.path.parent / "blobs"
         self.blobs = FileBlobStore(self.blob_root)
         self._writer: _Writer | None = None
@@ -465,7 +632,7 @@ class SqliteEventStore(EventStore):
     async def _open(self) -> None:
         loop = asyncio.get_running_loop()
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agora-sqlite-writer")
-        writer = _Writer(self.path, self.busy_timeout)
+        writer = _Writer(self.path, self.busy_timeout, self.merkle)
         reader: aiosqlite.Connection | None = None
         try:
             await loop.run_in_executor(executor, writer.open)
@@ -547,6 +714,48 @@ class SqliteEventStore(EventStore):
     async def import_events(self, workspace: str, events: Sequence[Event]) -> int:
         """See :meth:`EventStore.import_events`."""
         return await self._commits.import_events(workspace, events)
+
+    # -- the Merkle tree and checkpoints ----------------------------------------------------
+
+    async def read_hash_map(self, workspace: str, indexes: Sequence[int]) -> dict[int, bytes]:
+        """See :meth:`EventStore.read_hash_map`. Raises ``Unavailable``."""
+        if not indexes:
+            return {}
+        rows = await self._fetch(
+            _SELECT_HASHES, (workspace, _json.encode(list(indexes))), "reading Merkle hashes"
+        )
+        return _hash_map(rows)
+
+    async def rebuild_hashes(self, workspace: str) -> int:
+        """See :meth:`EventStore.rebuild_hashes` (on the writer thread, between batches)."""
+        size: int = await self._on_writer(self._writer_or_raise().rebuild_hashes, workspace)
+        return size
+
+    async def save_checkpoint(self, record: CheckpointRecord) -> bool:
+        """See :meth:`EventStore.save_checkpoint`."""
+        saved: bool = await self._on_writer(self._writer_or_raise().save_checkpoint, record)
+        return saved
+
+    async def set_cosignatures(self, workspace: str, size: int, cosignatures: str) -> None:
+        """See :meth:`EventStore.set_cosignatures`."""
+        await self._on_writer(
+            self._writer_or_raise().set_cosignatures, workspace, size, cosignatures
+        )
+
+    async def load_checkpoint(
+        self, workspace: str, size: int | None = None
+    ) -> CheckpointRecord | None:
+        """See :meth:`EventStore.load_checkpoint`. Raises ``Unavailable``."""
+        if size is None:
+            rows = await self._fetch(_SELECT_LATEST_CHECKPOINT, (workspace,), "reading checkpoints")
+        else:
+            rows = await self._fetch(_SELECT_CHECKPOINT, (workspace, size), "reading checkpoints")
+        return _checkpoint(rows[0]) if rows else None
+
+    async def list_checkpoints(self, workspace: str) -> list[CheckpointRecord]:
+        """See :meth:`EventStore.list_checkpoints`. Raises ``Unavailable``."""
+        rows = await self._fetch(_SELECT_CHECKPOINTS, (workspace,), "reading checkpoints")
+        return [_checkpoint(r) for r in rows]
 
     # -- snapshots --------------------------------------------------------------------------
 
@@ -673,6 +882,18 @@ class SqliteEventStore(EventStore):
     async def heads(self) -> list[Head]:
         """See :meth:`EventStore.heads`. Raises ``Unavailable``."""
         return [head_from_row(r) for r in await self._fetch(_SELECT_HEADS, (), "reading heads")]
+
+
+def _hash_map(rows: Iterable[Any]) -> dict[int, bytes]:
+    """(index, 32-byte slice) rows as index → hash; a short slice is a hash not stored."""
+    return {int(idx): bytes(h) for idx, h in rows if h is not None and len(h) == HASH_SIZE}
+
+
+def _checkpoint(row: Any) -> CheckpointRecord:
+    workspace, size, note, cosignatures = row
+    return CheckpointRecord(
+        workspace=workspace, size=int(size), note=str(note), cosignatures=str(cosignatures)
+    )
 
 
 def _increasing(events: list[Event], key: str) -> bool:

@@ -35,14 +35,15 @@ import asyncio
 import collections
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, NamedTuple, TypeAlias
 
 import msgspec
 
-from hub.core.chain import GENESIS, seal, verify_chain
+from hub.core.chain import GENESIS, canonical_bytes, seal_canonical, verify_chain
 from hub.core.errors import AgoraError, BadRequest, Conflict, IntegrityError, Unavailable
 from hub.core.events import EVENT_TYPES, Event, encode_event
+from hub.core.merkle import CompactRange
 from hub.core.records import AppendResult
 from hub.core.validation import validate_workspace
 from hub.log.codec import decode_page
@@ -371,6 +372,23 @@ class GroupCommit:
 # -- deciding a batch (no I/O) --------------------------------------------------------------
 
 
+class TreeGrowth(NamedTuple):
+    """How one workspace's tree grows in a batch: from the tree of ``size`` whose chain
+    head is ``head``, by a leaf per entry of ``records`` (canonical event bytes)."""
+
+    size: int
+    head: str
+    records: list[bytes]
+
+
+def _grow(records: dict[str, TreeGrowth], workspace: str, current: Tip) -> list[bytes]:
+    """The list collecting ``workspace``'s new canonical bytes in this batch."""
+    growth = records.get(workspace)
+    if growth is None:
+        growth = records[workspace] = TreeGrowth(current[0], current[1], [])
+    return growth.records
+
+
 class Decision(NamedTuple):
     """What :func:`decide` made of a batch."""
 
@@ -382,6 +400,10 @@ class Decision(NamedTuple):
     """The new tip of every workspace written: the truth once the transaction commits."""
     position: int
     """The next free position once the transaction commits."""
+    records: dict[str, TreeGrowth]
+    """Per workspace written: where its tree grows from and the canonical bytes
+    (hub.core.chain) of its new events in seq order, what their Merkle leaves cover
+    (:func:`grow_trees`)."""
 
 
 def batch_timestamp(last: int) -> int:
@@ -414,6 +436,7 @@ def decide(
     staged: dict[str, Tip] = {}
     written: dict[tuple[str, str], Event] = {}
     rows: list[tuple[Event, bytes]] = []
+    records: dict[str, TreeGrowth] = {}
     outcomes: list[Outcome] = []
     minted = iter(
         mint(now, sum(r.size - len(r.client_ids) for r in batch if isinstance(r, Append)))
@@ -422,15 +445,15 @@ def decide(
         try:
             if isinstance(req, Append):
                 result, position = _append_one(
-                    req, tip, staged, written, known, minted, rows, position, now
+                    req, tip, staged, written, known, minted, rows, records, position, now
                 )
                 outcomes.append(result)
             else:
-                outcomes.append(_import_one(req, tip, staged, rows, position))
+                outcomes.append(_import_one(req, tip, staged, rows, records, position))
                 position += req.size
         except AgoraError as e:
             outcomes.append(e)
-    return Decision(outcomes, rows, staged, position)
+    return Decision(outcomes, rows, staged, position, records)
 
 
 def _append_one(
@@ -441,6 +464,7 @@ def _append_one(
     known: Mapping[tuple[str, str], tuple[int, bytes]],
     minted: Iterator[str],
     rows: list[tuple[Event, bytes]],
+    records: dict[str, TreeGrowth],
     position: int,
     now: int,
 ) -> tuple[AppendResult, int]:
@@ -464,10 +488,11 @@ def _append_one(
             expected=req.expected_seq,
         )
     new_rows: list[tuple[Event, bytes]] = []
+    new_canonical: list[bytes] = []
     try:
         for draft in req.drafts:
             seq += 1
-            event = seal(
+            event, encoded = seal_canonical(
                 draft,
                 id=draft.id or next(minted),
                 workspace=workspace,
@@ -478,12 +503,14 @@ def _append_one(
                 prev=prev,
             )
             new_rows.append((event, encode_event(event)))  # fails here, before anything is staged
+            new_canonical.append(encoded)
             prev = event.hash or GENESIS
             position += 1
     except (TypeError, ValueError, msgspec.EncodeError) as e:
         index = len(new_rows)
         raise BadRequest(f"event {index} cannot be encoded: {e}", index=index) from e
     rows.extend(new_rows)
+    _grow(records, workspace, current).extend(new_canonical)
     sealed = tuple(event for event, _ in new_rows)
     if req.client_ids:  # minted ids are new by construction: only client ids can repeat
         for event in sealed:
@@ -515,6 +542,7 @@ def _import_one(
     tip: Callable[[str], Tip],
     staged: dict[str, Tip],
     rows: list[tuple[Event, bytes]],
+    records: dict[str, TreeGrowth],
     position: int,
 ) -> int:
     workspace = req.workspace
@@ -524,11 +552,111 @@ def _import_one(
             f"workspace {workspace!r} is not empty (head {current[0]}); import needs an empty one",
             head=current[0],
         )
+    grown = _grow(records, workspace, current)
     for event in req.events:
         # Positions belong to this store; everything hashed stays verbatim.
         stored = msgspec.structs.replace(event, position=position)
         rows.append((stored, encode_event(stored)))
+        grown.append(canonical_bytes(event))
         position += 1
     last = req.events[-1]
     staged[workspace] = (last.seq, last.hash or GENESIS, position - 1, last.timestamp)
     return len(req.events)
+
+
+# -- the Merkle tree of each workspace (no I/O) ----------------------------------------------
+#
+# Every batch also writes the stored hashes (hub.core.merkle) of the events it adds, in the
+# same transaction. Growing a workspace's tree needs its *frontier* at the batch's start
+# (at most log2 n hashes); the store caches frontiers across batches, keyed by the chain
+# head they belong to, and reads or rebuilds a missing one (:meth:`TreeTip.matches`).
+
+
+class TreeTip(NamedTuple):
+    """A workspace's tree as of one chain head: its size (= seq), the head's hash, and the
+    frontier (hub.core.merkle.frontier_coordinates) of that size."""
+
+    size: int
+    head: str
+    frontier: tuple[bytes, ...]
+
+    def matches(self, size: int, head: str) -> bool:
+        """Whether this is the tree of the chain ending at (``size``, ``head``). The chain
+        hash covers the whole history, so a cached frontier is never reused for another."""
+        return self.size == size and self.head == head
+
+
+EMPTY_TREE: Final = TreeTip(0, GENESIS, ())
+
+HashRow: TypeAlias = tuple[str, int, bytes]
+"""(workspace, idx, hashes): one row of the ``merkle_hashes`` table, a *run* of consecutive
+stored hashes (hub.core.merkle's dense sequence) starting at stored index ``idx``,
+concatenated (32 bytes each). A batch writes one run per workspace (split every
+:data:`RUN_MAX` hashes) instead of a row per hash: the tree then costs the commit a few
+rows, not two per event. Readers slice the run (``substr``)."""
+
+RUN_MAX: Final = 1024  # hashes in one run: 32 KiB
+
+
+def runs(workspace: str, first: int, hashes: list[bytes]) -> list[HashRow]:
+    """``hashes`` (stored from index ``first`` on) as rows of at most :data:`RUN_MAX`."""
+    return [
+        (workspace, first + i, b"".join(hashes[i : i + RUN_MAX]))
+        for i in range(0, len(hashes), RUN_MAX)
+    ]
+
+
+def grow_trees(
+    records: Mapping[str, TreeGrowth], trees: Mapping[str, TreeTip], staged: Mapping[str, Tip]
+) -> tuple[list[HashRow], dict[str, TreeTip]]:
+    """The stored hashes a batch adds (one run per workspace), and each written workspace's
+    new tree tip. ``records``: :attr:`Decision.records`; ``trees``: each written workspace's
+    tree as of the batch's start (its :class:`TreeGrowth` size and head); ``staged``: the
+    new chain tips. Each workspace's leaves are hashed and added in one tight loop
+    (hub.core.merkle.CompactRange.extend): this runs inside every commit."""
+    hash_rows: list[HashRow] = []
+    tips: dict[str, TreeTip] = {}
+    for workspace, growth in records.items():
+        tree = trees[workspace]
+        compact = CompactRange(tree.size, tree.frontier)
+        first = compact.stored
+        hashes: list[bytes] = []
+        compact.extend(growth.records, hashes)
+        seq, head = staged[workspace][0], staged[workspace][1]
+        assert compact.size == seq, "bad math: the tree and the chain disagree on the size"
+        hash_rows.extend(runs(workspace, first, hashes))
+        tips[workspace] = TreeTip(seq, head, compact.frontier())
+    return hash_rows, tips
+
+
+class TreeBuilder:
+    """Rebuilds a workspace's stored hashes from its events (derived data: for a log written
+    before the tree existed, or whose hashes were lost). Feed every event from seq 1 in
+    order, a page at a time; each :meth:`add` returns the hash rows to store."""
+
+    __slots__ = ("tip", "workspace")
+
+    def __init__(self, workspace: str) -> None:
+        self.workspace = workspace
+        self.tip = EMPTY_TREE
+
+    def add(self, events: Iterable[Event]) -> list[HashRow]:
+        """Raises :class:`IntegrityError` for a gap or an event of another workspace."""
+        tip = self.tip
+        compact = CompactRange(tip.size, tip.frontier)
+        first = compact.stored
+        hashes: list[bytes] = []
+        head = tip.head
+        records: list[bytes] = []
+        for event in events:
+            if event.seq != compact.size + len(records) + 1 or event.workspace != self.workspace:
+                raise IntegrityError(
+                    f"cannot build the tree of {self.workspace!r}: expected seq "
+                    f"{compact.size + len(records) + 1}, got seq {event.seq}",
+                    seq=compact.size + len(records) + 1,
+                )
+            records.append(canonical_bytes(event))
+            head = event.hash or GENESIS
+        compact.extend(records, hashes)
+        self.tip = TreeTip(compact.size, head, compact.frontier())
+        return runs(self.workspace, first, hashes)

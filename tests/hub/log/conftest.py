@@ -40,6 +40,8 @@ class StoreKind:
     build: Callable[[Path, str], EventStore]
     corrupt_body: Callable[[EventStore, str, int, Callable[[bytes], bytes]], None]
     delete_row: Callable[[EventStore, str, int], None]
+    delete_hashes: Callable[[EventStore, str], None]
+    """Drop a workspace's stored Merkle hashes (as a log written before the tree existed)."""
 
 
 def _sqlite_build(tmp_path: Path, name: str) -> EventStore:
@@ -68,6 +70,12 @@ def _sqlite_corrupt(
 def _sqlite_delete(store: EventStore, workspace: str, seq: int) -> None:
     with sqlite3.connect(_sqlite_path(store)) as conn:
         conn.execute("DELETE FROM events WHERE workspace = ? AND seq = ?", (workspace, seq))
+    conn.close()
+
+
+def _sqlite_delete_hashes(store: EventStore, workspace: str) -> None:
+    with sqlite3.connect(_sqlite_path(store)) as conn:
+        conn.execute("DELETE FROM merkle_hashes WHERE workspace = ?", (workspace,))
     conn.close()
 
 
@@ -144,6 +152,12 @@ def _postgres_delete(store: EventStore, workspace: str, seq: int) -> None:
     )
 
 
+def _postgres_delete_hashes(store: EventStore, workspace: str) -> None:
+    assert isinstance(store, PostgresEventStore)
+    table = f'"{store.schema}".merkle_hashes'
+    pg_run(lambda conn: conn.execute(f"DELETE FROM {table} WHERE workspace = $1", workspace))
+
+
 @pytest.fixture(autouse=True)
 def _drop_postgres_schemas() -> Iterator[None]:
     """After each test (and after its stores closed), drop the schemas it created."""
@@ -161,8 +175,10 @@ def _drop_postgres_schemas() -> Iterator[None]:
 
 
 STORE_KINDS: dict[str, StoreKind] = {
-    "sqlite": StoreKind(_sqlite_build, _sqlite_corrupt, _sqlite_delete),
-    "postgres": StoreKind(_postgres_build, _postgres_corrupt, _postgres_delete),
+    "sqlite": StoreKind(_sqlite_build, _sqlite_corrupt, _sqlite_delete, _sqlite_delete_hashes),
+    "postgres": StoreKind(
+        _postgres_build, _postgres_corrupt, _postgres_delete, _postgres_delete_hashes
+    ),
 }
 
 

@@ -402,3 +402,21 @@ async def test_append_cancelled_while_queued_is_not_written(schema: str) -> None
         found = await store.lookup_ids("w", ["f", "q"])
         assert "q" not in found
         assert result.seqs == [len(found) + 1]
+
+
+async def test_migration_3_adds_the_tree_to_an_existing_log(schema: str) -> None:
+    """A schema at version 2 (before the Merkle tree) migrates to 3; the workspace's hashes
+    are built from its events at its next append."""
+    async with PostgresEventStore(DSN, schema=schema) as store:
+        await store.append("ws", [msg(str(i)) for i in range(5)])
+    async with connection() as conn:
+        await conn.execute(f'DROP TABLE "{schema}".merkle_hashes, "{schema}".checkpoints')
+        await conn.execute(f'DELETE FROM "{schema}".schema_version WHERE version = 3')
+        assert await current_version(conn, schema) == 2
+    async with PostgresEventStore(DSN, schema=schema) as store:
+        assert await store.read_hash_map("ws", [0]) == {}
+        await store.append("ws", [msg("after")])
+        # 6 leaves: 6 leaf hashes + 3 + 1 interior ones, every one of them stored.
+        assert len(await store.read_hash_map("ws", list(range(20)))) == 10
+    async with connection() as conn:
+        assert await current_version(conn, schema) == LATEST == 3

@@ -244,3 +244,51 @@ async def test_appends_waiting_for_room_fail_when_the_writer_dies(tmp_path: Path
     assert all(isinstance(o, Unavailable) or not isinstance(o, BaseException) for o in outcomes)
     assert any(isinstance(o, Unavailable) for o in outcomes)
     await store.close()
+
+
+async def test_a_version_1_file_gains_the_tree_lazily(tmp_path: Path) -> None:
+    """A log written before the Merkle tree (schema 1: no merkle_hashes, no checkpoints)
+    opens, migrates, and gets each workspace's hashes built from its events."""
+    path = tmp_path / "old.db"
+    async with SqliteEventStore(path) as store:
+        first = await store.append("ws", [msg(str(i)) for i in range(5)])
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE merkle_hashes")
+        conn.execute("DROP TABLE checkpoints")
+        conn.execute("PRAGMA user_version=1")
+    conn.close()
+    async with SqliteEventStore(path) as store:
+        assert await store.read_hash_map("ws", [0]) == {}
+        assert await store.ensure_hashes("ws") == 5
+        assert len(await store.read_hash_map("ws", list(range(20)))) == 8  # 5 leaves: 8 hashes
+        await store.append("ws", [msg("after")])
+        assert await store.list_checkpoints("ws") == []
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    conn.close()
+    assert first.seqs == [1, 2, 3, 4, 5]
+
+
+async def test_a_log_cut_behind_the_stores_back_cuts_its_hash_run(tmp_path: Path) -> None:
+    """One batch stores one run of hashes; when the log loses its tail, the next append
+    shortens that run to the surviving events and grows the tree from there."""
+    from hub.core.chain import canonical_bytes
+    from hub.core.merkle import append_leaves, leaf_hash
+
+    path = tmp_path / "cut.db"
+    async with SqliteEventStore(path) as store:
+        await store.append("ws", [msg(str(i)) for i in range(10)])
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM merkle_hashes").fetchone()[0] == 1
+        conn.execute("DELETE FROM events WHERE seq > 7")
+    conn.close()
+    async with SqliteEventStore(path) as store:
+        await store.append("ws", [msg("new 8"), msg("new 9")])
+        events = [e async for e in store.read("ws")]
+        _, expected = append_leaves((), 0, [leaf_hash(canonical_bytes(e)) for e in events])
+        stored = await store.read_hash_map("ws", list(range(len(expected) + 5)))
+        assert stored == dict(enumerate(expected))
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT idx, length(hash) FROM merkle_hashes ORDER BY idx").fetchall()
+    conn.close()
+    assert rows == [(0, 11 * 32), (11, 5 * 32)]  # 7 leaves: 11 hashes; 2 more: 5

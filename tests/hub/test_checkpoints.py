@@ -1,0 +1,231 @@
+"""hub.checkpoints: the checkpoint key file, the production schedule, the refusal to sign a
+rewritten history, cosignatures and proofs, on a real SQLite store."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from hub.checkpoints import (
+    Checkpointer,
+    audit_log,
+    load_key,
+    load_or_create_key,
+    prove_consistency,
+    prove_inclusion,
+    root_hash,
+)
+from hub.config import AuditConfig, parse_config
+from hub.core.chain import canonical_bytes
+from hub.core.checkpoint import (
+    COSIGNATURE_V1,
+    NoteError,
+    add_signatures,
+    format_note,
+    generate_signer,
+    open_checkpoint,
+    parse_checkpoint,
+    parse_note,
+)
+from hub.core.errors import ConfigError, IntegrityError, NotFound
+from hub.core.events import MessagePayload, MessagePosted
+from hub.core.merkle import check_consistency, check_inclusion, leaf_hash
+from hub.log.sqlite import SqliteEventStore
+
+
+def msg(text: str = "m") -> MessagePosted:
+    return MessagePosted(producer="alice", payload=MessagePayload(text=text))
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteEventStore]:
+    async with SqliteEventStore(tmp_path / "agora.db") as s:
+        yield s
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# -- the key ------------------------------------------------------------------------------------
+
+
+def test_the_key_is_created_once_private_and_named(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with pytest.raises(NotFound):
+        load_key(data)
+    signer = load_or_create_key(data, "hub-1")
+    path = data / "checkpoint.key"
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert signer.name == "agora.hub-1"
+    assert path.read_text().startswith("PRIVATE+KEY+agora.hub-1+")
+    again = load_or_create_key(data, "ignored-once-created")
+    assert again.verifier.vkey() == signer.verifier.vkey()
+    os.chmod(path, 0o644)
+    with pytest.raises(ConfigError, match="readable by others"):
+        load_key(data)
+    os.chmod(path, 0o600)
+    path.write_text("not a key\n")
+    with pytest.raises(ConfigError):
+        load_key(data)
+    random_id = load_or_create_key(tmp_path / "other")
+    assert random_id.name.startswith("agora.") and random_id.name != signer.name
+
+
+def test_audit_config_defaults_and_checks() -> None:
+    assert parse_config({}).audit == AuditConfig()
+    config = parse_config({"audit": {"checkpoint_every_events": 5, "hub_id": "h1"}})
+    assert config.audit.checkpoint_every_events == 5 and config.audit.hub_id == "h1"
+    with pytest.raises(ConfigError):
+        parse_config({"audit": {"checkpoint_every_ms": 0}})
+    with pytest.raises(ConfigError):
+        parse_config({"audit": {"hub_id": "a b"}})
+    with pytest.raises(ConfigError):
+        parse_config({"audit": {"every": 1}})
+
+
+# -- producing ----------------------------------------------------------------------------------
+
+
+async def test_on_demand_signs_once_per_size(store: SqliteEventStore) -> None:
+    signer = generate_signer("agora.t")
+    checkpoints = Checkpointer(store, signer)
+    with pytest.raises(NotFound):
+        await checkpoints.on_demand("ws")
+    await store.append("ws", [msg(str(i)) for i in range(5)])
+    first = await checkpoints.on_demand("ws")
+    assert first.size == 5
+    checkpoint, _ = open_checkpoint(first.note, signer.verifier, origin="agora.t/ws")
+    assert checkpoint.root == await root_hash(store, "ws", 5)
+    assert await checkpoints.on_demand("ws") == first
+    assert await checkpoints.latest("ws") == first
+
+
+async def test_due_after_n_events_or_t_ms(store: SqliteEventStore) -> None:
+    clock = Clock()
+    config = AuditConfig(checkpoint_every_events=4, checkpoint_every_ms=1000)
+    checkpoints = Checkpointer(store, generate_signer("agora.t"), config, clock=clock)
+    await store.append("ws", [msg()] * 3)
+    checkpoints.appended("ws", 3)
+    assert checkpoints.due() == []
+    await store.append("ws", [msg()])
+    checkpoints.appended("ws", 4)
+    assert checkpoints.due() == ["ws"]
+    made = await checkpoints.produce_due()
+    assert [r.size for r in made] == [4]
+    assert checkpoints.due() == []
+    await store.append("ws", [msg()])
+    checkpoints.appended("ws", 5)
+    clock.now += 0.999
+    assert checkpoints.due() == []
+    clock.now += 0.002
+    assert checkpoints.due() == ["ws"]
+    assert [r.size for r in await checkpoints.produce_due()] == [5]
+    clock.now += 10
+    assert checkpoints.due() == []  # nothing new: no checkpoint of a tree already signed
+
+
+async def test_the_background_task_produces_due_checkpoints(store: SqliteEventStore) -> None:
+    config = AuditConfig(checkpoint_every_events=2, checkpoint_every_ms=60_000)
+    async with Checkpointer(store, generate_signer("agora.t"), config) as checkpoints:
+        await store.append("ws", [msg(), msg()])
+        checkpoints.appended("ws", 2)
+        async with asyncio.timeout(10):
+            # The store has no event to wait on: poll, bounded.
+            while await store.load_checkpoint("ws") is None:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+    await checkpoints.close()  # idempotent
+    record = await store.load_checkpoint("ws")
+    assert record is not None and record.size == 2
+
+
+async def test_refuses_to_sign_a_history_inconsistent_with_the_last(
+    store: SqliteEventStore, tmp_path: Path
+) -> None:
+    import sqlite3
+
+    checkpoints = Checkpointer(store, generate_signer("agora.t"))
+    await store.append("ws", [msg(str(i)) for i in range(6)])
+    await checkpoints.on_demand("ws")
+    await store.close()
+    with sqlite3.connect(tmp_path / "agora.db") as conn:  # cut the log behind the hub's back
+        conn.execute("DELETE FROM events WHERE seq > 4")
+    conn.close()
+    async with SqliteEventStore(tmp_path / "agora.db") as reopened:
+        again = Checkpointer(reopened, checkpoints.signer)
+        with pytest.raises(IntegrityError, match="truncated"):
+            await again.on_demand("ws")
+
+
+# -- cosignatures and proofs ------------------------------------------------------------------
+
+
+async def test_cosignatures_are_kept_and_served(store: SqliteEventStore) -> None:
+    signer = generate_signer("agora.t")
+    witness = generate_signer("witness.example/w", COSIGNATURE_V1)
+    checkpoints = Checkpointer(store, signer)
+    await store.append("ws", [msg()] * 3)
+    record = await checkpoints.on_demand("ws")
+    note = parse_note(record.note)
+    cosigned = format_note(add_signatures(note, [witness.sign(note.text, timestamp=7)]))
+    kept = await checkpoints.add_cosignatures("ws", cosigned, (witness.verifier,))
+    latest = await checkpoints.latest("ws")
+    assert latest == kept
+    open_checkpoint(latest.signed(), signer.verifier, witnesses=[witness.verifier])
+    # Another text, another workspace's origin, an unknown size: refused.
+    with pytest.raises(NotFound):
+        await checkpoints.add_cosignatures("ws", cosigned.replace("\n3\n", "\n2\n"))
+    with pytest.raises(NoteError):
+        await checkpoints.add_cosignatures("other", cosigned)
+
+
+async def test_proofs_check_against_the_signed_root(store: SqliteEventStore) -> None:
+    checkpoints = Checkpointer(store, generate_signer("agora.t"))
+    await store.append("ws", [msg(str(i)) for i in range(5)])
+    small = parse_checkpoint(parse_note((await checkpoints.on_demand("ws")).note).text)
+    await store.append("ws", [msg(str(i)) for i in range(6)])
+    large = parse_checkpoint(parse_note((await checkpoints.on_demand("ws")).note).text)
+    events = [e async for e in store.read("ws")]
+    proof = await prove_inclusion(store, "ws", 3, large.size)
+    check_inclusion(2, 11, leaf_hash(canonical_bytes(events[2])), proof.hashes, large.root)
+    consistency = await prove_consistency(store, "ws", 5, 11)
+    check_consistency(5, 11, small.root, large.root, consistency.hashes)
+    findings = await audit_log(store, "ws", [("small", small), ("large", large)])
+    assert [f.ok for f in findings] == [True, True]
+
+
+async def test_the_servers_proof_api(store: SqliteEventStore) -> None:
+    checkpoints = Checkpointer(store, generate_signer("agora.t"))
+    await store.append("ws", [msg(str(i)) for i in range(9)])
+    with pytest.raises(NotFound):
+        await checkpoints.inclusion_proof("ws", 3)  # no checkpoint yet
+    record = await checkpoints.on_demand("ws")
+    signed = parse_checkpoint(parse_note(record.note).text)
+    proof = await checkpoints.inclusion_proof("ws", 3)
+    events = [e async for e in store.read("ws")]
+    check_inclusion(2, 9, leaf_hash(canonical_bytes(events[2])), proof.hashes, signed.root)
+    old = await root_hash(store, "ws", 4)
+    check_consistency(4, 9, old, signed.root, (await checkpoints.consistency_proof("ws", 4)).hashes)
+    with pytest.raises(NotFound):
+        await checkpoints.inclusion_proof("ws", 3, 10)
+
+
+async def test_the_background_task_produces_a_checkpoint_due_by_time(
+    store: SqliteEventStore,
+) -> None:
+    config = AuditConfig(checkpoint_every_events=1000, checkpoint_every_ms=50)
+    async with Checkpointer(store, generate_signer("agora.t"), config) as checkpoints:
+        await store.append("ws", [msg()])
+        checkpoints.appended("ws", 1)
+        async with asyncio.timeout(10):
+            # The store has no event to wait on: poll, bounded.
+            while await store.load_checkpoint("ws") is None:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
