@@ -28,7 +28,7 @@ from hub.client import connect
 from hub.config import HubConfig, ServerConfig
 from hub.log.sqlite import SqliteEventStore
 from hub.server.app import Hub
-from tests.a2a_adapter.conftest import WORKSPACE, TokenFactory, open_client
+from tests.a2a_adapter.peers import WORKSPACE, TokenFactory, open_client
 
 S = TaskState
 

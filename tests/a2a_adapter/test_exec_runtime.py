@@ -43,7 +43,7 @@ from google.protobuf import json_format, struct_pb2
 
 from a2a_adapter.mapping import plain
 from hub.auth import TokenSigner
-from tests.a2a_adapter.conftest import fetch_card, open_client
+from tests.a2a_adapter.peers import fetch_card, open_client
 
 S = TaskState
 REPO = Path(__file__).resolve().parents[2]

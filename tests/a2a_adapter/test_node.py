@@ -14,7 +14,7 @@ import pytest
 
 from a2a_adapter.app import A2AService
 from hub.workspaces import Workspaces
-from tests.a2a_adapter.conftest import WORKSPACE, TokenFactory, Worker
+from tests.a2a_adapter.peers import WORKSPACE, TokenFactory, Worker
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_DIR = ROOT / "tests" / ".node" / "a2a-js"

@@ -18,7 +18,7 @@ from backends.base import (
     host_local,
 )
 from backends.process import ProcessBackend, probe_network_isolation
-from tests.backends.conftest import Listener, Rig
+from tests.backends.rigs import Listener, Rig
 
 PYTHON = ExecutionLanguage.PYTHON
 

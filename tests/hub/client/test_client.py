@@ -32,7 +32,9 @@ from hub.core.events import (
     WorkPublished,
 )
 from hub.core.wire.frames import Error
-from tests.hub.client.conftest import ROOT, SECRET, HubProcess
+from tests.support.hub import HubProcess
+from tests.support.paths import REPO
+from tests.support.tokens import SECRET
 
 WAIT = 10.0  # seconds: generous bound on any single wait in these tests
 
@@ -92,7 +94,7 @@ async def test_bad_token_raises_unauthorized_at_connect(hub: HubProcess) -> None
     with pytest.raises(Unauthorized):
         async with connect(hub.url, "not-a-token"):
             pass
-    forged = HubProcess(hub.data).signer  # same class, but sign with another secret:
+    forged = HubProcess(hub.data_dir).signer  # same class, but sign with another secret:
     forged = type(forged)(b"x" * 40)
     with pytest.raises(Unauthorized):
         async with connect(hub.url, forged.issue("eve", ["*"], ["read"], ttl_seconds=60)):
@@ -623,11 +625,11 @@ async def test_two_agents_example_runs_to_completion(hub: HubProcess) -> None:
     env = dict(os.environ, AGORA_SECRET=SECRET)
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
-        str(ROOT / "examples" / "two_agents.py"),
+        str(REPO / "examples" / "two_agents.py"),
         "--url",
         hub.url,
         "--data",
-        str(hub.data),
+        str(hub.data_dir),
         "--workspace",
         w,
         "--timeout",
@@ -635,7 +637,7 @@ async def test_two_agents_example_runs_to_completion(hub: HubProcess) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env=env,
-        cwd=ROOT,
+        cwd=REPO,
     )
     output, _ = await asyncio.wait_for(proc.communicate(), 60)
     text = output.decode()

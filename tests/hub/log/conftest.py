@@ -2,25 +2,21 @@
 
 ``STORE_KINDS`` maps a kind to a :class:`StoreKind`: how to build a store over some named,
 initially empty storage, and a backdoor to damage stored rows (for the tamper tests, which
-must bypass the interface). PostgreSQL (``AGORA_TEST_POSTGRES``, default the local server's
-``test`` database) is one entry whose ``build`` starts with
-``tests.conftest.require("postgres", available, why)`` so the kind skips (or fails in CI)
-where no server runs; each (test, name) gets its own schema, dropped after the test.
+must bypass the interface; :class:`tests.hub.log.stores.StoreKind`). PostgreSQL
+(:mod:`tests.support.postgres`) is one entry whose ``build`` starts with
+:func:`~tests.support.postgres.need_postgres` so the kind skips (or fails in CI) where no server
+runs; each (test, name) gets its own schema, dropped after the test.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import os
 import re
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Final
 
 import asyncpg
 import pytest
@@ -28,18 +24,8 @@ import pytest
 from hub.log.base import EventStore
 from hub.log.postgres import PostgresEventStore
 from hub.log.sqlite import SqliteEventStore
-from tests.conftest import require
-
-
-@dataclass(frozen=True)
-class StoreKind:
-    """``build(tmp_path, name)``: an unopened store over storage ``name`` (same name, same
-    data). ``corrupt_body``/``delete_row``: edit the stored event ``(workspace, seq)``
-    directly, behind the store's back."""
-
-    build: Callable[[Path, str], EventStore]
-    corrupt_body: Callable[[EventStore, str, int, Callable[[bytes], bytes]], None]
-    delete_row: Callable[[EventStore, str, int], None]
+from tests.hub.log.stores import StoreKind
+from tests.support.postgres import POSTGRES_DSN, drop_schemas, need_postgres, pg_run
 
 
 def _sqlite_build(tmp_path: Path, name: str) -> EventStore:
@@ -73,44 +59,12 @@ def _sqlite_delete(store: EventStore, workspace: str, seq: int) -> None:
 
 # -- PostgreSQL: a schema per (test, name), dropped (CASCADE) after the test ----------------
 
-POSTGRES_DSN: Final = os.environ.get(
-    "AGORA_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test"
-)
-_T = TypeVar("_T")
 _PG_SALT: Final = uuid.uuid4().hex  # no clash with schemas a crashed run left behind
-_pg_probe: dict[str, str | None] = {}
 _pg_schemas: set[str] = set()  # created by this test; dropped after it
 
 
-def pg_run(work: Callable[[asyncpg.Connection], Awaitable[_T]]) -> _T:
-    """Run ``work`` on a fresh connection in a thread of its own: callable from sync code and
-    from inside a running loop (the tamper backdoors are sync)."""
-
-    async def main() -> _T:
-        conn = await asyncpg.connect(POSTGRES_DSN, timeout=5)
-        try:
-            return await work(conn)
-        finally:
-            await conn.close()
-
-    with ThreadPoolExecutor(1) as thread:
-        return thread.submit(asyncio.run, main()).result()
-
-
-def postgres_unavailable() -> str | None:
-    """Why PostgreSQL cannot be used here, or None (probed once per session)."""
-    if "why" not in _pg_probe:
-        try:
-            pg_run(lambda conn: conn.fetchval("SELECT 1"))
-            _pg_probe["why"] = None
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as e:
-            _pg_probe["why"] = f"cannot connect to {POSTGRES_DSN.rsplit('@', 1)[-1]}: {e}"
-    return _pg_probe["why"]
-
-
 def _postgres_build(tmp_path: Path, name: str) -> EventStore:
-    why = postgres_unavailable()
-    require("postgres", why is None, why or "")
+    need_postgres()
     test = hashlib.sha256(f"{_PG_SALT}{tmp_path}".encode()).hexdigest()[:12]
     schema = f"t_{test}_{re.sub('[^a-z0-9_]', '_', name.lower())}"[:48]
     _pg_schemas.add(schema)
@@ -152,12 +106,7 @@ def _drop_postgres_schemas() -> Iterator[None]:
         return
     names = sorted(_pg_schemas)
     _pg_schemas.clear()
-
-    async def drop(conn: asyncpg.Connection) -> None:
-        for schema in names:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
-    pg_run(drop)
+    drop_schemas(names)
 
 
 STORE_KINDS: dict[str, StoreKind] = {

@@ -34,8 +34,7 @@ from hub.core.events import (
 )
 from hub.core.records import Snapshot
 from hub.log.base import EventStore
-
-from .conftest import StoreKind
+from tests.hub.log.stores import StoreKind
 
 
 def msg(text: str = "hello", *, id: str = "", producer: str = "alice") -> MessagePosted:

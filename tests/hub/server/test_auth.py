@@ -7,7 +7,9 @@ import asyncio
 import time
 from typing import Any
 
-from tests.hub.server.conftest import HubProcess, message, mint, peer
+from tests.support.hub import HubProcess
+from tests.support.peer import message, peer
+from tests.support.tokens import mint
 
 
 async def test_hello_welcome(hub: HubProcess) -> None:

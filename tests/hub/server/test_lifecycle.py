@@ -17,7 +17,9 @@ from websockets.exceptions import ConnectionClosed
 
 from hub.core.events import MemberJoined, MemberLeft
 from hub.log.factory import open_store
-from tests.hub.server.conftest import HubProcess, Peer, message, mint, peer
+from tests.support.hub import HubProcess
+from tests.support.peer import Peer, message, peer
+from tests.support.tokens import mint
 
 
 async def _publish_forever(
