@@ -9,4 +9,7 @@ from typing import Final
 REPO: Final = Path(__file__).resolve().parents[2]
 """The repository root (``agora serve`` runs from here; docs/, examples/ are below it)."""
 
-DOCS: Final = REPO / "docs"
+DOCS_DIR: Final = REPO / "docs"
+
+FIXTURES_DIR: Final = REPO / "tests" / "fixtures"
+"""Golden files (tests/fixtures/events.jsonl: one stored event of every kind)."""

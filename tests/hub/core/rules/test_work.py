@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from hub.core.errors import Conflict
@@ -16,8 +14,9 @@ from hub.core.rules.work import (
     next_work_status,
     work_state_diagram,
 )
+from tests.support.paths import DOCS_DIR
 
-DOCS = Path(__file__).resolve().parents[3] / "docs" / "events.md"
+DOCS = DOCS_DIR / "events.md"
 
 
 def test_table_covers_the_collaboration_kinds() -> None:
