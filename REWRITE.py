@@ -96,6 +96,7 @@ MOVES: dict[str, dict[str, tuple[str, str]]] = {
         **_REQUIRE,
         **_POSTGRES,
         "StoreKind": ("tests.hub.log.stores", "StoreKind"),
+        "STORE_KINDS": ("tests.hub.log.stores", "STORE_KINDS"),
     },
     "tests.a2a_adapter.conftest": {
         name: ("tests.a2a_adapter.peers", name)
