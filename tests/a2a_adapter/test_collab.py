@@ -1,4 +1,4 @@
-"""A WebSocket agent (hub/client.py against hub/server.py) and an A2A peer (a2a-sdk client)
+"""A WebSocket agent (hub/client.py against hub/server/) and an A2A peer (a2a-sdk client)
 on one work item, in one hub process: each sees the other's steps."""
 
 from __future__ import annotations

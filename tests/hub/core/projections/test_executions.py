@@ -1,4 +1,4 @@
-"""The execution lifecycle table and journal (hub/projections/executions.py)."""
+"""The execution lifecycle table and journal (hub/core/projections/executions.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The work-item lifecycle table (hub/projections/work.py) and its diagram in docs/events.md."""
+"""The work-item lifecycle table (hub/core/rules/work.py) and its diagram in docs/events.md."""
 
 from __future__ import annotations
 
