@@ -50,8 +50,6 @@ COVERED_ELSEWHERE: Final[dict[str, str]] = {
     "hub/core/capability.py": "the capability a token grants: tests/hub/test_auth.py, "
     "tests/hub/core/wire/test_session.py",
     "hub/core/records.py": "plain result records of the stores: tests/hub/log/test_conformance.py",
-    "hub/core/rules/lifecycle.py": "the lifecycle tables: tests/hub/core/rules/test_work.py, "
-    "tests/hub/core/projections/test_executions.py",
     "hub/core/wire/frames.py": "decoded and encoded by the session: "
     "tests/hub/core/wire/test_session.py",
     "hub/core/execution/capabilities.py": "declared by every backend: "
@@ -66,7 +64,6 @@ COVERED_ELSEWHERE: Final[dict[str, str]] = {
     "backends/errors.py": _SHIM,
     # -- the log ------------------------------------------------------------------------------
     "hub/log/base.py": "the EventStore interface: tests/hub/log/test_conformance.py",
-    "hub/log/codec.py": "every store read: tests/hub/log/test_conformance.py",
     "hub/log/migrations.py": "tests/hub/log/test_postgres.py",
     "hub/log/writer.py": "the group-commit writer: tests/hub/log/test_conformance.py, "
     "test_crash.py",
