@@ -1,34 +1,15 @@
-"""Shared test fixtures.
-
-``require(service)`` skips a test whose service (docker, postgres) is missing on this machine,
-but fails it when ``AGORA_REQUIRE`` lists the service (CI sets it to every service the suite
-uses, so a missing service can never turn into a silent skip there).
-
-Hypothesis runs without its wall-clock checks (no ``deadline``, no ``too_slow`` health check):
-on a loaded 2-core machine they fail tests for the machine's speed, not for a bug.
-"""
+"""Fixtures for every test. What tests share besides fixtures is in tests/support/ (imported as
+plain modules, never from a conftest); its assertions are rewritten like a conftest's, so a
+failing check there explains itself."""
 
 from __future__ import annotations
-
-import os
 
 import pytest
 from hypothesis import HealthCheck, settings
 
-settings.register_profile(
-    "agora", deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
-)
+pytest.register_assert_rewrite("tests.support")
+
+# No timing assertions, Hypothesis's included: on a loaded (shared, 2-core) machine a slow
+# example or a slow draw is not a failure. Tests' own @settings add to this profile.
+settings.register_profile("agora", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("agora")
-
-
-def required_services() -> set[str]:
-    return {s.strip() for s in os.environ.get("AGORA_REQUIRE", "").split(",") if s.strip()}
-
-
-def require(service: str, available: bool, why: str) -> None:
-    """Skip (or, when CI requires the service, fail) if ``available`` is false."""
-    if available:
-        return
-    if service in required_services():
-        pytest.fail(f"{service} is required (AGORA_REQUIRE) but unavailable: {why}")
-    pytest.skip(f"{service} unavailable: {why}")

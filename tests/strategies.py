@@ -12,7 +12,7 @@
   (seq 1.., ids ``"<workspace>-<seq>"``, ``sha256``/``size`` filled as the hub would).
 - :func:`seal_all` — seal a list of drafts yourself.
 
-The model here is deliberately independent of :mod:`hub.projections` (it tracks file revs,
+The model here is deliberately independent of :mod:`hub.core.projections` (it tracks file revs,
 work-item owners and execution phases itself), so tests can use it to check the projections.
 """
 

@@ -18,8 +18,9 @@ from a2a_adapter.bridge import Bridge
 from hub.config import PeerConfig
 from hub.core.events import Event, FeedbackProvided, MemberJoined, NeedWork, WorkCancelled
 from hub.workspaces import Workspaces
-from tests.a2a_adapter.conftest import WORKSPACE, fetch_card, wait_for
 from tests.a2a_adapter.echo_agent import echo_agent
+from tests.a2a_adapter.peers import WORKSPACE, fetch_card
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture

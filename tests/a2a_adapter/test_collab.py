@@ -1,4 +1,4 @@
-"""A WebSocket agent (hub/client.py against hub/server.py) and an A2A peer (a2a-sdk client)
+"""A WebSocket agent (hub/client.py against hub/server/) and an A2A peer (a2a-sdk client)
 on one work item, in one hub process: each sees the other's steps."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from hub.client import connect
 from hub.config import HubConfig, ServerConfig
 from hub.log.sqlite import SqliteEventStore
 from hub.server.app import Hub
-from tests.a2a_adapter.conftest import WORKSPACE, TokenFactory, open_client
+from tests.a2a_adapter.peers import WORKSPACE, TokenFactory, open_client
 
 S = TaskState
 

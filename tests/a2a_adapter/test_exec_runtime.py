@@ -3,11 +3,11 @@ data parts to the hub's A2A listener, the hub's own runtime (hub/runtime/runtime
 them on the ``process`` backend, and the log (read back with ``agora replay --json``) shows
 the lifecycle produced by the A2A agent.
 
-The hub is one subprocess for the module (``--port 0 --a2a-port 0``: both listeners on free
-ports, the A2A one read from its banner ``agora A2A on http://…``); each test uses its own
-workspace. The ``process`` instance keeps its default policy (network disabled) where
-``unshare`` works here, else it is configured with the network enabled (docs/execution.md,
-"process"), so the default request runs either way.
+The hub is one subprocess for the module (:class:`tests.support.hub.HubProcess`, ``--port 0
+--a2a-port 0``: both listeners on free ports, the A2A one read from its banner ``agora A2A on
+http://…``); each test uses its own workspace. The ``process`` instance keeps its default
+policy (network disabled) where ``unshare`` works here, else it is configured with the network
+enabled (docs/execution.md, "process"), so the default request runs either way.
 """
 
 from __future__ import annotations
@@ -15,15 +15,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
-import select
-import signal
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,108 +38,32 @@ from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError
 from google.protobuf import json_format, struct_pb2
 
 from a2a_adapter.mapping import plain
-from hub.auth import TokenSigner
-from tests.a2a_adapter.conftest import fetch_card, open_client
+from tests.a2a_adapter.peers import fetch_card, open_client
+from tests.support import tokens
+from tests.support.hub import HubProcess, HubStarter
+from tests.support.paths import REPO
 
 S = TaskState
-REPO = Path(__file__).resolve().parents[2]
-SECRET = "a2a-exec-runtime-secret-0123456789-abcdefghij"
-BANNER_TIMEOUT = 30.0
 BINDINGS = ["JSONRPC", "HTTP+JSON"]
 
 
-class ServedHub:
-    """One ``agora serve`` subprocess with the A2A listener on a free port."""
-
-    def __init__(self, root: Path) -> None:
-        self.data_dir = root / "data"
-        self.config = root / "agora.toml"
-        self.stderr_path = root / "serve.stderr.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.ws_url = ""
-        self.a2a_url = ""
-
-    def start(self, *, network_isolated: bool) -> ServedHub:
-        limits = "" if network_isolated else 'limits = { network = "enabled" }\n'
-        self.config.write_text(
-            f'[[backends]]\nid = "process"\nkind = "process"\naccess = "read-write"\n{limits}'
-        )
-        argv = [sys.executable, "-m", "hub", "serve", "--port", "0", "--a2a-port", "0"]
-        argv += ["--data", str(self.data_dir), "--config", str(self.config)]
-        with self.stderr_path.open("ab") as stderr:
-            self.proc = subprocess.Popen(
-                argv, cwd=REPO, env=self.env(), stdout=subprocess.PIPE, stderr=stderr
-            )
-        lines = self._read_lines(2)
-        assert lines[0].startswith("agora serving ws://"), lines
-        assert lines[1].startswith("agora A2A on http://"), lines
-        self.ws_url = lines[0].split()[2]
-        self.a2a_url = lines[1].split()[3]
-        assert not self.a2a_url.endswith(":0"), self.a2a_url  # the bound port, not the asked one
-        return self
-
-    def env(self) -> dict[str, str]:
-        env = dict(os.environ, AGORA_SECRET=SECRET, PYTHONPATH=str(REPO))
-        env.pop("PYTHONASYNCIODEBUG", None)
-        return env
-
-    def _read_lines(self, count: int) -> list[str]:
-        assert self.proc is not None and self.proc.stdout is not None
-        deadline = time.monotonic() + BANNER_TIMEOUT
-        buffer = b""
-        while buffer.count(b"\n") < count:
-            left = deadline - time.monotonic()
-            ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, left))
-            if not ready:
-                self.kill()
-                raise AssertionError(f"no banners within {BANNER_TIMEOUT}s: {self.log()}")
-            chunk = os.read(self.proc.stdout.fileno(), 1024)
-            if not chunk:
-                raise AssertionError(f"agora serve exited early: {self.log()}")
-            buffer += chunk
-        return [line.decode() for line in buffer.split(b"\n")[:count]]
-
-    def log(self) -> str:
-        try:
-            return self.stderr_path.read_text(errors="replace")[-4000:]
-        except OSError:
-            return ""
-
-    def replay(self, workspace: str) -> list[dict[str, Any]]:
-        """``agora replay --json WORKSPACE --data DIR``: the stored envelopes ([] for a
-        workspace without events)."""
-        argv = [sys.executable, "-m", "hub", "replay", "--json", workspace]
-        done = subprocess.run(
-            [*argv, "--data", str(self.data_dir)],
-            cwd=REPO,
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        if done.returncode != 0 and "has no events" in done.stderr:
-            return []  # nothing was ever written in the workspace
-        assert done.returncode == 0, done.stderr
-        return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
-
-    def terminate(self, timeout: float = 30.0) -> int:
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"agora serve ignored SIGTERM for {timeout}s") from None
-        finally:
-            if self.proc.stdout is not None:
-                self.proc.stdout.close()
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+def replay(hub: HubProcess, workspace: str) -> list[dict[str, Any]]:
+    """``agora replay --json WORKSPACE --data DIR``: the stored envelopes ([] for a workspace
+    without events)."""
+    argv = [sys.executable, "-m", "hub", "replay", "--json", workspace]
+    done = subprocess.run(
+        [*argv, "--data", str(hub.data_dir)],
+        cwd=REPO,
+        env=hub.environ(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if done.returncode != 0 and "has no events" in done.stderr:
+        return []  # nothing was ever written in the workspace
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
 
 
 def network_isolation_works() -> bool:
@@ -166,26 +86,25 @@ def network_isolation_works() -> bool:
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedHub]:
-    root = tmp_path_factory.mktemp("a2a-exec")
-    served = ServedHub(root).start(network_isolated=network_isolation_works())
-    try:
-        yield served
-    finally:
-        code = served.terminate()
-    assert code == 0, served.log()
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubProcess]:
+    """The hub of the module: a ``process`` backend, the A2A listener on a free port."""
+    limits = "" if network_isolation_works() else 'limits = { network = "enabled" }\n'
+    starter = HubStarter(tmp_path_factory.mktemp("a2a-exec"))
+    config = f'[[backends]]\nid = "process"\nkind = "process"\naccess = "read-write"\n{limits}'
+    served = starter.start(config, a2a_port=0)
+    assert not served.a2a_url.endswith(":0"), served.a2a_url  # the bound port, not the asked one
+    yield served
+    starter.close()
 
 
 def mint(
     agent: str,
     workspace: str,
     *,
-    rights: tuple[str, ...] = ("read", "write", "exec"),
+    rights: tuple[str, ...] = tokens.EXEC_RIGHTS,
     backends: tuple[str, ...] = ("process",),
 ) -> str:
-    return TokenSigner(SECRET.encode()).issue(
-        agent, (workspace,), rights, backends=backends, ttl_seconds=3600
-    )
+    return tokens.mint(agent, (workspace,), rights, backends=backends)
 
 
 def exec_message(workspace: str, source: str, *, message_id: str | None = None) -> Message:
@@ -263,13 +182,13 @@ def output_text(events: list[dict[str, Any]], stream: str) -> str:
     return data.decode()
 
 
-async def test_the_card_offers_executions(hub: ServedHub) -> None:
+async def test_the_card_offers_executions(hub: HubProcess) -> None:
     card = await fetch_card(hub.a2a_url)
     assert "exec" in [s.id for s in card.skills]
 
 
 @pytest.mark.parametrize("binding", BINDINGS)
-async def test_failed_exec_streams_its_lifecycle_and_output(hub: ServedHub, binding: str) -> None:
+async def test_failed_exec_streams_its_lifecycle_and_output(hub: HubProcess, binding: str) -> None:
     ws = new_workspace()
     token = mint("a2a-runner", ws)
     request = SendMessageRequest(message=exec_message(ws, "echo hello; echo oops >&2; exit 3"))
@@ -302,7 +221,7 @@ async def test_failed_exec_streams_its_lifecycle_and_output(hub: ServedHub, bind
     assert artifacts == {"stdout": "hello\n", "stderr": "oops\n"}
 
     # The log (agora replay --json): the lifecycle, produced by the A2A agent.
-    log = hub.replay(ws)
+    log = replay(hub, ws)
     events = exec_events(log, exec_id)
     kinds = [e["kind"] for e in events]
     assert kinds[0] == "execRequested" and kinds[1] == "execStarted", kinds
@@ -321,7 +240,7 @@ async def test_failed_exec_streams_its_lifecycle_and_output(hub: ServedHub, bind
 
 
 async def test_successful_exec_completes_and_a_retry_returns_the_same_task(
-    hub: ServedHub,
+    hub: HubProcess,
 ) -> None:
     ws = new_workspace()
     token = mint("a2a-runner", ws)
@@ -350,7 +269,7 @@ async def test_successful_exec_completes_and_a_retry_returns_the_same_task(
     assert blocking.task.status.state == S.TASK_STATE_COMPLETED
     assert [p.text for a in blocking.task.artifacts for p in a.parts] == ["blocking\n"]
 
-    log = hub.replay(ws)
+    log = replay(hub, ws)
     assert len([e for e in exec_events(log, exec_id) if e["kind"] == "execRequested"]) == 1
     finished = exec_events(log, exec_id)[-1]
     assert finished["kind"] == "execFinished"
@@ -358,7 +277,7 @@ async def test_successful_exec_completes_and_a_retry_returns_the_same_task(
     assert finished["producer"] == "a2a-runner"
 
 
-async def test_cancel_task_kills_a_running_execution(hub: ServedHub) -> None:
+async def test_cancel_task_kills_a_running_execution(hub: HubProcess) -> None:
     ws = new_workspace()
     token = mint("a2a-runner", ws)
     got: list[StreamResponse] = []
@@ -394,7 +313,7 @@ async def test_cancel_task_kills_a_running_execution(hub: ServedHub) -> None:
     assert texts["stdout"] == "started\n"
     assert texts["stderr"] == "Execution cancelled.\n"
 
-    events = exec_events(hub.replay(ws), exec_id)
+    events = exec_events(replay(hub, ws), exec_id)
     kinds = [e["kind"] for e in events]
     assert kinds[0] == "execRequested" and kinds[-1] == "execFinished", kinds
     assert kinds.count("execCancelRequested") == 1
@@ -409,7 +328,7 @@ async def test_cancel_task_kills_a_running_execution(hub: ServedHub) -> None:
     assert finished["producer"] == "a2a-runner"
 
 
-async def test_a_token_without_the_backend_is_refused(hub: ServedHub) -> None:
+async def test_a_token_without_the_backend_is_refused(hub: HubProcess) -> None:
     ws = new_workspace()
     no_backend = mint("no-backend", ws, backends=())
     no_exec = mint("no-exec", ws, rights=("read", "write"))
@@ -430,10 +349,10 @@ async def test_a_token_without_the_backend_is_refused(hub: ServedHub) -> None:
     assert err.value.data == {"agoraCode": "forbidden", "right": "exec", "workspace": ws}
 
     # A refused request writes nothing (not even the agent's memberJoined).
-    assert hub.replay(ws) == []
+    assert replay(hub, ws) == []
 
 
-async def test_cancel_needs_the_exec_right_and_the_backend(hub: ServedHub) -> None:
+async def test_cancel_needs_the_exec_right_and_the_backend(hub: HubProcess) -> None:
     ws = new_workspace()
     runner = mint("a2a-runner", ws)
     got: list[StreamResponse] = []
@@ -462,7 +381,7 @@ async def test_cancel_needs_the_exec_right_and_the_backend(hub: ServedHub) -> No
         assert cancelled.status.state == S.TASK_STATE_CANCELED
         await asyncio.wait_for(streaming, 20)
     assert states(got)[-1] == "TASK_STATE_CANCELED"
-    events = exec_events(hub.replay(ws), exec_id)
+    events = exec_events(replay(hub, ws), exec_id)
     kinds = [e["kind"] for e in events]
     assert kinds.count("execCancelRequested") == 1 and kinds[-1] == "execFinished"
     assert {e["producer"] for e in events} == {"a2a-runner"}

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from a2a_adapter.app import JSONRPC_PATH, REST_PREFIX, A2AService
-from tests.a2a_adapter.conftest import WORKSPACE, TokenFactory
+from tests.a2a_adapter.peers import WORKSPACE, TokenFactory
 
 CARD = "/.well-known/agent-card.json"
 

@@ -12,7 +12,7 @@ import pytest
 
 from a2a_adapter.app import JSONRPC_PATH, REST_PREFIX, A2AService
 from hub.workspaces import Workspaces
-from tests.a2a_adapter.conftest import WORKSPACE, TokenFactory
+from tests.a2a_adapter.peers import WORKSPACE, TokenFactory
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from a2a_adapter.app import A2AService
 from hub.workspaces import Workspaces
-from tests.a2a_adapter.conftest import WORKSPACE, TokenFactory, Worker
-from tests.conftest import require
+from tests.a2a_adapter.peers import WORKSPACE, TokenFactory, Worker
+from tests.support.require import require
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_DIR = ROOT / "tests" / ".node" / "a2a-js"

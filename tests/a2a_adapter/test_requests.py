@@ -11,7 +11,7 @@ import pytest
 
 from a2a_adapter.app import JSONRPC_PATH, A2AService
 from hub.workspaces import Workspaces
-from tests.a2a_adapter.conftest import WORKSPACE, TokenFactory
+from tests.a2a_adapter.peers import WORKSPACE, TokenFactory
 
 
 @pytest.fixture

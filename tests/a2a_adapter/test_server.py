@@ -54,7 +54,8 @@ from hub.core.events import (
     WorkPublished,
 )
 from hub.workspaces import Workspaces
-from tests.a2a_adapter.conftest import WORKSPACE, TokenFactory, Worker, open_client, wait_for
+from tests.a2a_adapter.peers import WORKSPACE, TokenFactory, Worker, open_client
+from tests.support.waiting import wait_for
 
 S = TaskState
 

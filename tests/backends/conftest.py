@@ -1,6 +1,6 @@
-"""Fixtures for the backend tests: one ``rig`` per backend, so the conformance suite runs the
-same test bodies on every backend (after httpcore's backend tests and eventsourcing's
-per-recorder suites).
+"""Fixtures for the backend tests: one ``rig`` per backend (:mod:`tests.backends.rigs`), so the
+conformance suite runs the same test bodies on every backend (after httpcore's backend tests and
+eventsourcing's per-recorder suites).
 
 ``rig`` is parametrized over ``process``, ``container`` (warm pool on: runs without a workspace
 take warm containers) and ``container-cold`` (no pool: every run creates a container). The
@@ -10,177 +10,14 @@ container rigs ``require("docker", ...)``: skipped without an engine here, faile
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from backends.base import (
-    CodeExecutor,
-    ExecutionLanguage,
-    ExecutionRequest,
-    ExecutionResult,
-    FilesystemPolicy,
-    OutputChunk,
-    PolicyPatch,
-    SandboxPolicy,
-    Source,
-    narrow,
-)
-from backends.container import ContainerBackend, engine_reachable
-from backends.process import ProcessBackend
-from tests.conftest import require
+# The helpers' assertions explain themselves like a conftest's (before they are imported).
+pytest.register_assert_rewrite("tests.backends.helpers", "tests.backends.rigs")
 
-pytest.register_assert_rewrite("tests.backends.helpers")
-
-from tests.backends.helpers import drain, new_request  # noqa: E402  (after the rewrite registration)
-
-TEST_OWNER = f"agora-test-{os.getpid()}"
-
-
-def confined_open() -> SandboxPolicy:
-    """The widest policy a confined process backend runs: network on, workspace read-write."""
-    return SandboxPolicy(network="enabled", filesystem=FilesystemPolicy.workspace_read_write())
-
-
-def docker_state() -> tuple[bool, str]:
-    return engine_reachable()
-
-
-@dataclass
-class Rig:
-    """One backend under test plus what the suite needs to speak to it generically."""
-
-    kind: str
-    backend: CodeExecutor
-    base: SandboxPolicy
-    chunks: list[OutputChunk] = field(default_factory=list)
-
-    @property
-    def is_container(self) -> bool:
-        return self.kind.startswith("container")
-
-    def policy(self, **changes: Any) -> SandboxPolicy:
-        """The rig's baseline (strictest runnable) policy, narrowed by ``changes``."""
-        return narrow(self.base, PolicyPatch(**changes)) if changes else self.base
-
-    def workspace_policy(self, *, read_only: bool = False) -> SandboxPolicy:
-        """A policy that gives the program the workdir at /workspace (both backends confine
-        the filesystem)."""
-        return self.with_filesystem(
-            FilesystemPolicy.workspace_read_only()
-            if read_only
-            else FilesystemPolicy.workspace_read_write()
-        )
-
-    def with_filesystem(self, fs: FilesystemPolicy) -> SandboxPolicy:
-        """The backend's default policy narrowed to the filesystem policy ``fs``."""
-        return narrow(self.backend.default_policy, PolicyPatch(filesystem=fs))
-
-    def request(self, source: str = "", **kw: Any) -> ExecutionRequest:
-        kw.setdefault("policy", self.base)
-        return new_request(self.backend, payload=Source(source), **kw)
-
-    async def run(
-        self, source: str = "", *, workdir: Path | None = None, **kw: Any
-    ) -> ExecutionResult:
-        """Run to the end; the streamed chunks are kept in ``self.chunks``."""
-        return await self.run_request(self.request(source, **kw), workdir)
-
-    async def run_request(
-        self, request: ExecutionRequest, workdir: Path | None = None
-    ) -> ExecutionResult:
-        self.chunks = []
-        result, self.chunks = await drain(self.backend.execute(request, workdir))
-        return result
-
-    def streamed(self, stream: str) -> bytes:
-        return b"".join(c.data for c in self.chunks if c.stream == stream)
-
-    def connect_program(self, port: int) -> tuple[ExecutionLanguage, str]:
-        """A program that opens a TCP connection to 127.0.0.1:port and exits 0 on success."""
-        if self.is_container:
-            return ExecutionLanguage.COMMAND, f"echo hello | nc -w 2 127.0.0.1 {port}"
-        return (
-            ExecutionLanguage.PYTHON,
-            "import socket\n"
-            f"s = socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
-            "s.sendall(b'hello')\n",
-        )
-
-    async def leftovers(self, exec_id: str, marker: str | None = None) -> list[str]:
-        """What is still around of an execution: containers labelled with its id, or host
-        processes whose command line has ``marker``."""
-        if self.is_container:
-            return await asyncio.to_thread(_containers_of, exec_id)
-        assert marker is not None
-        return await asyncio.to_thread(_processes_with, marker)
-
-
-def _containers_of(exec_id: str) -> list[str]:
-    import docker
-
-    client = docker.from_env()
-    try:
-        found = client.api.containers(all=True, filters={"label": f"agora.exec={exec_id}"})
-    finally:
-        client.close()
-    return [c["Id"] for c in found]
-
-
-def _processes_with(marker: str) -> list[str]:
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if marker.encode() in cmdline:
-            found.append(f"{pid}: {cmdline!r}")
-    return found
-
-
-async def make_rig(kind: str) -> tuple[Rig, CodeExecutor]:
-    if kind == "process":
-        # Confined (the default): the widest policy has the network on and the workspace
-        # read-write; the baseline narrows it to no network and no workspace, as containers.
-        process = ProcessBackend(policy=confined_open())
-        await process.start()
-        ok, why = process.available()
-        require("bwrap", ok, why)
-        base = narrow(
-            process.default_policy,
-            PolicyPatch(network="disabled", filesystem=FilesystemPolicy.none()),
-        )
-        return Rig(kind, process, base), process
-    ok, why = await asyncio.to_thread(docker_state)
-    require("docker", ok, why)
-    container = ContainerBackend(
-        owner=TEST_OWNER, warm_pool=2 if kind == "container" else 0, max_concurrent=8
-    )
-    await container.start()
-    ok, why = container.available()
-    if not ok:
-        await container.aclose()
-    require("docker", ok, why)
-    base = narrow(container.default_policy, PolicyPatch(filesystem=FilesystemPolicy.none()))
-    return Rig(kind, container, base), container
-
-
-@contextlib.asynccontextmanager
-async def open_rig(kind: str) -> AsyncIterator[Rig]:
-    """A started rig of ``kind``, its backend closed at the end."""
-    made, backend = await make_rig(kind)
-    try:
-        yield made
-    finally:
-        await backend.aclose()
+from tests.backends.rigs import Listener, Rig, open_rig  # noqa: E402  (after the registration)
 
 
 @pytest.fixture(params=["process", "container", "container-cold"])
@@ -199,20 +36,6 @@ async def process_rig() -> AsyncIterator[Rig]:
 async def container_rig(request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
     async with open_rig(request.param) as made:
         yield made
-
-
-class Listener:
-    """A TCP listener on 127.0.0.1 that counts the connections it accepts."""
-
-    def __init__(self) -> None:
-        self.accepted = 0
-        self.port = 0
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.accepted += 1
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(reader.read(100), 2)
-        writer.close()
 
 
 @pytest.fixture

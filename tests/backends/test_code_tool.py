@@ -24,7 +24,7 @@ from backends.code_tool import (
 from hub.cli import main
 from tests.backends import wat
 from tests.backends.test_rust import rust_state
-from tests.conftest import require
+from tests.support.require import require
 
 RESULT_KEYS = {
     "status",

@@ -35,7 +35,7 @@ from backends.base import (
 )
 from hub.core.errors import Busy
 from hub.core.execution.result import ExecEvent
-from tests.backends.conftest import Listener, Rig
+from tests.backends.rigs import Listener, Rig
 
 MIB = 1024 * 1024
 GRACE_S = 1.0  # the process backend's default kill grace; containers are killed at once

@@ -46,8 +46,9 @@ from backends.base import (
 from backends.process import ProcessBackend
 from hub.auth import load_or_create_secret
 from tests.backends import wat
-from tests.backends.conftest import TEST_OWNER, Listener, _containers_of, _processes_with
-from tests.conftest import require
+from tests.backends.rigs import Listener, containers_of, processes_with
+from tests.support.docker import TEST_OWNER
+from tests.support.require import require
 
 MIB = 1024 * 1024
 KINDS = ["process", "container", "wasm", "python", "rust"]
@@ -383,9 +384,9 @@ class Hostile:
         if self.kind == "container":
             found: list[str] = []
             for exec_id in exec_ids:
-                found += await asyncio.to_thread(_containers_of, exec_id)
+                found += await asyncio.to_thread(containers_of, exec_id)
             return found
-        return await asyncio.to_thread(_processes_with, t.marker)
+        return await asyncio.to_thread(processes_with, t.marker)
 
 
 def workspace_rw(backend: CodeExecutor) -> SandboxPolicy:
@@ -520,7 +521,7 @@ async def test_fork_bomb_is_bounded(hostile: Hostile, targets: Targets) -> None:
     async def watch() -> None:
         nonlocal peak
         while not done.is_set():
-            peak = max(peak, len(await asyncio.to_thread(_processes_with, targets.marker)))
+            peak = max(peak, len(await asyncio.to_thread(processes_with, targets.marker)))
             await asyncio.sleep(0.05)
 
     watcher = asyncio.create_task(watch())
@@ -617,10 +618,11 @@ def hub_config(tmp_path: Path) -> Path:
 
 
 async def test_serve_program_cannot_reach_the_hub(tmp_path: Path, hub_config: Path) -> None:
-    from tests.hub.runtime.conftest import RuntimeHub, exec_peer
+    from tests.support.hub import HubProcess
+    from tests.support.peer import exec_peer
 
     data_dir = tmp_path / "data"
-    hub = RuntimeHub(data_dir, hub_config).start()
+    hub = HubProcess(data_dir, hub_config).start()
     try:
         assert hub.proc is not None
         pid = hub.proc.pid
@@ -636,7 +638,7 @@ async def test_serve_program_cannot_reach_the_hub(tmp_path: Path, hub_config: Pa
             log = await p.log()
     finally:
         hub.terminate()
-    from tests.hub.server.conftest import SECRET
+    from tests.support.tokens import SECRET
 
     out = result["stdout"] + result["stderr"]
     assert SECRET not in out and "AGORA_SECRET" not in out
@@ -653,10 +655,11 @@ async def test_serve_program_cannot_reach_the_hub(tmp_path: Path, hub_config: Pa
 async def test_serve_sigkilled_hub_leaves_no_program_behind(
     tmp_path: Path, hub_config: Path
 ) -> None:
-    from tests.hub.runtime.conftest import RuntimeHub, exec_peer
+    from tests.support.hub import HubProcess
+    from tests.support.peer import exec_peer
 
     marker = f"orphan-{uuid.uuid4().hex}"
-    hub = RuntimeHub(tmp_path / "data", hub_config).start()
+    hub = HubProcess(tmp_path / "data", hub_config).start()
     try:
         async with exec_peer(hub.url) as p:
             accepted = await p.exec(
@@ -666,10 +669,10 @@ async def test_serve_sigkilled_hub_leaves_no_program_behind(
             assert accepted["op"] == "execAccepted", accepted
             # bwrap, the namespace's init, the program and its setsid child.
             for _ in range(1000):
-                if len(await asyncio.to_thread(_processes_with, marker)) >= 4:
+                if len(await asyncio.to_thread(processes_with, marker)) >= 4:
                     break
                 await asyncio.sleep(0.02)
-            assert len(await asyncio.to_thread(_processes_with, marker)) >= 4
+            assert len(await asyncio.to_thread(processes_with, marker)) >= 4
             assert hub.proc is not None
             hub.proc.send_signal(signal.SIGKILL)
             hub.proc.wait(30)
@@ -679,7 +682,7 @@ async def test_serve_sigkilled_hub_leaves_no_program_behind(
     # --die-with-parent: bwrap dies with the hub, and the PID namespace with it.
     left: list[str] = []
     for _ in range(500):
-        left = await asyncio.to_thread(_processes_with, marker)
+        left = await asyncio.to_thread(processes_with, marker)
         if not left:
             break
         await asyncio.sleep(0.02)

@@ -48,9 +48,9 @@ from backends.wasm import WasmBackend
 from hub.core.errors import Busy
 from hub.core.execution.validate import CALLABLE_LANGUAGES
 from tests.backends import wat
-from tests.backends.conftest import TEST_OWNER, docker_state
 from tests.backends.helpers import drain
-from tests.conftest import require
+from tests.support.docker import TEST_OWNER, docker_available
+from tests.support.require import require
 
 KINDS = ["process", "container", "wasm", "python", "rust", "mock"]
 FIRST_OUTPUT_S = 60.0  # generous: a cold Rust build comes before the first byte
@@ -194,7 +194,7 @@ async def _make(kind: str) -> CodeExecutor:
     if kind == "process":
         return ProcessBackend()  # confined: the default
     if kind == "container":
-        ok, why = await asyncio.to_thread(docker_state)
+        ok, why = await asyncio.to_thread(docker_available)
         require("docker", ok, why)
         return ContainerBackend(owner=TEST_OWNER, warm_pool=0, max_concurrent=8)
     if kind == "wasm":

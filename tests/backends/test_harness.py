@@ -1,5 +1,5 @@
 """Output caps, UTF-8-safe truncation, structured output (backends/harness.py), the status
-mapping (backends/result.py) and the output channel (backends/output.py)."""
+mapping (hub/core/execution/result.py) and the output channel (backends/output.py)."""
 
 from __future__ import annotations
 

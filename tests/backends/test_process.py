@@ -27,7 +27,7 @@ from backends.base import (
 )
 from backends.cgroups import HUB_PREFIX, CgroupHost, RunLimits
 from backends.process import ProcessBackend, probe_network_isolation
-from tests.backends.conftest import Listener, Rig, confined_open
+from tests.backends.rigs import Listener, Rig, confined_open
 
 PYTHON = ExecutionLanguage.PYTHON
 

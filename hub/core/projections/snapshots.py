@@ -8,7 +8,7 @@ it straight into the typed Structs).
 ``SNAPSHOT_VERSION`` must be bumped whenever :class:`WorkspaceState` (or any entry Struct)
 changes shape **or** :func:`~hub.core.projections.workspace.evolve` changes meaning; snapshots of
 another version are ignored (and rebuilt by the next :func:`~hub.log.loading.
-save_snapshot_if_due`). tests/hub/projections/test_snapshots.py pins the state schema's hash to
+save_snapshot_if_due`). tests/hub/core/projections/test_snapshots.py pins the state schema's hash to
 the version so a shape change without a bump fails.
 """
 

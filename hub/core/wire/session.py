@@ -13,7 +13,7 @@ decoding, the publish rate limit (a token bucket on an injected clock), the bad-
 and the one mapping from errors to ``error`` frames and close codes (:func:`error_frame`,
 :func:`hub.core.errors.closes_connection`, 1008 for garbage, 4408 with its reason). It
 imports neither asyncio nor websockets,
-so it is tested with plain values (tests/hub/test_protocol.py).
+so it is tested with plain values (tests/hub/core/wire/test_session.py).
 
 The protocol is documented in docs/protocol.md; the frames are in :mod:`hub.core.wire.frames`.
 """

@@ -16,8 +16,8 @@ from hub.core.errors import (
     Unavailable,
 )
 from hub.core.wire.frames import Error
-from tests.hub.client.conftest import HubProcess
 from tests.hub.client.helpers import message, name
+from tests.support.hub import HubProcess
 
 
 def test_error_codes_map_to_classes() -> None:
@@ -34,7 +34,7 @@ async def test_bad_token_raises_unauthorized_at_connect(hub: HubProcess) -> None
     with pytest.raises(Unauthorized):
         async with connect(hub.url, "not-a-token"):
             pass
-    forged = HubProcess(hub.data).signer  # same class, but sign with another secret:
+    forged = HubProcess(hub.data_dir).signer  # same class, but sign with another secret:
     forged = type(forged)(b"x" * 40)
     with pytest.raises(Unauthorized):
         async with connect(hub.url, forged.issue("eve", ["*"], ["read"], ttl_seconds=60)):

@@ -16,8 +16,8 @@ from hub.client.exec import _exec_result
 from hub.core.errors import BadRequest, NotFound
 from hub.core.events import ExecFinished, ExecOutput
 from hub.core.wire.frames import RuntimeResult
-from tests.hub.client.conftest import HubProcess
 from tests.hub.client.helpers import WAIT, name
+from tests.support.hub import HubProcess
 
 
 def runner_token(hub: HubProcess, agent: str = "runner") -> str:

@@ -7,8 +7,8 @@ import asyncio
 
 from hub.client import Session, connect
 from hub.core.events import Event, MessagePosted
-from tests.hub.client.conftest import HubProcess
 from tests.hub.client.helpers import WAIT, assert_contiguous, collect, message, name, text
+from tests.support.hub import HubProcess
 
 
 async def test_subscribe_history_then_live_no_gap_no_duplicate(

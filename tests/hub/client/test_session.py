@@ -11,8 +11,8 @@ import pytest
 from hub.client import Backoff, Session, SessionClosed, connect
 from hub.core.errors import Forbidden, Unauthorized, Unavailable
 from hub.core.events import Event, MessagePayload, MessagePosted
-from tests.hub.client.conftest import HubProcess
 from tests.hub.client.helpers import WAIT, assert_contiguous, name
+from tests.support.hub import HubProcess
 
 
 def test_public_names_stay_importable_from_hub_client() -> None:

@@ -21,8 +21,10 @@ from hub.core.events import (
     NeedWork,
     WorkPublished,
 )
-from tests.hub.client.conftest import ROOT, SECRET, HubProcess
 from tests.hub.client.helpers import WAIT, assert_contiguous, message, name
+from tests.support.hub import HubProcess
+from tests.support.paths import REPO
+from tests.support.tokens import SECRET
 
 
 async def test_publish_is_idempotent_by_id(alice: Session) -> None:
@@ -196,11 +198,11 @@ async def test_two_agents_example_runs_to_completion(hub: HubProcess) -> None:
     env = dict(os.environ, AGORA_SECRET=SECRET)
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
-        str(ROOT / "examples" / "two_agents.py"),
+        str(REPO / "examples" / "two_agents.py"),
         "--url",
         hub.url,
         "--data",
-        str(hub.data),
+        str(hub.data_dir),
         "--workspace",
         w,
         "--timeout",
@@ -208,7 +210,7 @@ async def test_two_agents_example_runs_to_completion(hub: HubProcess) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env=env,
-        cwd=ROOT,
+        cwd=REPO,
     )
     output, _ = await asyncio.wait_for(proc.communicate(), 60)
     text = output.decode()

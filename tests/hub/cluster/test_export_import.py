@@ -16,7 +16,7 @@ import msgspec
 import pytest
 
 from hub.core.events import Event, decode_event
-from tests.hub.cluster.conftest import REPO
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.slow
 

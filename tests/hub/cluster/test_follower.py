@@ -18,8 +18,8 @@ from hub.cluster.follower import Follower
 from hub.core.events import Event, MessagePayload, MessagePosted
 from hub.log.postgres import PostgresEventStore
 from hub.workspaces import Workspaces
-from tests.hub.cluster.conftest import wait_for
-from tests.hub.log.conftest import POSTGRES_DSN
+from tests.support.postgres import POSTGRES_DSN
+from tests.support.waiting import wait_for
 
 W = "demo"
 

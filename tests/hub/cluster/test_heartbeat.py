@@ -11,8 +11,8 @@ import pytest
 
 from hub.cluster.heartbeat import Heartbeat, NodeInUse
 from hub.log.postgres import PostgresEventStore
-from tests.hub.cluster.conftest import wait_for
-from tests.hub.log.conftest import POSTGRES_DSN
+from tests.support.postgres import POSTGRES_DSN
+from tests.support.waiting import wait_for
 
 INTERVAL = 0.1
 TIMEOUT = 0.6

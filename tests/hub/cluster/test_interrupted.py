@@ -18,7 +18,7 @@ from hub.core.events import (
 )
 from hub.log.postgres import PostgresEventStore
 from hub.workspaces import Workspaces
-from tests.hub.log.conftest import POSTGRES_DSN
+from tests.support.postgres import POSTGRES_DSN
 
 
 def requested(exec_id: str) -> ExecRequested:

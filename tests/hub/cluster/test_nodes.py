@@ -22,9 +22,12 @@ import pytest
 from hub.auth import TokenSigner
 from hub.log.postgres import PostgresEventStore
 from tests.hub.cluster.agents import Publisher, Subscriber
-from tests.hub.cluster.conftest import REPO, NodeProcess, StartNode, wait_for
-from tests.hub.log.conftest import POSTGRES_DSN
-from tests.hub.server.conftest import SECRET, mint, peer
+from tests.support.hub import HubProcess, StartHub
+from tests.support.paths import REPO
+from tests.support.peer import peer
+from tests.support.postgres import POSTGRES_DSN
+from tests.support.tokens import SECRET, mint
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +57,7 @@ async def run_load(
     publishers: int,
     subscribers: int,
     count: int,
-    kill: NodeProcess | None = None,
+    kill: HubProcess | None = None,
 ) -> tuple[list[Publisher], list[Subscriber], list[tuple[int, str]]]:
     """Publishers and subscribers spread round-robin over ``urls``; ``kill``: a node to kill
     (SIGKILL) once a third of the events are acknowledged. Its clients find out by themselves
@@ -118,7 +121,7 @@ async def test_subscribers_on_every_node_see_one_sequence(
     nodes: int,
     pg_url: str,
     pg_store: PostgresEventStore,
-    start_node: StartNode,
+    start_node: StartHub,
     tmp_path: Path,
 ) -> None:
     started = [start_node(pg_url) for _ in range(nodes)]
@@ -140,7 +143,7 @@ async def test_kill_a_node_under_load_loses_nothing(
     nodes: int,
     pg_url: str,
     pg_store: PostgresEventStore,
-    start_node: StartNode,
+    start_node: StartHub,
     tmp_path: Path,
 ) -> None:
     started = [start_node(pg_url) for _ in range(nodes)]
@@ -166,7 +169,7 @@ async def test_kill_a_node_under_load_loses_nothing(
 
 
 async def test_a_node_catches_up_after_losing_its_listen_connection(
-    pg_url: str, pg_schema: str, pg_store: PostgresEventStore, start_node: StartNode
+    pg_url: str, pg_schema: str, pg_store: PostgresEventStore, start_node: StartHub
 ) -> None:
     """NOTIFY is not a queue: what is committed while a node's LISTEN connection is down
     reaches its subscribers once it has reconnected (it re-reads from its committed seq)."""
@@ -202,7 +205,7 @@ SH_BACKEND = '[[backends]]\nid = "sh"\nkind = "process"\n'
 
 
 async def test_a_killed_nodes_execution_is_closed_once_by_a_survivor(
-    pg_url: str, pg_schema: str, pg_store: PostgresEventStore, start_node: StartNode
+    pg_url: str, pg_schema: str, pg_store: PostgresEventStore, start_node: StartHub
 ) -> None:
     """An execution running on a node killed with SIGKILL gets exactly one ``execFinished``
     (``failed``/``interrupted``), written by one of the surviving nodes, and a subscriber on a
@@ -256,7 +259,7 @@ async def wait_for_kinds(
             await asyncio.sleep(0.05)
 
 
-def test_a_node_id_in_use_by_a_live_node_is_refused(pg_url: str, start_node: StartNode) -> None:
+def test_a_node_id_in_use_by_a_live_node_is_refused(pg_url: str, start_node: StartHub) -> None:
     start_node(pg_url, "twin")
     with pytest.raises(AssertionError, match="is in use by a running node"):
         start_node(pg_url, "twin")

@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.hub.cluster.conftest import StartNode
-from tests.hub.server.conftest import mint, peer
 from tests.hub.server.test_revocation import agora, closed_with, errors, token_id, until_refused
+from tests.support.hub import StartHub
+from tests.support.peer import peer
+from tests.support.tokens import mint
 
 
 async def test_revocation_reaches_every_node(
-    pg_url: str, start_node: StartNode, tmp_path: Path
+    pg_url: str, start_node: StartHub, tmp_path: Path
 ) -> None:
     store = ["--store", pg_url, "--data", str(tmp_path / "cli")]  # the CLI's blobs stay here
     a = start_node(pg_url)

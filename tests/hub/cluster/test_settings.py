@@ -12,8 +12,8 @@ import pytest
 from hub.cluster.settings import NODE_ID_RE, new_node_id, resolve_node_id
 from hub.commands.serve import CLUSTER_ENV, with_cluster_env
 from hub.config import ClusterConfig, ConfigError, HubConfig, load_config
-from tests.hub.cluster.conftest import StartNode
-from tests.hub.log.conftest import POSTGRES_DSN
+from tests.support.hub import StartHub
+from tests.support.postgres import POSTGRES_DSN
 
 CLEAR_ENV = {name: "" for name in CLUSTER_ENV}
 """An empty variable counts as unset: the node then runs on its agora.toml alone."""
@@ -99,7 +99,7 @@ async def registered(url_schema: str) -> list[str]:
 
 @pytest.mark.slow
 async def test_a_node_takes_its_cluster_settings_from_agora_toml(
-    pg_url: str, pg_schema: str, start_node: StartNode
+    pg_url: str, pg_schema: str, start_node: StartHub
 ) -> None:
     node = start_node(
         pg_url,
@@ -112,7 +112,7 @@ async def test_a_node_takes_its_cluster_settings_from_agora_toml(
 
 @pytest.mark.slow
 async def test_the_environment_wins_over_agora_toml(
-    pg_url: str, pg_schema: str, start_node: StartNode
+    pg_url: str, pg_schema: str, start_node: StartHub
 ) -> None:
     start_node(pg_url, "env-node", config='[cluster]\nnode_id = "toml-node"\n')
     assert await registered(pg_schema) == ["env-node"]

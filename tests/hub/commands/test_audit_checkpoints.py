@@ -33,8 +33,8 @@ from hub.core.checkpoint import (
     parse_note,
 )
 from hub.core.events import Event, MessagePayload, decode_event, encode_event
-from tests.conftest import require
-from tests.hub.log.conftest import POSTGRES_DSN, pg_run, postgres_unavailable
+from tests.support.postgres import POSTGRES_DSN, pg_run, postgres_unavailable
+from tests.support.require import require
 
 EVENTS = "".join(
     json.dumps({"kind": "messagePosted", "payload": {"text": f"message {i}"}}) + "\n"

@@ -1,7 +1,8 @@
 """The store conformance suite: every :class:`EventStore` kind must pass it unchanged.
 
-Written only against the interface (``tests/hub/log/conftest.py`` supplies the stores); the
-tamper tests use the kind's backdoor to damage a row, then observe through the interface.
+Written only against the interface (the kinds are in ``tests/hub/log/stores.py``, the fixtures
+in conftest.py); the tamper tests use the kind's backdoor to damage a row, then observe through
+the interface.
 
 Import semantics (decided here, documented in ``SqliteEventStore.import_events``): an export
 is the whole log of one workspace and is restored under the *same* workspace name into a
@@ -34,8 +35,7 @@ from hub.core.events import (
 )
 from hub.core.records import Snapshot
 from hub.log.base import EventStore
-
-from .conftest import StoreKind
+from tests.hub.log.stores import StoreKind
 
 
 def msg(text: str = "hello", *, id: str = "", producer: str = "alice") -> MessagePosted:

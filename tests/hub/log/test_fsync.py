@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require
-from tests.hub.log.conftest import POSTGRES_DSN, postgres_unavailable
+from tests.support.postgres import POSTGRES_DSN, postgres_unavailable
+from tests.support.require import require
 
 REPO = Path(__file__).resolve().parents[3]
 COUNT = 12
@@ -110,7 +110,7 @@ def test_postgresql_syncs_its_wal_before_every_acknowledgement(tmp_path: Path) -
 
 
 def _drop_schema(schema: str) -> None:
-    from tests.hub.log.conftest import pg_run
+    from tests.support.postgres import pg_run
 
     async def drop(conn: object) -> None:
         await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')  # type: ignore[attr-defined]

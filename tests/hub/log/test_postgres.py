@@ -34,9 +34,8 @@ from hub.core.events import Event, MessagePayload, MessagePosted, encode_event
 from hub.log.factory import open_store
 from hub.log.migrations import LATEST, SchemaVersionError, current_version, migrate
 from hub.log.postgres import PostgresEventStore, parse_url
-from tests.conftest import require
-
-from .conftest import POSTGRES_DSN, pg_run, postgres_unavailable
+from tests.support.postgres import POSTGRES_DSN, pg_run, postgres_unavailable
+from tests.support.require import require
 
 DSN: Final = POSTGRES_DSN
 

@@ -30,8 +30,7 @@ from hub.core.merkle import (
     tree_hash_indexes,
 )
 from hub.log.base import EventStore
-
-from .conftest import StoreKind
+from tests.hub.log.stores import StoreKind
 
 
 def msg(text: str = "hello", *, id: str = "") -> MessagePosted:

@@ -9,11 +9,12 @@ import pytest
 from hub.client import ExecHandle, connect
 from hub.core.errors import BadRequest, Busy, Exists, Forbidden, NotFound
 from hub.core.events import ExecFinished, ExecOutput
-from tests.hub.runtime.conftest import RuntimeHub, mint
+from tests.support.hub import HubProcess
+from tests.support.tokens import mint_exec
 
 
-async def test_exec_stream_and_result(runtime_hub: RuntimeHub) -> None:
-    async with connect(runtime_hub.url, mint()) as session:
+async def test_exec_stream_and_result(runtime_hub: HubProcess) -> None:
+    async with connect(runtime_hub.url, mint_exec()) as session:
         ws = session.workspace("w")
         handle = await ws.runtime.exec("echo one; sleep 0.1; echo two >&2; exit 5")
         assert isinstance(handle, ExecHandle) and len(handle.id) == 36
@@ -27,8 +28,8 @@ async def test_exec_stream_and_result(runtime_hub: RuntimeHub) -> None:
     assert (result.stdout, result.stderr) == ("one\n", "two\n")
 
 
-async def test_single_consumer(runtime_hub: RuntimeHub) -> None:
-    async with connect(runtime_hub.url, mint()) as session:
+async def test_single_consumer(runtime_hub: HubProcess) -> None:
+    async with connect(runtime_hub.url, mint_exec()) as session:
         ws = session.workspace("w")
         handle = await ws.runtime.exec("echo hi")
         result = await handle.result()
@@ -46,8 +47,8 @@ async def test_single_consumer(runtime_hub: RuntimeHub) -> None:
     assert rest[-1].event.kind == "execFinished" and after.stdout == "hi\n"
 
 
-async def test_bytes_encoding_value_and_input(runtime_hub: RuntimeHub) -> None:
-    async with connect(runtime_hub.url, mint()) as session:
+async def test_bytes_encoding_value_and_input(runtime_hub: HubProcess) -> None:
+    async with connect(runtime_hub.url, mint_exec()) as session:
         ws = session.workspace("w")
         raw = await (await ws.runtime.exec("printf '\\377'", encoding="base64")).result()
         value = await (
@@ -59,8 +60,8 @@ async def test_bytes_encoding_value_and_input(runtime_hub: RuntimeHub) -> None:
     assert (value.value, value.has_value) == (42, True)
 
 
-async def test_kill_get_exec_and_dispose(runtime_hub: RuntimeHub) -> None:
-    async with connect(runtime_hub.url, mint()) as session:
+async def test_kill_get_exec_and_dispose(runtime_hub: HubProcess) -> None:
+    async with connect(runtime_hub.url, mint_exec()) as session:
         ws = session.workspace("w")
         handle = await ws.runtime.exec("echo started; sleep 30", id="job")
         with pytest.raises(Busy):
@@ -89,8 +90,8 @@ async def test_kill_get_exec_and_dispose(runtime_hub: RuntimeHub) -> None:
     assert again.stdout == "again\n"
 
 
-async def test_forbidden_backend(runtime_hub: RuntimeHub) -> None:
-    async with connect(runtime_hub.url, mint("eve", backends=("ro",))) as session:
+async def test_forbidden_backend(runtime_hub: HubProcess) -> None:
+    async with connect(runtime_hub.url, mint_exec("eve", backends=("ro",))) as session:
         ws = session.workspace("w")
         with pytest.raises(Forbidden):
             await ws.runtime.exec("true")
@@ -98,8 +99,8 @@ async def test_forbidden_backend(runtime_hub: RuntimeHub) -> None:
     assert ok.stdout == "ro\n"
 
 
-async def test_concurrent_executions_through_one_session(runtime_hub: RuntimeHub) -> None:
-    async with connect(runtime_hub.url, mint()) as session:
+async def test_concurrent_executions_through_one_session(runtime_hub: HubProcess) -> None:
+    async with connect(runtime_hub.url, mint_exec()) as session:
         ws = session.workspace("w")
         handles = await asyncio.gather(*(ws.runtime.exec(f"echo {i}") for i in range(10)))
         results = await asyncio.gather(*(h.result() for h in handles))

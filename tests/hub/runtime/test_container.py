@@ -8,15 +8,10 @@ import base64
 
 import pytest
 
-from tests.hub.runtime.conftest import (
-    ExecPeer,
-    RuntimeHub,
-    exec_peer,
-    need_docker,
-    of_exec,
-    of_kind,
-)
-from tests.hub.server.conftest import SECRET, Frame
+from tests.support.docker import need_docker
+from tests.support.hub import HubProcess
+from tests.support.peer import ExecPeer, Frame, exec_peer, of_exec, of_kind
+from tests.support.tokens import SECRET
 
 
 @pytest.fixture(autouse=True)
@@ -24,7 +19,7 @@ def _docker() -> None:
     need_docker()
 
 
-async def test_stdout_stderr_exit_code_in_a_container(runtime_hub: RuntimeHub) -> None:
+async def test_stdout_stderr_exit_code_in_a_container(runtime_hub: HubProcess) -> None:
     async with exec_peer(runtime_hub.url) as p:
         result = await p.run(backend="container", source="echo out; echo err >&2; exit 4")
         events = of_exec(await p.log(), result["execId"])
@@ -34,7 +29,7 @@ async def test_stdout_stderr_exit_code_in_a_container(runtime_hub: RuntimeHub) -
     assert (started["backend"], started["isolation"]) == ("container", "containerEphemeral")
 
 
-async def test_a_fork_bomb_is_held_by_the_pids_limit(runtime_hub: RuntimeHub) -> None:
+async def test_a_fork_bomb_is_held_by_the_pids_limit(runtime_hub: HubProcess) -> None:
     async with exec_peer(runtime_hub.url) as p:
         bomb = await p.run(
             backend="container", source="f(){ f|f& }; f; sleep 2; echo survived", timeoutMs=8000
@@ -46,7 +41,7 @@ async def test_a_fork_bomb_is_held_by_the_pids_limit(runtime_hub: RuntimeHub) ->
     assert after["stdout"] == "fine\n"  # the hub and the engine are fine
 
 
-async def test_a_memory_hog_is_stopped(runtime_hub: RuntimeHub) -> None:
+async def test_a_memory_hog_is_stopped(runtime_hub: HubProcess) -> None:
     async with exec_peer(runtime_hub.url) as p:
         # busybox tail keeps a line without a newline in memory: 500 MB against a 64 MiB cap.
         result = await p.run(backend="container", source="head -c 500m /dev/zero | tail")
@@ -58,7 +53,7 @@ async def test_a_memory_hog_is_stopped(runtime_hub: RuntimeHub) -> None:
     assert any(d.get("code") == "memoryLimit" for d in result["diagnostics"])
 
 
-async def test_no_network_in_a_container(runtime_hub: RuntimeHub) -> None:
+async def test_no_network_in_a_container(runtime_hub: HubProcess) -> None:
     async with exec_peer(runtime_hub.url) as p:
         result = await p.run(
             backend="container",
@@ -69,14 +64,14 @@ async def test_no_network_in_a_container(runtime_hub: RuntimeHub) -> None:
     assert result["stdout"].split() == ["lo"]  # no interface but loopback
 
 
-async def test_the_hub_environment_is_invisible_in_a_container(runtime_hub: RuntimeHub) -> None:
+async def test_the_hub_environment_is_invisible_in_a_container(runtime_hub: HubProcess) -> None:
     async with exec_peer(runtime_hub.url) as p:
         result = await p.run(backend="container", source="env")
     assert result["status"] == "completed"
     assert "AGORA_SECRET" not in result["stdout"] and SECRET not in result["stdout"]
 
 
-async def test_container_files_are_pulled_back(runtime_hub: RuntimeHub) -> None:
+async def test_container_files_are_pulled_back(runtime_hub: HubProcess) -> None:
     async with exec_peer(runtime_hub.url) as p:
         await p.publish("w", {"kind": "fileWritten", "payload": {"path": "in.txt", "text": "3"}})
         result = await p.run(
@@ -92,7 +87,7 @@ async def test_container_files_are_pulled_back(runtime_hub: RuntimeHub) -> None:
     assert written[0]["payload"]["text"] == "6\n"
 
 
-async def test_a_read_only_policy_is_a_read_only_mount(runtime_hub: RuntimeHub) -> None:
+async def test_a_read_only_policy_is_a_read_only_mount(runtime_hub: HubProcess) -> None:
     async with exec_peer(runtime_hub.url) as p:
         await p.publish("w", {"kind": "fileWritten", "payload": {"path": "a.txt", "text": "a"}})
         result = await p.run(
@@ -104,7 +99,7 @@ async def test_a_read_only_policy_is_a_read_only_mount(runtime_hub: RuntimeHub) 
     assert (result["status"], result["pulled"], result["skipped"]) == ("failed", 0, [])
 
 
-async def test_kill_a_container_run(runtime_hub: RuntimeHub) -> None:
+async def test_kill_a_container_run(runtime_hub: HubProcess) -> None:
     async with exec_peer(runtime_hub.url) as p:
         await p.exec(backend="container", source="echo up; sleep 60", execId="ck")
         frames, _end = await _first_output(p, "ck")

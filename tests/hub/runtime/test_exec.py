@@ -10,15 +10,9 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from tests.hub.runtime.conftest import (
-    ExecPeer,
-    RuntimeHub,
-    exec_peer,
-    mint,
-    of_exec,
-    of_kind,
-)
-from tests.hub.server.conftest import SECRET
+from tests.support.hub import HubProcess
+from tests.support.peer import ExecPeer, exec_peer, of_exec, of_kind
+from tests.support.tokens import SECRET, mint_exec
 
 MIB = 1024 * 1024
 
@@ -32,7 +26,7 @@ async def wait_for_output(p: ExecPeer, exec_id: str, workspace: str = "w") -> No
             await asyncio.sleep(0.05)
 
 
-async def test_stdout_stderr_and_exit_code(runtime_hub: RuntimeHub) -> None:
+async def test_stdout_stderr_and_exit_code(runtime_hub: HubProcess) -> None:
     async with exec_peer(runtime_hub.url) as p:
         failed = await p.run(source="echo out; echo err >&2; exit 3")
         ok = await p.run(source="printf 'caf\\303\\251'")
@@ -43,7 +37,7 @@ async def test_stdout_stderr_and_exit_code(runtime_hub: RuntimeHub) -> None:
     assert "value" not in ok  # command backends return no value
 
 
-async def test_base64_encoding_and_invalid_utf8(runtime_hub: RuntimeHub) -> None:
+async def test_base64_encoding_and_invalid_utf8(runtime_hub: HubProcess) -> None:
     async with exec_peer(runtime_hub.url) as p:
         raw = await p.run(source="printf 'a\\377b'", encoding="base64")
         text = await p.run(source="printf 'a\\377b'", encoding="utf8")
@@ -51,7 +45,7 @@ async def test_base64_encoding_and_invalid_utf8(runtime_hub: RuntimeHub) -> None
     assert text["stdout"] == "a\ufffdb"
 
 
-async def test_omitted_backend_is_the_first_and_ids_are_minted(runtime_hub: RuntimeHub) -> None:
+async def test_omitted_backend_is_the_first_and_ids_are_minted(runtime_hub: HubProcess) -> None:
     async with exec_peer(runtime_hub.url) as p:
         result = await p.run(source="true")
         events = of_exec(await p.log(), result["execId"])
@@ -62,7 +56,7 @@ async def test_omitted_backend_is_the_first_and_ids_are_minted(runtime_hub: Runt
     assert [e["kind"] for e in events] == ["execRequested", "execStarted", "execFinished"]
 
 
-async def test_the_request_is_logged_without_secrets(runtime_hub: RuntimeHub) -> None:
+async def test_the_request_is_logged_without_secrets(runtime_hub: HubProcess) -> None:
     config = runtime_hub.config
     assert config is not None
     async with exec_peer(runtime_hub.url) as p:
@@ -72,7 +66,7 @@ async def test_the_request_is_logged_without_secrets(runtime_hub: RuntimeHub) ->
         assert await p.log() == []
 
 
-async def test_env_values_are_not_logged(start_runtime_hub: Callable[..., RuntimeHub]) -> None:
+async def test_env_values_are_not_logged(start_runtime_hub: Callable[..., HubProcess]) -> None:
     hub = start_runtime_hub(
         '[[backends]]\nid = "p"\nkind = "process"\naccess = "read-write"\n'
         'limits = { env_allow = "TOKEN" }\n'
@@ -86,7 +80,7 @@ async def test_env_values_are_not_logged(start_runtime_hub: Callable[..., Runtim
     assert "s3cret" not in str(log)
 
 
-async def test_input_is_refused_on_a_non_callable_backend(runtime_hub: RuntimeHub) -> None:
+async def test_input_is_refused_on_a_non_callable_backend(runtime_hub: HubProcess) -> None:
     async with exec_peer(runtime_hub.url) as p:
         container = await p.exec(backend="container", source="cat", input={"a": 1})
         command = await p.exec(backend="process", source="cat", input={"a": 1})
@@ -100,7 +94,7 @@ async def test_input_is_refused_on_a_non_callable_backend(runtime_hub: RuntimeHu
     assert len(of_kind(log, "execRequested")) == 1  # only the python one was accepted
 
 
-async def test_timeout_stops_an_infinite_loop(runtime_hub: RuntimeHub) -> None:
+async def test_timeout_stops_an_infinite_loop(runtime_hub: HubProcess) -> None:
     async with exec_peer(runtime_hub.url) as p:
         result = await p.run(source="echo spinning; while :; do :; done", timeoutMs=500)
     assert (result["status"], result["reason"], result["exitCode"]) == ("failed", "timeout", 124)
@@ -110,9 +104,9 @@ async def test_timeout_stops_an_infinite_loop(runtime_hub: RuntimeHub) -> None:
 
 
 async def test_kill_mid_run_is_cancelled_130_with_the_partial_output(
-    runtime_hub: RuntimeHub,
+    runtime_hub: HubProcess,
 ) -> None:
-    async with exec_peer(runtime_hub.url) as p, exec_peer(runtime_hub.url, mint("bob")) as bob:
+    async with exec_peer(runtime_hub.url) as p, exec_peer(runtime_hub.url, mint_exec("bob")) as bob:
         accepted = await p.exec(source="echo started; sleep 30; echo never", execId="k1")
         assert accepted["op"] == "execAccepted", accepted
         await wait_for_output(p, "k1")
@@ -135,7 +129,7 @@ async def test_kill_mid_run_is_cancelled_130_with_the_partial_output(
 
 
 async def test_ten_megabytes_of_output_are_truncated_and_coalesced(
-    runtime_hub: RuntimeHub,
+    runtime_hub: HubProcess,
 ) -> None:
     async with exec_peer(runtime_hub.url) as p:
         result = await p.run(source="head -c 10000000 /dev/zero | tr '\\0' a", within=60)
@@ -149,7 +143,7 @@ async def test_ten_megabytes_of_output_are_truncated_and_coalesced(
     assert [e["payload"]["n"] for e in outputs] == list(range(1, len(outputs) + 1))
 
 
-async def test_chatty_output_is_coalesced(runtime_hub: RuntimeHub) -> None:
+async def test_chatty_output_is_coalesced(runtime_hub: HubProcess) -> None:
     async with exec_peer(runtime_hub.url) as p:
         result = await p.run(source="i=0; while [ $i -lt 2000 ]; do echo $i; i=$((i+1)); done")
         outputs = of_kind(of_exec(await p.log(), result["execId"]), "execOutput")
@@ -158,7 +152,7 @@ async def test_chatty_output_is_coalesced(runtime_hub: RuntimeHub) -> None:
 
 
 async def test_network_disabled_means_no_connection_not_even_to_the_hub(
-    runtime_hub: RuntimeHub,
+    runtime_hub: HubProcess,
 ) -> None:
     program = (
         "import socket, sys\n"
@@ -178,7 +172,7 @@ async def test_network_disabled_means_no_connection_not_even_to_the_hub(
     assert wider["details"]["execCode"] == "rejected"
 
 
-async def test_the_hub_environment_is_invisible(runtime_hub: RuntimeHub) -> None:
+async def test_the_hub_environment_is_invisible(runtime_hub: HubProcess) -> None:
     async with exec_peer(runtime_hub.url) as p:
         result = await p.run(source="env")
     assert result["status"] == "completed"
@@ -187,7 +181,7 @@ async def test_the_hub_environment_is_invisible(runtime_hub: RuntimeHub) -> None
 
 
 async def test_files_are_pushed_and_changes_pulled_as_caused_events(
-    runtime_hub: RuntimeHub,
+    runtime_hub: HubProcess,
 ) -> None:
     async with exec_peer(runtime_hub.url) as p:
         for path, text in (("seed.txt", "seeded\n"), ("gone.txt", "x"), ("dir/keep.txt", "k")):
@@ -223,7 +217,7 @@ async def test_files_are_pushed_and_changes_pulled_as_caused_events(
     assert "gone.txt" not in state["files"]
 
 
-async def test_a_read_only_instance_cannot_write(runtime_hub: RuntimeHub) -> None:
+async def test_a_read_only_instance_cannot_write(runtime_hub: HubProcess) -> None:
     # The confined process backend binds a read instance's workspace read-only: the writes
     # fail in the program itself, so nothing is there to skip or pull back.
     async with exec_peer(runtime_hub.url) as p:
@@ -237,9 +231,9 @@ async def test_a_read_only_instance_cannot_write(runtime_hub: RuntimeHub) -> Non
     assert [e["kind"] for e in log if e["kind"].startswith("file")] == ["fileWritten"]
 
 
-async def test_a_token_without_the_backend_is_forbidden(runtime_hub: RuntimeHub) -> None:
-    only_ro = mint("carol", backends=("ro",))
-    no_exec = mint("dave", rights=("read", "write"))
+async def test_a_token_without_the_backend_is_forbidden(runtime_hub: HubProcess) -> None:
+    only_ro = mint_exec("carol", backends=("ro",))
+    no_exec = mint_exec("dave", rights=("read", "write"))
     async with (
         exec_peer(runtime_hub.url, only_ro) as carol,
         exec_peer(runtime_hub.url, no_exec) as dave,
@@ -261,7 +255,7 @@ async def test_a_token_without_the_backend_is_forbidden(runtime_hub: RuntimeHub)
     assert len(of_kind(log, "execRequested")) == 1
 
 
-async def test_get_exec_full_tail_and_n(runtime_hub: RuntimeHub) -> None:
+async def test_get_exec_full_tail_and_n(runtime_hub: HubProcess) -> None:
     async with exec_peer(runtime_hub.url) as p:
         await p.run(source="echo a; sleep 0.2; echo b; sleep 0.2; echo c", execId="done")
         full, end = await p.stream("w", "done", "full")
@@ -288,7 +282,7 @@ async def test_get_exec_full_tail_and_n(runtime_hub: RuntimeHub) -> None:
     assert seqs == sorted(set(seqs))  # no gap or duplicate across the replay/live switch
 
 
-async def test_get_exec_tail_of_a_running_execution(runtime_hub: RuntimeHub) -> None:
+async def test_get_exec_tail_of_a_running_execution(runtime_hub: HubProcess) -> None:
     async with exec_peer(runtime_hub.url) as p:
         await p.exec(source="echo early; sleep 0.6; echo late", execId="t")
         await wait_for_output(p, "t")
@@ -298,7 +292,7 @@ async def test_get_exec_tail_of_a_running_execution(runtime_hub: RuntimeHub) -> 
     assert end["status"] == "completed"
 
 
-async def test_dispose_frees_the_id(runtime_hub: RuntimeHub) -> None:
+async def test_dispose_frees_the_id(runtime_hub: HubProcess) -> None:
     async with exec_peer(runtime_hub.url) as p:
         await p.exec(source="sleep 30", execId="d")
         running = await p.call("dispose", workspace="w", execId="d")
@@ -317,7 +311,7 @@ async def test_dispose_frees_the_id(runtime_hub: RuntimeHub) -> None:
     assert [e["kind"] for e in of_exec(log, "d")].count("execDisposed") == 1
 
 
-async def test_busy_exists_and_not_found(runtime_hub: RuntimeHub) -> None:
+async def test_busy_exists_and_not_found(runtime_hub: HubProcess) -> None:
     async with exec_peer(runtime_hub.url) as p:
         await p.exec(source="sleep 30", execId="b")
         busy = await p.exec(source="true", execId="b")
@@ -337,7 +331,7 @@ async def test_busy_exists_and_not_found(runtime_hub: RuntimeHub) -> None:
     assert ok_id["status"] == "completed"
 
 
-async def test_the_concurrency_cap(start_runtime_hub: Callable[..., RuntimeHub]) -> None:
+async def test_the_concurrency_cap(start_runtime_hub: Callable[..., HubProcess]) -> None:
     hub = start_runtime_hub(args=("--max-executions", "2"))
     async with exec_peer(hub.url) as p:
         for i in range(2):
@@ -350,7 +344,7 @@ async def test_the_concurrency_cap(start_runtime_hub: Callable[..., RuntimeHub])
     assert after["stdout"] == "room\n"
 
 
-async def test_live_readers_are_capped(runtime_hub: RuntimeHub) -> None:
+async def test_live_readers_are_capped(runtime_hub: HubProcess) -> None:
     async with exec_peer(runtime_hub.url) as p:
         await p.exec(source="sleep 30", execId="r")
         rids: list[Any] = []
@@ -368,7 +362,7 @@ async def test_live_readers_are_capped(runtime_hub: RuntimeHub) -> None:
     assert {(e["op"], e["status"]) for e in ends} == {("execEnd", "cancelled")}
 
 
-async def test_python_backend_writes_through_the_log(runtime_hub: RuntimeHub) -> None:
+async def test_python_backend_writes_through_the_log(runtime_hub: HubProcess) -> None:
     async with exec_peer(runtime_hub.url) as p:
         await p.publish("w", {"kind": "fileWritten", "payload": {"path": "in.txt", "text": "21"}})
         result = await p.run(
@@ -383,13 +377,13 @@ async def test_python_backend_writes_through_the_log(runtime_hub: RuntimeHub) ->
     assert written[0]["causationId"] == requested["id"] and written[0]["payload"]["text"] == "42"
 
 
-def test_hub_port_really_listens(runtime_hub: RuntimeHub) -> None:
+def test_hub_port_really_listens(runtime_hub: HubProcess) -> None:
     # Guards the network test above: the port it fails to reach is open from the host.
     with socket.create_connection(("127.0.0.1", runtime_hub.port), timeout=2):
         pass
 
 
-async def test_a_failed_push_aborts_the_run(runtime_hub: RuntimeHub) -> None:
+async def test_a_failed_push_aborts_the_run(runtime_hub: HubProcess) -> None:
     big = "x" * (100 * 1024)  # above the blob threshold: the content lives in the blob store
     async with exec_peer(runtime_hub.url) as p:
         await p.publish("w", {"kind": "fileWritten", "payload": {"path": "big.txt", "text": big}})
@@ -402,13 +396,13 @@ async def test_a_failed_push_aborts_the_run(runtime_hub: RuntimeHub) -> None:
     assert [e["kind"] for e in events] == ["execRequested", "execFinished"]  # it never ran
 
 
-def _remove_blob(hub: RuntimeHub, sha: str) -> None:
+def _remove_blob(hub: HubProcess, sha: str) -> None:
     (path,) = list(hub.data_dir.rglob(sha[2:]))
     path.unlink()
 
 
 async def test_a_wasm_module_inline_then_by_blob(
-    start_runtime_hub: Callable[..., RuntimeHub],
+    start_runtime_hub: Callable[..., HubProcess],
 ) -> None:
     from tests.backends import wat
 

@@ -8,7 +8,8 @@ import asyncio
 import base64
 from collections.abc import Callable
 
-from tests.hub.runtime.conftest import RuntimeHub, exec_peer, of_exec, of_kind
+from tests.support.hub import HubProcess
+from tests.support.peer import exec_peer, of_exec, of_kind
 
 
 async def _until_output(url: str, exec_id: str) -> None:
@@ -20,7 +21,7 @@ async def _until_output(url: str, exec_id: str) -> None:
 
 
 async def test_sigkill_mid_execution_then_restart_closes_it_as_interrupted(
-    start_runtime_hub: Callable[..., RuntimeHub],
+    start_runtime_hub: Callable[..., HubProcess],
 ) -> None:
     first = start_runtime_hub()
     async with exec_peer(first.url) as p:
@@ -53,7 +54,7 @@ async def test_sigkill_mid_execution_then_restart_closes_it_as_interrupted(
 
 
 async def test_sigterm_records_running_executions_as_interrupted(
-    start_runtime_hub: Callable[..., RuntimeHub],
+    start_runtime_hub: Callable[..., HubProcess],
 ) -> None:
     first = start_runtime_hub()
     async with exec_peer(first.url) as p:

@@ -13,7 +13,7 @@ from backends.base import ExecutionLanguage
 from hub.config import BackendConfig, ConfigError
 from hub.core.errors import NotFound
 from hub.runtime.registry import BackendRegistry, UnavailableBackend, default_configs
-from tests.hub.server.conftest import REPO
+from tests.support.paths import REPO
 
 
 def test_no_config_means_one_instance_of_each_kind() -> None:

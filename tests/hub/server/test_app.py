@@ -24,7 +24,9 @@ from hub.log.factory import open_store
 from hub.log.sqlite import SqliteEventStore
 from hub.server.app import Hub
 from hub.server.owner import container_owner
-from tests.hub.server.conftest import SECRET, HubProcess, Peer, message, mint, peer
+from tests.support.hub import HubProcess
+from tests.support.peer import Peer, message, peer
+from tests.support.tokens import SECRET, mint
 
 
 async def test_the_configured_limits_reach_every_connection(

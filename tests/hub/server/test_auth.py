@@ -7,7 +7,9 @@ import time
 from typing import Any
 
 from hub.auth import TokenSigner
-from tests.hub.server.conftest import SECRET, HubProcess, message, mint, peer
+from tests.support.hub import HubProcess
+from tests.support.peer import message, peer
+from tests.support.tokens import SECRET, mint
 
 
 async def test_hello_welcome(hub: HubProcess) -> None:

@@ -7,7 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.hub.server.conftest import HubProcess, message, mint, peer
+from tests.support.hub import HubProcess
+from tests.support.peer import message, peer
+from tests.support.tokens import mint
 
 WS = "bad"
 

@@ -22,7 +22,9 @@ from hub.core.records import AppendResult
 from hub.log.sqlite import SqliteEventStore
 from hub.server.app import Hub
 from hub.server.connection import PUBLISHES_IN_FLIGHT
-from tests.hub.server.conftest import SECRET, HubProcess, Peer, message, mint, peer
+from tests.support.hub import HubProcess
+from tests.support.peer import Peer, message, peer
+from tests.support.tokens import SECRET, mint
 
 BIG = "y" * (80 * 1024)  # above blob_threshold (64 KiB): its publish awaits a blob put
 

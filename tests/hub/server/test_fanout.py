@@ -12,7 +12,8 @@ import pytest
 
 from hub.core.events import MessagePosted
 from hub.server.fanout import Fanout, Outgoing, SendQueue, Subscription
-from tests.hub.server.conftest import message, mint, peer
+from tests.support.peer import message, peer
+from tests.support.tokens import mint
 
 
 class Outlet:

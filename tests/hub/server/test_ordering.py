@@ -12,7 +12,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.hub.server.conftest import HubProcess, message, mint, peer
+from tests.support.hub import HubProcess
+from tests.support.peer import message, peer
+from tests.support.tokens import mint
 
 _workspaces = itertools.count()
 

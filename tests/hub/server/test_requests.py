@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import uuid
 
-from tests.hub.server.conftest import HubProcess, message, mint, peer
+from tests.support.hub import HubProcess
+from tests.support.peer import message, peer
+from tests.support.tokens import mint
 
 
 def work(kind: str, cid: str, **payload: object) -> dict[str, object]:

@@ -24,7 +24,10 @@ from websockets.exceptions import ConnectionClosed
 
 from hub.auth import MAX_TTL_SECONDS, TokenSigner
 from hub.core.capability import SYSTEM_WORKSPACE
-from tests.hub.server.conftest import REPO, SECRET, HubProcess, Peer, message, mint, peer
+from tests.support.hub import HubProcess
+from tests.support.paths import REPO
+from tests.support.peer import Peer, message, peer
+from tests.support.tokens import SECRET, mint
 
 UNAUTHORIZED = 4401
 WAIT = 20.0  # generous bound on every wait (a loaded 2-core machine)

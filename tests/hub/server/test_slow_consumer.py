@@ -14,7 +14,9 @@ from urllib.parse import urlsplit
 from websockets.exceptions import ConnectionClosed
 
 from hub.core.wire.session import parse_overflow_reason
-from tests.hub.server.conftest import HubProcess, Peer, message, mint, peer
+from tests.support.hub import HubProcess
+from tests.support.peer import Peer, message, peer
+from tests.support.tokens import mint
 
 WS = "slow"
 MAX_EVENTS = 50_000

@@ -1,4 +1,4 @@
-"""Snapshots of WorkspaceState (hub/projections/snapshots.py)."""
+"""Snapshots of WorkspaceState (hub/core/projections/snapshots.py)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The work-item lifecycle table (hub/projections/work.py) and its diagram in docs/events.md."""
+"""The work-item lifecycle table (hub/core/rules/work.py) and its diagram in docs/events.md."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
@@ -16,8 +14,9 @@ from hub.core.rules.work import (
     next_work_status,
     work_state_diagram,
 )
+from tests.support.paths import DOCS_DIR
 
-DOCS = Path(__file__).resolve().parents[3] / "docs" / "events.md"
+DOCS = DOCS_DIR / "events.md"
 
 
 def test_table_covers_the_collaboration_kinds() -> None:

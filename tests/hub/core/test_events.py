@@ -8,8 +8,6 @@ a log stores it. Decoding and re-encoding must give the same bytes and the same 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import msgspec
 import pytest
 from hypothesis import given, settings
@@ -67,9 +65,10 @@ from hub.core.events import (
     event_to_builtins,
 )
 from tests.strategies import Draft, seal_all, valid_histories
+from tests.support.paths import DOCS_DIR, FIXTURES_DIR
 
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "events.jsonl"
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "events.md"
+FIXTURE = FIXTURES_DIR / "events.jsonl"
+DOCS = DOCS_DIR / "events.md"
 SHA = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"  # sha256("test")
 
 ADK_EVENT = (

@@ -1,4 +1,4 @@
-"""Validation of names, paths, ids and drafts (hub/validation.py)."""
+"""Validation of names, paths, ids and drafts (hub/core/validation.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Loading projections from a store (hub/projections/loading.py), against an in-memory fake.
+"""Loading projections from a store (hub/log/loading.py), against an in-memory fake.
 
 The fake implements only what loading uses (reads and snapshots); the real stores run the
 store conformance suite under tests/hub/log.

@@ -1,4 +1,4 @@
-"""The workspace fold (hub/projections/workspace.py)."""
+"""The workspace fold (hub/core/projections/workspace.py)."""
 
 from __future__ import annotations
 

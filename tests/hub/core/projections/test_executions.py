@@ -1,8 +1,7 @@
-"""The execution lifecycle table and journal (hub/projections/executions.py)."""
+"""The execution lifecycle table and journal (hub/core/projections/executions.py)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -37,8 +36,9 @@ from hub.core.projections.executions import (
 from hub.core.projections.workspace import rebuild
 from hub.core.rules.lifecycle import IllegalTransition
 from tests.strategies import Draft, seal_all, valid_histories
+from tests.support.paths import DOCS_DIR
 
-DOCS = Path(__file__).resolve().parents[3] / "docs" / "events.md"
+DOCS = DOCS_DIR / "events.md"
 
 
 def _req(exec_id: str, backend: str = "process") -> ExecRequested:

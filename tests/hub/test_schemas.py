@@ -9,12 +9,11 @@ import pytest
 
 from hub import schemas
 from hub.core.events import KINDS
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import REPO
 
 
 def test_checked_in_schemas_are_fresh() -> None:
-    assert schemas.SCHEMA_DIR == ROOT / "schemas"
+    assert schemas.SCHEMA_DIR == REPO / "schemas"
     assert schemas.stale() == [], "schemas/ is stale: run `python -m hub.schemas` and check in"
 
 
@@ -28,7 +27,7 @@ def test_output_is_deterministic_and_sorted() -> None:
 
 
 def test_events_schema_has_every_kind() -> None:
-    doc = json.loads((ROOT / "schemas" / "events.json").read_text(encoding="utf-8"))
+    doc = json.loads((REPO / "schemas" / "events.json").read_text(encoding="utf-8"))
     tags = {
         d["properties"]["kind"]["enum"][0]
         for d in doc["$defs"].values()

@@ -1,5 +1,5 @@
 """Policies, narrowing, capabilities and the ordered fail-closed validators. Pure: no backend
-runs here (backends/policy.py, backends/validate.py, backends/errors.py)."""
+runs here (hub/core/execution/policy.py, validate.py, errors.py)."""
 
 from __future__ import annotations
 

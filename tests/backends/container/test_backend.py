@@ -27,8 +27,9 @@ from backends.container import (
     container_config,
     warm_prelude,
 )
-from tests.backends.conftest import TEST_OWNER, Listener, Rig, docker_state
-from tests.conftest import require
+from tests.backends.rigs import Listener, Rig
+from tests.support.docker import TEST_OWNER, docker_available
+from tests.support.require import require
 
 MIB = 1024 * 1024
 
@@ -235,7 +236,7 @@ async def test_sweep_removes_leftovers(container_rig: Rig) -> None:
 async def test_network_enabled_mode_reaches_the_host(listener: Listener) -> None:
     # The positive control of the conformance network test (host networking, since this
     # engine runs without a bridge): the same nc does connect when the network is enabled.
-    ok, why = await asyncio.to_thread(docker_state)
+    ok, why = await asyncio.to_thread(docker_available)
     require("docker", ok, why)
     policy = strict().replace(network="enabled")
     async with ContainerBackend(
@@ -255,7 +256,7 @@ async def test_container_is_removed_after_a_timeout(container_rig: Rig) -> None:
 
 
 async def test_no_containers_left_after_aclose() -> None:
-    ok, why = await asyncio.to_thread(docker_state)
+    ok, why = await asyncio.to_thread(docker_available)
     require("docker", ok, why)
     owner = f"{TEST_OWNER}-close-{uuid.uuid4().hex[:6]}"
     backend = ContainerBackend(owner=owner, warm_pool=2)
@@ -288,7 +289,7 @@ def _owned(owner: str) -> list[str]:
 
 
 async def test_missing_image_without_auto_build_is_unavailable() -> None:
-    ok, why = await asyncio.to_thread(docker_state)
+    ok, why = await asyncio.to_thread(docker_available)
     require("docker", ok, why)
     async with ContainerBackend(
         owner=f"{TEST_OWNER}-img", image="agora-test/missing:1", auto_build=False, warm_pool=0

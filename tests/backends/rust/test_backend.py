@@ -28,7 +28,7 @@ from backends.rust import DEBIAN_REGISTRY, RustBackend, RustToolchain
 from backends.rust.diagnostics import errors, parse_diagnostics, to_diagnostic
 from backends.rust.source import strip_comments_and_literals, validate_rust_source, wrap
 from tests.backends.helpers import new_request
-from tests.conftest import require
+from tests.support.require import require
 
 RUN_OK = """
 fn run(input: serde_json::Value) -> serde_json::Value {

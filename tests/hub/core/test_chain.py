@@ -1,4 +1,4 @@
-"""The per-workspace hash chain (hub/chain.py)."""
+"""The per-workspace hash chain (hub/core/chain.py)."""
 
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ from backends.container.images import (
     make_busybox_context,
 )
 from hub.cli import main
-from tests.backends.conftest import docker_state
-from tests.conftest import require
+from tests.support.docker import docker_available
+from tests.support.require import require
 
 
 def static_busybox() -> Path:
@@ -56,7 +56,7 @@ def test_context_layout(tmp_path: Path) -> None:
 
 
 def test_images_command_builds_and_checks(capsys: pytest.CaptureFixture[str]) -> None:
-    ok, why = docker_state()
+    ok, why = docker_available()
     require("docker", ok, why)
     static_busybox()
     import docker

@@ -1,4 +1,4 @@
-"""The decide rules (hub/projections/decide.py)."""
+"""The decide rules (hub/core/rules/decide.py)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,164 @@
+"""The store kinds the log tests run on, each behind the same ``EventStore`` interface.
+
+:data:`STORE_KINDS` maps a kind to a :class:`StoreKind`: how to build a store over some named,
+initially empty storage, a backdoor to damage stored rows (for the tamper tests, which must
+bypass the interface), and what to remove after a test. PostgreSQL (:mod:`tests.support.postgres`)
+is one entry whose ``build`` starts with :func:`~tests.support.postgres.need_postgres`, so the
+kind skips (or fails in CI) where no server runs; each (test, name) gets its own schema, dropped
+after the test (the ``store_kind`` fixture calls ``cleanup``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sqlite3
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import asyncpg
+
+from hub.log.base import EventStore
+from hub.log.postgres import PostgresEventStore
+from hub.log.sqlite import SqliteEventStore
+from tests.support.postgres import (
+    POSTGRES_DSN,
+    drop_schemas,
+    need_postgres,
+    pg_run,
+    postgres_unavailable,
+)
+
+
+@dataclass(frozen=True)
+class StoreKind:
+    """``build(tmp_path, name)``: an unopened store over storage ``name`` (same name, same
+    data). ``corrupt_body``/``delete_row``: edit the stored event ``(workspace, seq)``
+    directly, behind the store's back."""
+
+    build: Callable[[Path, str], EventStore]
+    corrupt_body: Callable[[EventStore, str, int, Callable[[bytes], bytes]], None]
+    delete_row: Callable[[EventStore, str, int], None]
+    cleanup: Callable[[Path], None]
+    """``cleanup(tmp_path)``: remove what the test's stores left outside ``tmp_path``."""
+    delete_hashes: Callable[[EventStore, str], None]
+    """Drop a workspace's stored Merkle hashes (as a log written before the tree existed)."""
+
+
+def _sqlite_build(tmp_path: Path, name: str) -> EventStore:
+    return SqliteEventStore(tmp_path / f"{name}.db", blobs_dir=tmp_path / f"{name}-blobs")
+
+
+def _sqlite_path(store: EventStore) -> Path:
+    assert isinstance(store, SqliteEventStore)
+    return store.path
+
+
+def _sqlite_corrupt(
+    store: EventStore, workspace: str, seq: int, edit: Callable[[bytes], bytes]
+) -> None:
+    with sqlite3.connect(_sqlite_path(store)) as conn:
+        (body,) = conn.execute(
+            "SELECT body FROM events WHERE workspace = ? AND seq = ?", (workspace, seq)
+        ).fetchone()
+        conn.execute(
+            "UPDATE events SET body = ? WHERE workspace = ? AND seq = ?",
+            (edit(bytes(body)), workspace, seq),
+        )
+    conn.close()
+
+
+def _sqlite_delete(store: EventStore, workspace: str, seq: int) -> None:
+    with sqlite3.connect(_sqlite_path(store)) as conn:
+        conn.execute("DELETE FROM events WHERE workspace = ? AND seq = ?", (workspace, seq))
+    conn.close()
+
+
+# -- PostgreSQL: a schema per (test, name), dropped (CASCADE) after the test ----------------
+
+_PG_SALT: Final = uuid.uuid4().hex  # no clash with schemas a crashed run left behind
+
+
+def _schema_prefix(tmp_path: Path) -> str:
+    """What the names of one test's schemas start with (its ``tmp_path`` is its own)."""
+    return f"t_{hashlib.sha256(f'{_PG_SALT}{tmp_path}'.encode()).hexdigest()[:12]}_"
+
+
+def _postgres_build(tmp_path: Path, name: str) -> EventStore:
+    need_postgres()
+    schema = f"{_schema_prefix(tmp_path)}{re.sub('[^a-z0-9_]', '_', name.lower())}"[:48]
+    return PostgresEventStore(POSTGRES_DSN, schema=schema, pool_size=4)
+
+
+def _postgres_table(store: EventStore) -> str:
+    assert isinstance(store, PostgresEventStore)
+    return f'"{store.schema}".events'
+
+
+def _postgres_corrupt(
+    store: EventStore, workspace: str, seq: int, edit: Callable[[bytes], bytes]
+) -> None:
+    table = _postgres_table(store)
+
+    async def work(conn: asyncpg.Connection) -> None:
+        where = "WHERE workspace = $1 AND seq = $2"
+        body = await conn.fetchval(f"SELECT body FROM {table} {where}", workspace, seq)
+        await conn.execute(f"UPDATE {table} SET body = $3 {where}", workspace, seq, edit(body))
+
+    pg_run(work)
+
+
+def _postgres_delete(store: EventStore, workspace: str, seq: int) -> None:
+    table = _postgres_table(store)
+    pg_run(
+        lambda conn: conn.execute(
+            f"DELETE FROM {table} WHERE workspace = $1 AND seq = $2", workspace, seq
+        )
+    )
+
+
+def _postgres_delete_hashes(store: EventStore, workspace: str) -> None:
+    assert isinstance(store, PostgresEventStore)
+    table = f'"{store.schema}".merkle_hashes'
+    pg_run(lambda conn: conn.execute(f"DELETE FROM {table} WHERE workspace = $1", workspace))
+
+
+def _postgres_cleanup(tmp_path: Path) -> None:
+    if postgres_unavailable() is not None:
+        return  # the test was skipped before it made a store
+
+    async def names(conn: asyncpg.Connection) -> list[str]:
+        query = "SELECT schema_name FROM information_schema.schemata"
+        rows = await conn.fetch(
+            f"{query} WHERE starts_with(schema_name, $1)", _schema_prefix(tmp_path)
+        )
+        return [row["schema_name"] for row in rows]
+
+    drop_schemas(pg_run(names))
+
+
+def _sqlite_delete_hashes(store: EventStore, workspace: str) -> None:
+    with sqlite3.connect(_sqlite_path(store)) as conn:
+        conn.execute("DELETE FROM merkle_hashes WHERE workspace = ?", (workspace,))
+    conn.close()
+
+
+def _no_cleanup(tmp_path: Path) -> None:
+    """SQLite files live in ``tmp_path``, which pytest removes."""
+
+
+STORE_KINDS: Final[dict[str, StoreKind]] = {
+    "sqlite": StoreKind(
+        _sqlite_build, _sqlite_corrupt, _sqlite_delete, _no_cleanup, _sqlite_delete_hashes
+    ),
+    "postgres": StoreKind(
+        _postgres_build,
+        _postgres_corrupt,
+        _postgres_delete,
+        _postgres_cleanup,
+        _postgres_delete_hashes,
+    ),
+}
