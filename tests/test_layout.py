@@ -43,7 +43,7 @@ COVERED_ELSEWHERE: Final[dict[str, str]] = {
     "hub/core/execution/settings.py": "tests/hub/runtime/test_settings.py",
     "hub/revocations.py": "over real sockets: tests/hub/server/test_revocation.py, "
     "tests/a2a_adapter/test_revocation.py, tests/hub/cluster/test_revocation.py",
-    "hub/runtime/execution.py": "one run's lifecycle through the hub: tests/hub/runtime/test_exec.py",
+    "hub/runtime/execution.py": "one run's lifecycle: tests/hub/runtime/test_exec.py",
     "hub/runtime/outcome.py": "the runtime's own outcomes: tests/hub/runtime/test_exec.py",
     "hub/runtime/pruning.py": "tests/hub/runtime/test_retention.py",
     "hub/runtime/request.py": "tests/hub/runtime/test_protocol_exec.py",
