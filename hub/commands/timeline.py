@@ -34,6 +34,7 @@ from hub.core.events import (
     MemberJoined,
     MemberLeft,
     MessagePosted,
+    TokenRevoked,
 )
 from hub.core.projections.workspace import WorkspaceState, evolve
 
@@ -206,6 +207,18 @@ def summarize(ev: Event, rev: int | None = None) -> str:
             )
         case ExecDisposed(payload=p):
             return printable(p.exec_id)
+        case TokenRevoked(payload=p):
+            parts = []
+            if p.token_id is not None:
+                parts.append(f"token {printable(p.token_id)}")
+            if p.agent is not None:
+                before = (
+                    f" issued by {format_time(p.before * 1000)}" if p.before is not None else ""
+                )
+                parts.append(f"every token of {printable(p.agent)}{before}")
+            if p.reason:
+                parts.append(_quote(p.reason))
+            return " ".join(parts)
         case _ if ev.kind in COLLABORATION_KINDS:
             parts = _links(ev)
             described = _describe(getattr(ev, "payload", None))

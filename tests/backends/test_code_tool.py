@@ -23,7 +23,7 @@ from backends.code_tool import (
 )
 from hub.cli import main
 from tests.backends import wat
-from tests.backends.test_rust import rust_state
+from tests.backends.rust.test_backend import rust_state
 from tests.support.require import require
 
 RESULT_KEYS = {

@@ -54,6 +54,8 @@ from hub.core.events import (
     MessagePayload,
     MessagePosted,
     NeedWork,
+    TokenRevoked,
+    TokenRevokedPayload,
     WorkCancelled,
     WorkClaimed,
     WorkPublished,
@@ -214,6 +216,10 @@ CASES: list[tuple[Event, str]] = [
         "e1 failed timeout exit -1 (30000 ms)",
     ),
     (ExecDisposed(payload=ExecDisposedPayload(exec_id="e1")), "e1"),
+    (
+        TokenRevoked(payload=TokenRevokedPayload(token_id="t1", reason="leaked")),
+        'token t1 "leaked"',
+    ),
 ]
 
 
