@@ -51,7 +51,7 @@ from a2a_adapter.auth import AgoraContextBuilder, BearerAuth
 from a2a_adapter.bridge import Bridge
 from a2a_adapter.handler import AgoraRequestHandler
 from a2a_adapter.limits import BodyLimits
-from a2a_adapter.runtime import Runtime
+from a2a_adapter.runtime import A2ARuntime
 from a2a_adapter.store import LogTaskEventStream, LogTaskStore, TaskLocator
 from hub import __version__
 from hub.auth import TokenSigner
@@ -212,7 +212,7 @@ class A2AService:
         *,
         host: str | None = None,
         port: int | None = None,
-        runtime: Runtime | None = None,
+        runtime: A2ARuntime | None = None,
         public_url: str | None = None,
         blocking_timeout: float = 60.0,
         shutdown_timeout: float = 3.0,
@@ -349,7 +349,7 @@ async def serve_a2a(
     port: int | None = None,
     ready: asyncio.Event | None = None,
     stop: asyncio.Event | None = None,
-    runtime: Runtime | None = None,
+    runtime: A2ARuntime | None = None,
     on_ready: Callable[[str], None] | None = None,
     revocations: Revocations | None = None,
 ) -> None:

@@ -8,7 +8,7 @@ SDK's routes (JSON-RPC, HTTP+JSON, SSE, version check, error encoding) serve it:
 - ``SendMessage`` without ``taskId`` appends ``needWork`` (``correlationId`` = a new task id,
   the message as payload, ``producer`` = the authenticated agent); with ``taskId`` it appends
   ``feedbackProvided`` when the item waits for input, else ``messagePosted``. A message with an
-  ``agora.exec`` data part starts an execution through the :class:`~a2a_adapter.runtime.Runtime`.
+  ``agora.exec`` data part starts an execution through the :class:`~a2a_adapter.runtime.A2ARuntime`.
 - ``SendStreamingMessage``/``SubscribeToTask``: the Task, then the task's events as updates
   (:mod:`a2a_adapter.mapping`), from the log and then live, until the task ends or waits for
   input. ``SubscribeToTask`` with the header ``Last-Event-ID: <seq>`` first replays every
@@ -78,7 +78,7 @@ from a2a_adapter.mapping import (
     message_posted_payload,
     plain,
 )
-from a2a_adapter.runtime import ExecRequest, Runtime, parse_exec_part
+from a2a_adapter.runtime import A2AExecRequest, A2ARuntime, parse_exec_part
 from a2a_adapter.store import (
     LogTaskEventStream,
     LogTaskStore,
@@ -175,7 +175,7 @@ class AgoraRequestHandler(RequestHandler):
         card: AgentCard,
         *,
         revocations: Revocations,
-        runtime: Runtime | None = None,
+        runtime: A2ARuntime | None = None,
         blocking_timeout: float = 60.0,
         max_streams: int = 512,
     ) -> None:
@@ -478,7 +478,7 @@ class AgoraRequestHandler(RequestHandler):
             raise a2a_error(e) from e
         return earlier or view
 
-    def _exec_request(self, message: Message) -> ExecRequest | None:
+    def _exec_request(self, message: Message) -> A2AExecRequest | None:
         for part in message.parts:
             if part.WhichOneof("content") != "data":
                 continue
@@ -493,7 +493,7 @@ class AgoraRequestHandler(RequestHandler):
     async def _start_exec(
         self,
         workspace: str,
-        request: ExecRequest,
+        request: A2AExecRequest,
         message: Message,
         cap: Capability,
         meta: dict[str, Any],

@@ -3,8 +3,8 @@ hub's, :class:`hub.runtime.Runtime`).
 
 A peer asks for an execution with a data part ``{"agora.exec": {"backend": …, "source": …,
 "input": …}}`` (docs/a2a.md, "The exec data part"). The adapter parses it into an
-:class:`ExecRequest` and calls :meth:`Runtime.exec` with the ``exec`` frame it stands for
-(:meth:`ExecRequest.frame`: the one request type the runtime takes); the runtime writes
+:class:`A2AExecRequest` and calls :meth:`A2ARuntime.exec` with the ``exec`` frame it stands for
+(:meth:`A2AExecRequest.frame`: the one request type the runtime takes); the runtime writes
 ``execRequested`` … ``execFinished`` to the workspace log like any other execution, and the
 A2A task (id = the execId) is read back from those events. With no runtime configured the
 adapter answers ``UnsupportedOperation``.
@@ -19,12 +19,12 @@ import msgspec
 from hub.core.capability import Capability
 from hub.core.wire.frames import Exec
 
-__all__ = ["EXEC_PART_KEY", "ExecRequest", "Runtime", "parse_exec_part"]
+__all__ = ["EXEC_PART_KEY", "A2AExecRequest", "A2ARuntime", "parse_exec_part"]
 
 EXEC_PART_KEY: Final = "agora.exec"
 
 
-class ExecRequest(
+class A2AExecRequest(
     msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid_unknown_fields=True
 ):
     """What an ``agora.exec`` data part may ask for (a subset of the ``exec`` op)."""
@@ -49,7 +49,7 @@ class ExecRequest(
         )
 
 
-class Runtime(Protocol):
+class A2ARuntime(Protocol):
     """What the adapter needs from the execution runtime."""
 
     async def exec(
@@ -70,11 +70,11 @@ class Runtime(Protocol):
         ...
 
 
-def parse_exec_part(data: Any) -> ExecRequest | None:
-    """The :class:`ExecRequest` in a data part's value, or None if it is not an exec part.
+def parse_exec_part(data: Any) -> A2AExecRequest | None:
+    """The :class:`A2AExecRequest` in a data part's value, or None if it is not an exec part.
 
     Raises ``msgspec.ValidationError`` when the part names ``agora.exec`` but is malformed.
     """
     if not isinstance(data, dict) or EXEC_PART_KEY not in data:
         return None
-    return msgspec.convert(data[EXEC_PART_KEY], ExecRequest)
+    return msgspec.convert(data[EXEC_PART_KEY], A2AExecRequest)

@@ -26,13 +26,12 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from hub.core.execution.policy import FilesystemPolicy, normalise_workspace_path
+from hub.core.execution.policy import Access, FilesystemPolicy, normalise_workspace_path
 
 __all__ = ["Access", "DirectoryAccess", "WorkspaceAccess", "workspace_filesystem"]
 
-Access = Literal["read", "read-write"]
 """An in-process sandbox instance's authority over the workspace."""
 
 

@@ -15,7 +15,7 @@ import atheris
 with atheris.instrument_imports():
     from hub.core.capability import Capability
     from hub.core.errors import Unauthorized
-    from hub.core.wire.session import Send, Session
+    from hub.core.wire.session import Send, ServerSession
 
 _CAPABILITY = Capability(
     agent="fuzz",
@@ -39,7 +39,7 @@ def test_one_input(data: bytes) -> None:
     authenticated = fdp.ConsumeBool()
     binary = fdp.ConsumeBool()
     frame = fdp.ConsumeBytes(fdp.remaining_bytes())
-    session = Session(_verify, server="agora/fuzz")
+    session = ServerSession(_verify, server="agora/fuzz")
     if authenticated:
         session.receive('{"op":"hello","token":"good"}')
     actions = session.receive_binary(frame) if binary else session.receive(frame)

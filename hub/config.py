@@ -18,6 +18,7 @@ import msgspec
 from hub.core.capability import DEFAULT_MAX_TOKEN_TTL, MAX_TTL_SECONDS
 from hub.core.errors import BadRequest
 from hub.core.errors import ConfigError as ConfigError  # re-exported: users catch it here
+from hub.core.execution.policy import Access
 from hub.core.execution.settings import RuntimeSettings
 from hub.core.validation import (
     DEFAULT_LIMITS,
@@ -37,7 +38,6 @@ records and the ``nodes`` table is keyed by."""
 
 
 BackendKind = Literal["process", "container", "wasm", "python", "rust"]
-Access = Literal["read", "read-write"]
 
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]  # 0: let the OS choose (tests)
 Seconds = Annotated[float, msgspec.Meta(gt=0, le=86400)]  # at most a day: a typo, not a plan
@@ -63,7 +63,7 @@ class LimitsConfig(SessionLimits, _Section, frozen=True):
     """``[limits]``: per-connection and per-event bounds. See docs/operations.md for what
     happens at each limit. The per-connection ones the protocol session enforces (batch size,
     publish rate and burst, subscriptions, bad frames, execution waits) are inherited from
-    :class:`hub.core.wire.session.SessionLimits` with their defaults: this *is* the session's
+    :class:`hub.core.wire.session.ServerSessionLimits` with their defaults: this *is* the session's
     limits, passed to every session as it is."""
 
     max_frame_bytes: Positive = DEFAULT_MAX_FRAME_BYTES

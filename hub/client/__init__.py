@@ -17,7 +17,7 @@ Every public name (and tunable default) of the former ``hub/client.py`` is impor
 """
 
 from hub.client.errors import SessionClosed, error_from_frame
-from hub.client.exec import ExecHandle, ExecResult, ExecUpdate, WorkspaceRuntime
+from hub.client.exec import ExecHandle, ExecOutcome, ExecUpdate, WorkspaceRuntime
 from hub.client.feed import CATCH_UP_RETRIES, Subscription
 from hub.client.session import (
     DEFAULT_HISTORY,
@@ -30,8 +30,8 @@ from hub.client.workspace import (
     INDEX_SIZE,
     MAX_RATE_LIMIT_WAIT,
     RATE_LIMIT_RETRIES,
-    Ack,
     BatchAck,
+    PublishAck,
     Workspace,
 )
 from hub.core.backoff import Backoff
@@ -48,8 +48,10 @@ __all__ = [
     "Backoff",
     "BatchAck",
     "ExecHandle",
+    "ExecOutcome",
     "ExecResult",
     "ExecUpdate",
+    "PublishAck",
     "Session",
     "SessionClosed",
     "Subscription",
@@ -58,3 +60,8 @@ __all__ = [
     "connect",
     "error_from_frame",
 ]
+
+# The names of 0.1, kept: the classes are named after what they are (an acknowledged publish,
+# an execution's outcome) so they do not share a name with the wire frames they come from.
+Ack = PublishAck
+ExecResult = ExecOutcome

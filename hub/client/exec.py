@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from hub.client.session import Session
     from hub.client.workspace import Workspace
 
-__all__ = ["ExecHandle", "ExecResult", "ExecUpdate", "RidStream", "WorkspaceRuntime"]
+__all__ = ["ExecHandle", "ExecOutcome", "ExecUpdate", "RidStream", "WorkspaceRuntime"]
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class ExecUpdate(msgspec.Struct, frozen=True):
     text: str | None = None
 
 
-class ExecResult(msgspec.Struct, frozen=True, kw_only=True):
+class ExecOutcome(msgspec.Struct, frozen=True, kw_only=True):
     """The outcome of an execution. ``stdout``/``stderr`` are ``str`` for ``encoding="utf8"``
     (invalid bytes as U+FFFD), else ``bytes``. ``has_value``: the program returned ``value``."""
 
@@ -63,12 +63,12 @@ class ExecResult(msgspec.Struct, frozen=True, kw_only=True):
     diagnostics: list[Any] = []
 
 
-def _exec_result(result: frames.RuntimeResult) -> ExecResult:
+def _exec_result(result: frames.RuntimeResult) -> ExecOutcome:
     def out(text: str) -> str | bytes:
         return text if result.encoding == "utf8" else base64.b64decode(text)
 
     has_value = result.value is not msgspec.UNSET
-    return ExecResult(
+    return ExecOutcome(
         status=result.status,
         reason=result.reason,
         exit_code=result.exit_code,
@@ -242,7 +242,7 @@ class ExecHandle:
         self._resume = resume
         self._consumer: str | None = None
         self._streaming = False
-        self._result: asyncio.Future[ExecResult] | None = None
+        self._result: asyncio.Future[ExecOutcome] | None = None
 
     def __repr__(self) -> str:
         return f"ExecHandle({self.id!r}, workspace={self.runtime.workspace.name!r})"
@@ -272,7 +272,7 @@ class ExecHandle:
         finally:
             self._streaming = False
 
-    async def result(self) -> ExecResult:
+    async def result(self) -> ExecOutcome:
         """Wait for the execution to finish; its result (memoised). Raises ``BadRequest``
         while the stream is being read, ``NotFound``, or what ended the session."""
         if self._streaming:
@@ -283,7 +283,7 @@ class ExecHandle:
             self._result = asyncio.ensure_future(self._fetch())
         return await asyncio.shield(self._result)
 
-    async def _fetch(self) -> ExecResult:
+    async def _fetch(self) -> ExecOutcome:
         ws = self.runtime.workspace
         reply = await ws.session.request(frames.ExecResultQuery(workspace=ws.name, exec_id=self.id))
         if not isinstance(reply, frames.ExecResult):

@@ -58,8 +58,8 @@ __all__ = [
     "INDEX_SIZE",
     "MAX_RATE_LIMIT_WAIT",
     "RATE_LIMIT_RETRIES",
-    "Ack",
     "BatchAck",
+    "PublishAck",
     "Workspace",
 ]
 
@@ -78,7 +78,7 @@ INDEX_SIZE: Final = 4096
 _TAKEN: Final = frozenset({"workClaimed", "completed", "workCancelled"})
 
 
-class Ack(msgspec.Struct, frozen=True):
+class PublishAck(msgspec.Struct, frozen=True):
     """A single publish was appended (or, ``duplicate``, had been appended before) at ``seq``."""
 
     workspace: str
@@ -130,8 +130,8 @@ class Workspace:
 
     async def publish(
         self, event: Event | Mapping[str, Any], expected_seq: int | None = None
-    ) -> Ack:
-        """Append one event (a draft, or its JSON as a dict) and return its :class:`Ack`.
+    ) -> PublishAck:
+        """Append one event (a draft, or its JSON as a dict) and return its :class:`PublishAck`.
 
         A missing ``id`` is minted here (UUID), so a retry is idempotent. ``expected_seq``: the
         head this write is based on. Raises :class:`~hub.core.errors.BadRequest`/``TooLarge``
@@ -146,7 +146,7 @@ class Workspace:
         )
         if not isinstance(reply, frames.Ack) or reply.seq is None:
             raise Internal(f"unexpected reply to publish: {type(reply).__name__}")
-        return Ack(self.name, reply.seq, reply.id or draft.id, reply.duplicate)
+        return PublishAck(self.name, reply.seq, reply.id or draft.id, reply.duplicate)
 
     async def publish_batch(
         self, events: Iterable[Event | Mapping[str, Any]], expected_seq: int | None = None

@@ -3,7 +3,7 @@
 Every node appends to the shared log through its own :class:`hub.workspaces.Workspaces`, which
 announces only that node's commits to its listeners (the fan-out). The store's NOTIFY
 (``<workspace>:<head>`` after each commit, see :meth:`hub.log.base.EventStore.follow`) tells
-:class:`Follower` that a workspace moved; it then calls :meth:`Workspaces.catch_up`, which reads
+:class:`NodeFollower` that a workspace moved; it then calls :meth:`Workspaces.catch_up`, which reads
 the log after the node's committed head and feeds the events through the same committed path.
 Hence subscribers on every node see the same sequence, with no gap and no duplicate.
 
@@ -33,7 +33,7 @@ from hub.core.errors import AgoraError
 from hub.log.base import EventStore
 from hub.workspaces import Workspaces
 
-__all__ = ["Follower"]
+__all__ = ["NodeFollower"]
 
 log = logging.getLogger("agora.cluster")
 
@@ -46,7 +46,7 @@ _ANY: Final = -1
 """A pending target meaning "whatever the log has" (a re-check, no announced head)."""
 
 
-class Follower:
+class NodeFollower:
     """Feeds the events other nodes append to ``store`` into ``workspaces``. Use :meth:`run`.
 
     ``notify`` and ``resumed`` are the callbacks of :meth:`EventStore.follow`; they only record

@@ -15,7 +15,7 @@ import asyncio
 import logging
 from typing import Any
 
-from hub.cluster.follower import Follower
+from hub.cluster.follower import NodeFollower
 from hub.cluster.heartbeat import Heartbeat, NodeHook, NodeInfo
 from hub.cluster.interrupted import InterruptedExecutions
 from hub.config import ClusterConfig
@@ -48,7 +48,7 @@ class ClusterNode:
     ) -> None:
         settings = settings or ClusterConfig()
         self.node_id = node_id
-        self.follower = Follower(store, workspaces)
+        self.follower = NodeFollower(store, workspaces)
         self.heartbeat: Heartbeat | None = None
         self.interrupted: InterruptedExecutions | None = None
         if isinstance(store, PostgresEventStore):

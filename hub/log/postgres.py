@@ -19,7 +19,7 @@ writers, each a hub node with its own store instance:
   ``append`` enqueues on a bounded queue; one writer task owned by the store drains every
   queued request (up to ``batch_max`` events) into ONE transaction: lock, read the heads of the
   workspaces involved and the already-stored ids, check and seal every request in memory
-  (:func:`hub.log.writer.decide`), then one statement inserts every row, updates ``heads`` and
+  (:func:`hub.log.writer.decide_batch`), then one statement inserts every row, updates ``heads`` and
   sends the notifications. One request's ``Conflict`` never fails the others; a failed
   transaction fails every request of the batch with :class:`Unavailable` (then nothing of it
   was written, except when the connection died during COMMIT itself: the outcome is then
@@ -91,7 +91,7 @@ from hub.log.writer import (
     TreeTip,
     batch_timestamp,
     chain,
-    decide,
+    decide_batch,
     grow_trees,
     resolve,
 )
@@ -716,7 +716,7 @@ class PostgresEventStore(EventStore):
         )
 
     async def _decide(self, conn: Conn, batch: list[Request]) -> tuple[Decision, int]:
-        """Check and seal every request of the batch in memory (:func:`decide`), holding the
+        """Check and seal every request of the batch in memory (:func:`decide_batch`), holding the
         lock. Returns the decision and the batch's timestamp."""
         found = await conn.fetch(self._sql.tips, sorted({r.workspace for r in batch}))
         tips: dict[str, Tip] = {
@@ -726,7 +726,7 @@ class PostgresEventStore(EventStore):
         }
         # This node's timestamps never step back (as in the SQLite store).
         now = batch_timestamp(self._last_timestamp)
-        decision = decide(
+        decision = decide_batch(
             batch,
             tip=lambda workspace: tips.get(workspace, EMPTY_TIP),
             known=await self._known_ids(conn, batch),

@@ -7,7 +7,7 @@ Why this shape (ARCHITECTURE.md, "Storage and scale"):
   owned by the store, drains every queued request (up to ``batch_max`` events) and writes the
   whole batch in ONE hop to a dedicated single-thread executor that owns the writing
   ``sqlite3`` connection: ``BEGIN IMMEDIATE``, per request dedup / ``expected_seq`` check / seal
-  (:func:`hub.log.writer.decide`), one ``executemany``, ``COMMIT``. One fsync then covers
+  (:func:`hub.log.writer.decide_batch`), one ``executemany``, ``COMMIT``. One fsync then covers
   every request in the batch, which is where the throughput under concurrency comes from.
   Nothing is acknowledged before ``COMMIT`` returns (``synchronous=FULL``).
 * **Checks before inserts.** Every request is checked and sealed in memory first; only accepted
@@ -69,7 +69,7 @@ from hub.log.writer import (
     TreeTip,
     batch_timestamp,
     chain,
-    decide,
+    decide_batch,
     grow_trees,
     resolve,
 )
@@ -418,7 +418,7 @@ class _Writer:
         self._forget()
 
     def _decide(self, conn: sqlite3.Connection, batch: list[Request]) -> tuple[Decision, int]:
-        """Check and seal every request of the batch in memory (:func:`decide`); nothing is
+        """Check and seal every request of the batch in memory (:func:`decide_batch`); nothing is
         written yet. Returns the decision and the batch's timestamp."""
         version = conn.execute("PRAGMA data_version").fetchone()[0]
         if version != self.data_version:
@@ -429,7 +429,7 @@ class _Writer:
             self._load_position()
         assert self.next_position is not None
         now = batch_timestamp(self.last_timestamp)
-        decision = decide(
+        decision = decide_batch(
             batch,
             tip=self._tip,
             known=self._known_ids(conn, batch),

@@ -6,11 +6,11 @@ queued request, up to ``batch_max`` events (a larger single request is written a
 hands the batch to the store's ``commit``, which writes it in ONE transaction: one fsync (or
 one round trip) then covers every request of the batch.
 
-Inside that transaction the store calls :func:`decide`, which checks and seals every request
+Inside that transaction the store calls :func:`decide_batch`, which checks and seals every request
 in memory against the workspaces' tips (dedup by id, ``expected_seq``, import into an empty
 workspace) and returns one outcome per request and the rows to insert: only accepted
 requests contribute rows, so one failing request never fails the others of its batch.
-:func:`decide` does no I/O; what it needs from the database (the tips, the already-stored
+:func:`decide_batch` does no I/O; what it needs from the database (the tips, the already-stored
 ids) the store looks up, with its own SQL, in its own transaction.
 
 What stays in each store: the SQL, the transaction and its locking, the driver (a thread for
@@ -390,7 +390,7 @@ def _grow(records: dict[str, TreeGrowth], workspace: str, current: Tip) -> list[
 
 
 class Decision(NamedTuple):
-    """What :func:`decide` made of a batch."""
+    """What :func:`decide_batch` made of a batch."""
 
     outcomes: list[Outcome]
     """One per request, in order: its result, or the error that rejected it alone."""
@@ -413,7 +413,7 @@ def batch_timestamp(last: int) -> int:
     return max(time.time_ns() // 1_000_000, last)
 
 
-def decide(
+def decide_batch(
     batch: Sequence[Request],
     *,
     tip: Callable[[str], Tip],

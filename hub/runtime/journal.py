@@ -12,7 +12,7 @@ ones are removed.
 A workspace's journal is loaded on first use by folding its log; committed batches that arrive
 meanwhile are buffered and folded after (skipping seqs already folded), so no event is missed.
 
-:class:`Follower` is one live reader of one execution (``getExec``): the hub's one
+:class:`ExecFollower` is one live reader of one execution (``getExec``): the hub's one
 history-then-live reader, :class:`hub.follow.LogFollower`, over the execution's workspace,
 filtered to the execution and its ``resume`` mode. It replays the execution's events from the
 log, then follows the live ones with no gap and no duplicate; live events wait in a bounded
@@ -42,7 +42,7 @@ from hub.core.projections.executions import ExecJournal, ExecRecord, evolve, reb
 from hub.follow import LogFollower
 from hub.workspaces import Workspaces
 
-__all__ = ["Follower", "Journals", "Resume", "WorkspaceJournal", "exec_id_of"]
+__all__ = ["ExecFollower", "Journals", "Resume", "WorkspaceJournal", "exec_id_of"]
 
 log = logging.getLogger("agora.runtime")
 
@@ -89,7 +89,7 @@ class WorkspaceJournal:
         self.started_ids: dict[str, str] = {}
         self.encodings: dict[str, str | None] = {}
         self.last_n: dict[str, int] = {}
-        self.followers: dict[str, set[Follower]] = {}
+        self.followers: dict[str, set[ExecFollower]] = {}
         self.waiters: dict[str, list[asyncio.Future[None]]] = {}
 
     @property
@@ -260,7 +260,7 @@ class Journals:
                     yield event
             after = page[-1].seq
 
-    def follow(self, journal: WorkspaceJournal, exec_id: str, resume: Resume) -> Follower:
+    def follow(self, journal: WorkspaceJournal, exec_id: str, resume: Resume) -> ExecFollower:
         """A live reader of ``exec_id`` (register it now; iterate it; close it). Raises
         :class:`NotFound` (unknown or disposed) or :class:`Busy` (``max_readers`` already
         follow it)."""
@@ -274,7 +274,7 @@ class Journals:
                 execId=exec_id,
                 limit=self.max_readers,
             )
-        follower = Follower(self.log, journal, rec, resume)
+        follower = ExecFollower(self.log, journal, rec, resume)
         readers.add(follower)
         return follower
 
@@ -298,7 +298,7 @@ def _wanted(resume: Resume) -> Callable[[Event], bool]:
     return wanted
 
 
-class Follower:
+class ExecFollower:
     """One ``getExec`` reader (see the module docstring). Iterate it once, then
     :meth:`close` it (``async with`` does). ``status`` is the execution's status when the
     stream ended."""
@@ -329,7 +329,7 @@ class Follower:
             if not readers:
                 del self._journal.followers[self.exec_id]
 
-    async def __aenter__(self) -> Follower:
+    async def __aenter__(self) -> ExecFollower:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

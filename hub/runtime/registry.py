@@ -50,8 +50,9 @@ from backends.base import (
     SandboxPolicy,
     WorkspaceAccess,
 )
-from hub.config import Access, BackendConfig, BackendKind
+from hub.config import BackendConfig, BackendKind
 from hub.core.errors import AgoraError, ConfigError, NotFound
+from hub.core.execution.policy import Access
 from hub.core.execution.validate import CALLABLE_LANGUAGES
 from hub.log.base import BlobStore
 

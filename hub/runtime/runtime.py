@@ -56,7 +56,7 @@ from hub.core.execution.settings import RuntimeSettings
 from hub.core.validation import validate_workspace
 from hub.core.wire.frames import Exec, RuntimeResult
 from hub.runtime.execution import Execution, supervise
-from hub.runtime.journal import Follower, Journals, Resume
+from hub.runtime.journal import ExecFollower, Journals, Resume
 from hub.runtime.pruning import Pruner
 from hub.runtime.recovery import recover
 from hub.runtime.registry import BackendRegistry
@@ -78,7 +78,7 @@ class ExecStream:
     """One ``getExec`` stream: the follower's events, each with its ``execOutput`` text for a
     ``utf8`` execution. Use ``async with``; ``status`` once it ended."""
 
-    def __init__(self, follower: Follower) -> None:
+    def __init__(self, follower: ExecFollower) -> None:
         self.follower = follower
         self.exec_id = follower.exec_id
         self._decoders = TextDecoders() if follower.encoding == "utf8" else None

@@ -44,7 +44,7 @@ from hub.core.events import (
     FileWrittenPayload,
     SkippedWrite,
 )
-from hub.core.execution.policy import FilesystemPolicy
+from hub.core.execution.policy import Access, FilesystemPolicy
 from hub.core.execution.settings import SyncLimits
 from hub.core.projections.workspace import FileEntry
 from hub.core.validation import validate_path
@@ -68,7 +68,6 @@ __all__ = [
     "scan",
 ]
 
-Access = Literal["read", "read-write"]
 Op = Literal["write", "delete"]
 
 _HASH_CHUNK: Final = 1024 * 1024

@@ -1,6 +1,6 @@
 """One client connection: the thin websockets shell around the pure session.
 
-:class:`Connection` feeds what arrives on the socket to :class:`hub.core.wire.session.Session`
+:class:`Connection` feeds what arrives on the socket to :class:`hub.core.wire.session.ServerSession`
 and carries out the actions it returns. In a TaskGroup of its own it holds a reader (frames in
 → the session → actions), a writer (the bounded send queue → the socket) and one catch-up task
 per subscription that is still reading history. Any of them may stop the connection; the
@@ -46,7 +46,7 @@ from hub.core.wire.session import (
     PublishRequest,
     Request,
     Send,
-    Session,
+    ServerSession,
     StateRequest,
     SubscribeRequest,
     UnsubscribeRequest,
@@ -54,7 +54,7 @@ from hub.core.wire.session import (
     encode_exec_event_frame,
     encode_frame,
 )
-from hub.server.fanout import NOT_AN_EVENT, Outgoing, SendQueue, Subscription
+from hub.server.fanout import NOT_AN_EVENT, FanoutSubscription, Outgoing, SendQueue
 from hub.server.tasks import InFlight
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ class Connection:
         self.hub = hub
         self.ws = ws
         self.peer = _peer(ws)
-        self.session = Session(
+        self.session = ServerSession(
             hub.revocations.verifier(hub.signer.verify),
             limits=hub.config.limits,
             clock=hub.clock,
@@ -96,7 +96,7 @@ class Connection:
             default_backend=hub.runtime.default_backend,
         )
         self.queue: SendQueue[Outgoing | Close] = SendQueue(hub.config.limits.send_queue)
-        self.subscriptions: dict[str, Subscription] = {}
+        self.subscriptions: dict[str, FanoutSubscription] = {}
         self.catch_ups: dict[str, asyncio.Task[None]] = {}
         self.present: set[str] = set()  # workspaces this connection counts in Presence
         self.last_sent: dict[str, int] = {}  # per subscribed workspace: last seq to the socket
@@ -418,7 +418,7 @@ class Connection:
         agent = self.session.agent
         assert agent is not None
         workspace = request.workspace
-        subscription = Subscription(
+        subscription = FanoutSubscription(
             self, workspace, agent, pending_limit=self.hub.config.limits.send_queue
         )
         # Registered before the head is read: every later commit reaches the buffer.
@@ -453,7 +453,7 @@ class Connection:
         return True
 
     async def _catch_up(
-        self, subscription: Subscription, head: int, request: SubscribeRequest
+        self, subscription: FanoutSubscription, head: int, request: SubscribeRequest
     ) -> None:
         """Queue the events after ``subscription.cursor`` up to ``head`` from the store,
         then switch the subscription to live (no gap, no duplicate: see hub.server.fanout)."""

@@ -7,9 +7,9 @@ synchronously, in seq order, with each committed batch; it encodes each event's 
 whose bounded :class:`SendQueue` is full is told to :meth:`Outlet.overflow` (the server closes
 it with 4408) and the others, and the writer, never wait for it.
 
-A :class:`Subscription` starts *buffering*: it is registered before the subscriber's head is
+A :class:`FanoutSubscription` starts *buffering*: it is registered before the subscriber's head is
 read, so every event committed from then on reaches it; the server sends the catch-up from the
-store, then :meth:`Subscription.go_live` drains the buffer skipping seqs already sent. That is
+store, then :meth:`FanoutSubscription.go_live` drains the buffer skipping seqs already sent. That is
 what makes the catch-up → live switch free of gaps and duplicates: each subscription keeps a
 :class:`hub.core.cursor.SeqCursor`, the same reading position :class:`hub.follow.LogFollower`
 keeps. (The fan-out does not read through the follower: it encodes each frame once for all
@@ -28,7 +28,7 @@ from hub.core.cursor import DUPLICATE, NEXT, SeqCursor
 from hub.core.events import Event, encode_event
 from hub.core.wire.session import encode_event_frame
 
-__all__ = ["Fanout", "Outgoing", "Outlet", "SendQueue", "Subscription"]
+__all__ = ["Fanout", "FanoutSubscription", "Outgoing", "Outlet", "SendQueue"]
 
 Outgoing = tuple[bytes, str | None, int]
 """One queued frame: its JSON bytes, and for an ``event`` frame its workspace and seq (else
@@ -132,7 +132,7 @@ class Outlet(Protocol):
         ...
 
 
-class Subscription:
+class FanoutSubscription:
     """One connection following one workspace. Touched only from the event loop.
 
     ``cursor``: the seq of the last event queued for the subscriber (the connection sets it to
@@ -200,15 +200,15 @@ class Fanout:
     """The registry of subscriptions and the :class:`Workspaces` listener that feeds them."""
 
     def __init__(self) -> None:
-        self._subscriptions: dict[str, dict[int, Subscription]] = {}
+        self._subscriptions: dict[str, dict[int, FanoutSubscription]] = {}
         self.frames_encoded = 0  # for tests and metrics: frames built (once per event)
 
-    def add(self, subscription: Subscription) -> None:
+    def add(self, subscription: FanoutSubscription) -> None:
         """Start delivering ``subscription``'s workspace to it (it buffers until live)."""
         subs = self._subscriptions.setdefault(subscription.workspace, {})
         subs[id(subscription)] = subscription
 
-    def remove(self, subscription: Subscription) -> None:
+    def remove(self, subscription: FanoutSubscription) -> None:
         """Stop delivering to ``subscription``. Idempotent."""
         subscription.closed = True
         subs = self._subscriptions.get(subscription.workspace)

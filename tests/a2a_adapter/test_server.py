@@ -33,7 +33,7 @@ from google.protobuf import json_format, struct_pb2
 
 from a2a_adapter.app import A2AService
 from a2a_adapter.mapping import plain
-from a2a_adapter.runtime import ExecRequest
+from a2a_adapter.runtime import A2AExecRequest
 from hub.auth import TokenSigner
 from hub.config import HubConfig
 from hub.core.capability import Capability
@@ -375,7 +375,7 @@ class FakeRuntime:
         self.tasks: set[asyncio.Task[None]] = set()
 
     async def exec(
-        self, workspace: str, request: ExecRequest, *, exec_id: str, capability: Capability
+        self, workspace: str, request: A2AExecRequest, *, exec_id: str, capability: Capability
     ) -> str:
         capability.require("exec", workspace)
         await self.workspaces.publish(
@@ -492,7 +492,7 @@ class FinishedRuntime(FakeRuntime):
     ``exists``, as in the real runtime."""
 
     async def exec(
-        self, workspace: str, request: ExecRequest, *, exec_id: str, capability: Capability
+        self, workspace: str, request: A2AExecRequest, *, exec_id: str, capability: Capability
     ) -> str:
         if exec_id in (await self.workspaces.state(workspace)).executions:
             raise Exists(f"execution {exec_id!r} exists (finished)", execId=exec_id)

@@ -19,7 +19,7 @@ from hub.config import (
 from hub.core.capability import Capability
 from hub.core.errors import BadRequest
 from hub.core.validation import DEFAULT_LIMITS, EVENT_FRAME_RESERVE
-from hub.core.wire.session import Session, SessionLimits
+from hub.core.wire.session import ServerSession, SessionLimits
 
 FULL = """
 [server]
@@ -256,7 +256,7 @@ def test_limits_are_the_session_limits(tmp_path: Path) -> None:
         assert getattr(defaults, field.name) == field.default, field.name
     path = write(tmp_path, "[limits]\nmax_exec_waits = 3\nmax_subscriptions = 2\n")
     limits = load_config(path).limits
-    session = Session(_never_verified, limits=limits)
+    session = ServerSession(_never_verified, limits=limits)
     assert session.limits is limits  # passed down as it is, not copied field by field
     assert session.limits.max_exec_waits == 3
     assert session.limits.max_subscriptions == 2

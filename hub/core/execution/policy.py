@@ -60,6 +60,10 @@ _FS_MODES: Final[frozenset[str]] = frozenset(
     {"none", "workspaceReadOnly", "workspaceReadWrite", "paths", "host"}
 )
 
+Access = Literal["read", "read-write"]
+"""A backend instance's access to the workspace (the operator sets it in agora.toml): a
+``read`` instance never writes back, whatever a program does."""
+
 
 def normalise_workspace_path(path: str, field: str) -> str:
     """``path`` as a normalised relative POSIX path inside the workspace (``"."`` = the root).

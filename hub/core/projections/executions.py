@@ -46,7 +46,7 @@ __all__ = [
     "ExecRecord",
     "ExecStatus",
     "IllegalTransition",
-    "OutputChunk",
+    "JournalChunk",
     "evolve",
     "exec_phase",
     "exec_state_diagram",
@@ -104,7 +104,7 @@ def exec_state_diagram() -> str:
 # The journal
 
 
-class OutputChunk(msgspec.Struct, frozen=True, rename="camel"):
+class JournalChunk(msgspec.Struct, frozen=True, rename="camel"):
     """One ``execOutput`` chunk: ``n`` is 1-based and contiguous per execution."""
 
     stream: Literal["stdout", "stderr"]
@@ -124,7 +124,7 @@ class ExecRecord(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=Tru
     request: ExecRequestedPayload | None = None
     started_seq: int | None = None
     cancel_requested: bool = False
-    output: list[OutputChunk] = []
+    output: list[JournalChunk] = []
     result: ExecFinishedPayload | None = None
     finished_seq: int | None = None
     disposed: bool = False
@@ -178,7 +178,7 @@ def _output(j: ExecJournal, ev: ExecOutput) -> None:
     p = ev.payload
     rec = j.executions.get(p.exec_id)
     if rec is not None and rec.status == "running":
-        rec.output.append(OutputChunk(p.stream, p.n, p.data, ev.seq))
+        rec.output.append(JournalChunk(p.stream, p.n, p.data, ev.seq))
 
 
 def _finished(j: ExecJournal, ev: ExecFinished) -> None:

@@ -1,10 +1,11 @@
 """The protocol session of one WebSocket connection, without I/O (sans-I/O, like
 ``websockets.protocol.Protocol``).
 
-A :class:`Session` takes what arrived (:meth:`Session.open` with the handshake's
-``Authorization`` header, :meth:`Session.receive` for each text frame,
-:meth:`Session.receive_binary`) and the outcome of the work it asked for
-(:meth:`Session.completed`, :meth:`Session.failed`, :meth:`Session.too_slow`), and returns
+A :class:`ServerSession` takes what arrived (:meth:`ServerSession.open` with the handshake's
+``Authorization`` header, :meth:`ServerSession.receive` for each text frame,
+:meth:`ServerSession.receive_binary`) and the outcome of the work it asked for
+(:meth:`ServerSession.completed`, :meth:`ServerSession.failed`,
+:meth:`ServerSession.too_slow`), and returns
 *actions* for the I/O shell (:mod:`hub.server.connection`) to perform: :class:`Send` a frame,
 :class:`Close` the connection, or one of the requests (:class:`SubscribeRequest`,
 :class:`UnsubscribeRequest`, :class:`PublishRequest`, :class:`StateRequest`) that need the log.
@@ -93,7 +94,7 @@ __all__ = [
     "PublishRequest",
     "Request",
     "Send",
-    "Session",
+    "ServerSession",
     "SessionLimits",
     "StateRequest",
     "SubscribeRequest",
@@ -132,7 +133,7 @@ class Close(msgspec.Struct, frozen=True):
 
 class SubscribeRequest(msgspec.Struct, frozen=True):
     """Start following ``workspace``: register for live events, read the head, answer with
-    :meth:`Session.completed` (the head), then send every event after ``after_seq`` (``None``:
+    :meth:`ServerSession.completed` (the head), then send every event after ``after_seq`` (``None``:
     after the head) and follow live."""
 
     rid: Rid
@@ -141,7 +142,7 @@ class SubscribeRequest(msgspec.Struct, frozen=True):
 
 
 class UnsubscribeRequest(msgspec.Struct, frozen=True):
-    """Stop following ``workspace``; answer with :meth:`Session.completed` (``None``)."""
+    """Stop following ``workspace``; answer with :meth:`ServerSession.completed` (``None``)."""
 
     rid: Rid
     workspace: str
@@ -452,7 +453,7 @@ _WRITE: Final[Right] = "write"
 _EXEC: Final[Right] = "exec"
 
 
-class Session:
+class ServerSession:
     """The state of one connection's protocol. See the module docstring.
 
     ``verify`` checks a token (``TokenSigner.verify``: returns a :class:`Capability` or raises

@@ -1,6 +1,6 @@
 """The follower over PostgreSQL, in-process: two stores on one schema stand for two nodes.
 
-Node A only writes; node B has a :class:`Follower` and a listener standing for its fan-out. B's
+Node A only writes; node B has a :class:`NodeFollower` and a listener standing for its fan-out. B's
 listener must get exactly the log, in order, whoever wrote it, including what was committed
 while B's LISTEN connection was down.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import asyncpg
 import pytest
 
-from hub.cluster.follower import Follower
+from hub.cluster.follower import NodeFollower
 from hub.core.events import Event, MessagePayload, MessagePosted
 from hub.log.postgres import PostgresEventStore
 from hub.workspaces import Workspaces
@@ -37,7 +37,7 @@ class Node:
     store: PostgresEventStore
     workspaces: Workspaces
     recorder: Recorder
-    follower: Follower
+    follower: NodeFollower
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ async def nodes(pg_schema: str) -> AsyncIterator[tuple[Node, Node]]:
             workspaces = Workspaces(store, snapshot_every=0)
             recorder = Recorder()
             workspaces.add_listener(recorder)
-            follower = Follower(store, workspaces)
+            follower = NodeFollower(store, workspaces)
             made.append(Node(store, workspaces, recorder, follower))
             tasks.append(tg.create_task(follower.run()))
         await wait_for(lambda: all(n.follower.resumes for n in made))

@@ -20,7 +20,7 @@ from hub.core.wire.session import (
     GetExecRequest,
     KillRequest,
     Send,
-    Session,
+    ServerSession,
     SessionLimits,
     encode_exec_event_frame,
     encode_frame,
@@ -43,8 +43,10 @@ def capability(
     )
 
 
-def session(cap: Capability, default_backend: str | None = "process", waits: int = 64) -> Session:
-    s = Session(
+def session(
+    cap: Capability, default_backend: str | None = "process", waits: int = 64
+) -> ServerSession:
+    s = ServerSession(
         lambda _token: cap,
         clock=lambda: NOW,
         default_backend=default_backend,
@@ -60,7 +62,7 @@ def frame(actions: list[Any]) -> dict[str, Any]:
     return out
 
 
-def send(s: Session, **fields: Any) -> list[Any]:
+def send(s: ServerSession, **fields: Any) -> list[Any]:
     return s.receive(json.dumps(fields))
 
 

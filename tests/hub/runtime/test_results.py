@@ -5,13 +5,13 @@ from __future__ import annotations
 import msgspec
 
 from hub.core.events import ExecFinishedPayload, SkippedWrite
-from hub.core.projections.executions import ExecRecord, OutputChunk
+from hub.core.projections.executions import ExecRecord, JournalChunk
 from hub.runtime.results import TextDecoders, encoding_of, runtime_result
 
 
 def record(*chunks: tuple[str, bytes], **finished: object) -> ExecRecord:
     rec = ExecRecord(exec_id="x", backend="process", requested_by="a", request_seq=1)
-    rec.output = [OutputChunk(s, i + 1, d, i + 2) for i, (s, d) in enumerate(chunks)]  # type: ignore[arg-type]
+    rec.output = [JournalChunk(s, i + 1, d, i + 2) for i, (s, d) in enumerate(chunks)]  # type: ignore[arg-type]
     fields: dict[str, object] = {"exec_id": "x", "status": "completed", "reason": "exit"}
     fields.update(finished)
     rec.result = ExecFinishedPayload(**fields)  # type: ignore[arg-type]

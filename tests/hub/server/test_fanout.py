@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from hub.core.events import MessagePosted
-from hub.server.fanout import Fanout, Outgoing, SendQueue, Subscription
+from hub.server.fanout import Fanout, FanoutSubscription, Outgoing, SendQueue
 from tests.support.peer import message, peer
 from tests.support.tokens import mint
 
@@ -41,7 +41,7 @@ def events(*seqs: int) -> list[MessagePosted]:
 
 def test_buffers_until_live_then_skips_what_the_catch_up_sent() -> None:
     fanout, outlet = Fanout(), Outlet()
-    sub = Subscription(outlet, "w", "a", pending_limit=10)
+    sub = FanoutSubscription(outlet, "w", "a", pending_limit=10)
     fanout.add(sub)
     fanout("w", events(4, 5))  # committed while the catch-up runs
     fanout("w", events(6))
@@ -58,7 +58,7 @@ def test_frames_are_encoded_once_and_shared() -> None:
     fanout = Fanout()
     outlets = [Outlet() for _ in range(5)]
     for o in outlets:
-        sub = Subscription(o, "w", "a", pending_limit=10)
+        sub = FanoutSubscription(o, "w", "a", pending_limit=10)
         fanout.add(sub)
         sub.go_live()
     fanout("w", events(1, 2))
@@ -71,7 +71,7 @@ def test_full_queue_overflows_that_subscriber_only() -> None:
     fanout = Fanout()
     slow, fast = Outlet(room=1), Outlet()
     for o in (slow, fast):
-        sub = Subscription(o, "w", "a", pending_limit=10)
+        sub = FanoutSubscription(o, "w", "a", pending_limit=10)
         fanout.add(sub)
         sub.go_live()
     fanout("w", events(1, 2, 3))
@@ -82,7 +82,7 @@ def test_full_queue_overflows_that_subscriber_only() -> None:
 
 def test_buffer_overflow_while_catching_up() -> None:
     fanout, outlet = Fanout(), Outlet()
-    sub = Subscription(outlet, "w", "a", pending_limit=2)
+    sub = FanoutSubscription(outlet, "w", "a", pending_limit=2)
     fanout.add(sub)
     fanout("w", events(1, 2, 3))
     assert outlet.overflows == 1 and sub.closed
@@ -92,7 +92,7 @@ def test_buffer_overflow_while_catching_up() -> None:
 
 def test_remove_is_idempotent() -> None:
     fanout, outlet = Fanout(), Outlet()
-    sub = Subscription(outlet, "w", "a", pending_limit=2)
+    sub = FanoutSubscription(outlet, "w", "a", pending_limit=2)
     fanout.add(sub)
     assert fanout.subscribers("w") == 1
     fanout.remove(sub)

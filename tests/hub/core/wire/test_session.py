@@ -30,7 +30,7 @@ from hub.core.wire.session import (
     Close,
     PublishRequest,
     Send,
-    Session,
+    ServerSession,
     SessionLimits,
     StateRequest,
     SubscribeRequest,
@@ -85,9 +85,9 @@ class Clocks:
         self.mono = 100.0
 
 
-def session(token: str | None = "good", **limits: Any) -> tuple[Session, Clocks]:
+def session(token: str | None = "good", **limits: Any) -> tuple[ServerSession, Clocks]:
     clocks = Clocks()
-    s = Session(
+    s = ServerSession(
         verify,
         limits=SessionLimits(**limits),
         clock=lambda: clocks.wall,
