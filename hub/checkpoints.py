@@ -15,8 +15,9 @@ The I/O beside :mod:`hub.workspaces`: the pure formats are :mod:`hub.core.checkp
   "Signatures"), which is what a log rewritten behind its back would ask of it.
 * **Proofs**: inclusion of an event in a kept checkpoint's tree, consistency between sizes.
 
-The server calls :meth:`Checkpointer.appended` after each commit and serves
-:meth:`Checkpointer.latest` and the proofs (stage B of issue #13).
+The server (:mod:`hub.server.app`) runs :meth:`Checkpointer.run` in its TaskGroup, calls
+:meth:`Checkpointer.appended` after each commit, and serves checkpoints, proofs and
+cosignatures on the wire (:mod:`hub.server.checkpoint_ops`).
 """
 
 from __future__ import annotations
@@ -327,6 +328,11 @@ class Checkpointer:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Produce due checkpoints until ``stop`` is set (a task of the hub's TaskGroup)."""
+        async with self:
+            await stop.wait()
 
     async def close(self) -> None:
         task, self._task = self._task, None
