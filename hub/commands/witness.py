@@ -256,7 +256,7 @@ class Witness:
     def _split(self, error: TamperDetected) -> int:
         evidence = self.directory / f"split-{error.workspace}-{int(time.time())}.txt"
         text = (
-            f"{error.message}\n\n-- checkpoint seen before --\n{error.previous}\n"
+            f"{error.message}\n\n-- checkpoint seen before --\n{error.previous}"
             f"-- checkpoint shown now --\n{error.current}"
         )
         with contextlib.suppress(OSError):

@@ -19,7 +19,7 @@ import asyncpg
 import msgspec
 
 from hub.core.chain import compute_hash
-from hub.core.events import Event, decode_event, encode_event
+from hub.core.events import Event, MessagePosted, decode_event, encode_event
 from tests.support.postgres import new_schema, pg_run, url_for
 
 
@@ -126,6 +126,7 @@ class Backdoor:
 
 
 def forged(event: Event, text: str) -> Event:
-    """``event`` with its message text replaced (a forged body)."""
-    payload = event.payload
-    return msgspec.structs.replace(event, payload=msgspec.structs.replace(payload, text=text))
+    """``event`` (a ``messagePosted``) with its text replaced: a forged body."""
+    assert isinstance(event, MessagePosted), event
+    payload = msgspec.structs.replace(event.payload, text=text)
+    return msgspec.structs.replace(event, payload=payload)
