@@ -366,8 +366,9 @@ class Checkpointer:
         return [w for w, (head, since) in pending if self._due(w, head, since, now_ms)]
 
     async def produce_due(self) -> list[CheckpointRecord]:
-        """Sign every due checkpoint now; returns them. A workspace that fails is logged and
-        left pending (retried at its next commit or tick)."""
+        """Sign every due checkpoint now; returns them. A workspace whose log the hub refuses
+        to sign is logged and dropped until its next commit; one whose store failed is logged
+        and retried ``every_ms`` later."""
         made: list[CheckpointRecord] = []
         for workspace in self.due():
             try:
@@ -375,6 +376,13 @@ class Checkpointer:
             except (IntegrityError, NotFound) as e:
                 log.error("checkpoint of %s refused: %s", workspace, e.message)
                 self._pending.pop(workspace, None)
+            except Exception:
+                # The store failed (unavailable, a bug): the producer runs in the hub's
+                # TaskGroup and must not bring the hub down; try again in every_ms.
+                log.exception("checkpoint of %s failed; retrying later", workspace)
+                seen = self._pending.get(workspace)
+                if seen is not None:
+                    self._pending[workspace] = (seen[0], self._clock() * 1000)
         return made
 
     def _next_deadline_s(self) -> float:
