@@ -9,6 +9,8 @@ detection on both stores is tests/hub/client/test_verify.py.
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ from hub.core.checkpoint import open_checkpoint, parse_note, parse_signer_key
 from tests.support.hub import HubProcess, HubStarter
 from tests.support.peer import message, peer
 from tests.support.tamper import Backdoor, forged
+from tests.support.waiting import wait_for
 
 RUN_TIMEOUT = 120.0  # seconds for one `agora` command on a loaded machine
 
@@ -136,3 +139,25 @@ async def test_a_split_view_is_reported_with_both_checkpoints(
     assert "cosignatures" not in reply and parse_note(reply["note"]).text.startswith(old.origin)
     await publish(honest, "ws", 1)
     assert witness(honest, tmp_path).returncode == 0
+
+
+async def test_without_once_it_follows_until_sigterm(starter: HubStarter, tmp_path: Path) -> None:
+    hub = starter.start()
+    await publish(hub, "ws", 2)
+    argv = ["-m", "hub", "witness", "--hub", hub.url, "--token", hub.token()]
+    argv += ["--workspace", "ws", "--dir", str(tmp_path / "w"), "--key", str(tmp_path / "k")]
+    argv += ["--hub-key", hub_vkey(hub), "--interval", "0.1"]
+    out = tmp_path / "witness.out"
+    with out.open("w") as sink:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, *argv, stdout=sink, stderr=subprocess.STDOUT
+        )
+        try:
+            await wait_for(lambda: "cosigned ws at size 2" in out.read_text())
+            await publish(hub, "ws", 3)
+            await wait_for(lambda: "cosigned ws at size 5" in out.read_text())
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(RUN_TIMEOUT):
+                code = await proc.wait()
+    assert code == 0, out.read_text()
