@@ -577,7 +577,8 @@ class Session:
 
     def completed(self, request: Request, result: Any) -> list[Action]:
         """``request`` succeeded with ``result``: the head (subscribe), ``None`` (unsubscribe),
-        an :class:`AppendResult` (publish) or a ``WorkspaceState`` (state)."""
+        an :class:`AppendResult` (publish), a ``WorkspaceState`` (state), a
+        :class:`CheckpointRecord` (checkpoint, cosign) or the proof's hashes (proof)."""
         match request:
             case SubscribeRequest(rid=rid, workspace=workspace):
                 return [Send(Subscribed(rid=rid, workspace=workspace, head=int(result)))]
