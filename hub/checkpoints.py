@@ -15,8 +15,9 @@ The I/O beside :mod:`hub.workspaces`: the pure formats are :mod:`hub.core.checkp
   "Signatures"), which is what a log rewritten behind its back would ask of it.
 * **Proofs**: inclusion of an event in a kept checkpoint's tree, consistency between sizes.
 
-The server calls :meth:`Checkpointer.appended` after each commit and serves
-:meth:`Checkpointer.latest` and the proofs (stage B of issue #13).
+The server (:mod:`hub.server.app`) runs :meth:`Checkpointer.run` in its TaskGroup, calls
+:meth:`Checkpointer.appended` after each commit, and serves checkpoints, proofs and
+cosignatures on the wire (:mod:`hub.server.checkpoint_ops`).
 """
 
 from __future__ import annotations
@@ -328,6 +329,11 @@ class Checkpointer:
     ) -> None:
         await self.close()
 
+    async def run(self, stop: asyncio.Event) -> None:
+        """Produce due checkpoints until ``stop`` is set (a task of the hub's TaskGroup)."""
+        async with self:
+            await stop.wait()
+
     async def close(self) -> None:
         task, self._task = self._task, None
         if task is not None:
@@ -360,8 +366,9 @@ class Checkpointer:
         return [w for w, (head, since) in pending if self._due(w, head, since, now_ms)]
 
     async def produce_due(self) -> list[CheckpointRecord]:
-        """Sign every due checkpoint now; returns them. A workspace that fails is logged and
-        left pending (retried at its next commit or tick)."""
+        """Sign every due checkpoint now; returns them. A workspace whose log the hub refuses
+        to sign is logged and dropped until its next commit; one whose store failed is logged
+        and retried ``every_ms`` later."""
         made: list[CheckpointRecord] = []
         for workspace in self.due():
             try:
@@ -369,6 +376,13 @@ class Checkpointer:
             except (IntegrityError, NotFound) as e:
                 log.error("checkpoint of %s refused: %s", workspace, e.message)
                 self._pending.pop(workspace, None)
+            except Exception:
+                # The store failed (unavailable, a bug): the producer runs in the hub's
+                # TaskGroup and must not bring the hub down; try again in every_ms.
+                log.exception("checkpoint of %s failed; retrying later", workspace)
+                seen = self._pending.get(workspace)
+                if seen is not None:
+                    self._pending[workspace] = (seen[0], self._clock() * 1000)
         return made
 
     def _next_deadline_s(self) -> float:

@@ -26,6 +26,7 @@ COMMANDS: tuple[str, ...] = (
     "checkpoint",
     "prove",
     "verify_proof",
+    "witness",
     "export",
     "import_",
     "workspaces",

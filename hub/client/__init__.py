@@ -26,6 +26,7 @@ from hub.client.session import (
     Session,
     connect,
 )
+from hub.client.verify import CheckpointVerifier, SignedCheckpoint
 from hub.client.workspace import (
     INDEX_SIZE,
     MAX_RATE_LIMIT_WAIT,
@@ -47,6 +48,7 @@ __all__ = [
     "Ack",
     "Backoff",
     "BatchAck",
+    "CheckpointVerifier",
     "ExecHandle",
     "ExecOutcome",
     "ExecResult",
@@ -54,6 +56,7 @@ __all__ = [
     "PublishAck",
     "Session",
     "SessionClosed",
+    "SignedCheckpoint",
     "Subscription",
     "Workspace",
     "WorkspaceRuntime",

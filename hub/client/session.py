@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
+from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
 
@@ -48,8 +49,10 @@ from websockets.typing import Subprotocol
 from hub.client.errors import SessionClosed
 from hub.client.exec import RidStream
 from hub.client.feed import UnsubscribeSent, WorkspaceFeed
+from hub.client.verify import CheckpointVerifier, verifier_key
 from hub.client.workspace import Workspace
 from hub.core.backoff import Backoff
+from hub.core.checkpoint import NoteError, NoteVerifier
 from hub.core.errors import (
     AgoraError,
     BadRequest,
@@ -129,6 +132,9 @@ class Session:
         open_timeout: float = 10.0,
         max_frame_bytes: int = DEFAULT_MAX_FRAME,
         compression: str | None = None,
+        verify: bool = False,
+        checkpoint_key: str | NoteVerifier | None = None,
+        witness_file: str | Path | None = None,
     ) -> None:
         self.url = url
         self.agent = ""
@@ -157,6 +163,19 @@ class Session:
         self._reconnects = 0
         self.last_close: tuple[int | None, str] | None = None
         """The close code and reason of the last connection that ended (None: none did)."""
+        self.verifier: CheckpointVerifier | None = None
+        """Checks every checkpoint the hub shows (``verify=True``; :mod:`hub.client.verify`)."""
+        if verify:
+            if checkpoint_key is None:
+                raise BadRequest("verify=True needs checkpoint_key (the hub's public key)")
+            try:
+                key = verifier_key(checkpoint_key)
+            except NoteError as e:
+                raise BadRequest(f"checkpoint_key: {e.message}", field="checkpoint_key") from e
+            path = Path(witness_file) if witness_file is not None else None
+            self.verifier = CheckpointVerifier(key, path)
+        elif witness_file is not None or checkpoint_key is not None:
+            raise BadRequest("checkpoint_key and witness_file are for verify=True")
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -532,6 +551,9 @@ def connect(
     open_timeout: float = 10.0,
     max_frame_bytes: int = DEFAULT_MAX_FRAME,
     compression: str | None = None,
+    verify: bool = False,
+    checkpoint_key: str | NoteVerifier | None = None,
+    witness_file: str | Path | None = None,
 ) -> Session:
     """A session with the hub at ``url`` (``ws://host:port``), authenticated by ``token``.
 
@@ -544,6 +566,13 @@ def connect(
     refused with ``rateLimited`` is sent again after the wait the hub names (a few times)
     instead of raising :class:`~hub.core.errors.RateLimited`. ``compression``: ``"deflate"`` to
     offer permessage-deflate (off by default: it costs latency on a LAN).
+
+    ``verify``: check every checkpoint the hub shows (``ws.checkpoint()``,
+    ``ws.verify_inclusion(event)``) against ``checkpoint_key`` (the hub's public key, pinned:
+    the verifier key text or a file holding it) and against the checkpoints seen before,
+    raising :class:`~hub.core.errors.TamperDetected` for a history that does not extend them;
+    ``witness_file`` keeps the last checkpoint seen per workspace across runs
+    (:mod:`hub.client.verify`, docs/audit.md).
     """
     return Session(
         url,
@@ -556,4 +585,7 @@ def connect(
         open_timeout=open_timeout,
         max_frame_bytes=max_frame_bytes,
         compression=compression,
+        verify=verify,
+        checkpoint_key=checkpoint_key,
+        witness_file=witness_file,
     )

@@ -25,8 +25,11 @@ import msgspec
 from hub.client.errors import SessionClosed
 from hub.client.exec import WorkspaceRuntime
 from hub.client.feed import Subscription
+from hub.client.verify import SignedCheckpoint
 from hub.core.backoff import Backoff
-from hub.core.errors import BadRequest, Internal, NotFound, RateLimited
+from hub.core.chain import canonical_bytes
+from hub.core.checkpoint import NoteError, parse_checkpoint, parse_note
+from hub.core.errors import BadRequest, Internal, NotFound, RateLimited, TamperDetected
 from hub.core.events import (
     COLLABORATION_KINDS,
     AnyEvent,
@@ -48,6 +51,7 @@ from hub.core.events import (
     WorkClaimed,
     WorkPublished,
 )
+from hub.core.merkle import ProofError, check_inclusion, leaf_hash
 from hub.core.projections.workspace import WorkspaceState
 from hub.core.wire import frames
 
@@ -194,6 +198,84 @@ class Workspace:
         )
         self._note(stored, complete=opens)
         return stored
+
+    # -- auditing (docs/audit.md) -----------------------------------------------------------
+
+    async def checkpoint(self) -> SignedCheckpoint:
+        """The latest signed checkpoint of the workspace's log (the hub signs one when none
+        covers its head yet). On a verifying session (``connect(..., verify=True)``) it is
+        checked against the pinned key and everything seen before: raises
+        :class:`~hub.core.errors.TamperDetected` for a history that does not extend it.
+        Raises ``NotFound`` for a workspace without events, ``Forbidden``."""
+        reply = await self.session.request(frames.CheckpointQuery(workspace=self.name))
+        frame = _checkpoint_reply(reply)
+        verifier = self.session.verifier
+        if verifier is None:
+            try:
+                parsed = parse_checkpoint(parse_note(frame.note).text)
+            except NoteError as e:
+                raise Internal(f"the hub sent a checkpoint that does not parse: {e}") from e
+            return SignedCheckpoint(self.name, parsed, frame.note, frame.cosignatures)
+        return await verifier.check(
+            self.name, frame.note, frame.cosignatures, self.consistency_proof
+        )
+
+    async def consistency_proof(self, from_size: int, to_size: int) -> list[bytes]:
+        """The hub's proof that its tree of ``from_size`` is a prefix of that of ``to_size``
+        (RFC 9162 §2.1.4.1), unchecked. Raises ``NotFound`` for a size beyond the log,
+        ``BadRequest`` for ``from_size > to_size``."""
+        query = frames.ProofQuery(workspace=self.name, from_size=from_size, to_size=to_size)
+        return _proof_reply(await self.session.request(query))
+
+    async def inclusion_proof(self, seq: int, tree_size: int) -> list[bytes]:
+        """The hub's audit path of event ``seq`` in its tree of ``tree_size`` (RFC 9162
+        §2.1.3.1), unchecked. Raises ``NotFound``, ``BadRequest``."""
+        query = frames.ProofQuery(workspace=self.name, seq=seq, tree_size=tree_size)
+        return _proof_reply(await self.session.request(query))
+
+    async def verify_inclusion(self, event: Event) -> SignedCheckpoint:
+        """Check that ``event`` (as received: stored fields and all) is in the log: it is
+        leaf ``seq - 1`` of the tree of the latest checkpoint, itself checked as by
+        :meth:`checkpoint`. Returns that checkpoint. Raises
+        :class:`~hub.core.errors.TamperDetected` when the proof does not lead to the signed
+        root, ``BadRequest`` on a session without ``verify`` or for an event of no seq."""
+        if self.session.verifier is None:
+            raise BadRequest("verify_inclusion needs a session opened with verify=True")
+        if event.seq < 1 or event.workspace not in ("", self.name):
+            raise BadRequest(f"not a stored event of {self.name!r}", field="seq")
+        signed = await self.checkpoint()
+        if signed.size < event.seq:
+            raise NotFound(
+                f"seq {event.seq} is beyond the latest checkpoint (size {signed.size})",
+                seq=event.seq,
+            )
+        proof = await self.inclusion_proof(event.seq, signed.size)
+        leaf = leaf_hash(canonical_bytes(event))
+        try:
+            check_inclusion(event.seq - 1, signed.size, leaf, proof, signed.root)
+        except ProofError as e:
+            raise TamperDetected(
+                f"event {event.seq} of {self.name!r} is not in the tree the hub signed at size "
+                f"{signed.size}: {e.message}",
+                workspace=self.name,
+                previous=signed.note,
+                current=signed.note,
+                seq=event.seq,
+            ) from e
+        return signed
+
+    async def cosign(self, cosigned: str, witness_key: str) -> SignedCheckpoint:
+        """Hand the hub a checkpoint cosigned by a witness (the whole note, the witness's
+        signature added) with the witness's verifier key; the hub keeps the cosignature and
+        serves it with the checkpoint from then on. Needs the write right. Returns the
+        checkpoint with its cosignatures as the hub now keeps them (unchecked)."""
+        frame = frames.Cosign(workspace=self.name, cosignature=cosigned, key=witness_key)
+        reply = _checkpoint_reply(await self.session.request(frame))
+        try:
+            parsed = parse_checkpoint(parse_note(reply.note).text)
+        except NoteError as e:
+            raise Internal(f"the hub sent a checkpoint that does not parse: {e}") from e
+        return SignedCheckpoint(self.name, parsed, reply.note, reply.cosignatures)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -568,3 +650,15 @@ class Workspace:
                 if caught_up and open_items:
                     return next(iter(open_items.values()))
         raise SessionClosed("the session closed while waiting")
+
+
+def _checkpoint_reply(reply: frames.ServerFrame) -> frames.CheckpointFrame:
+    if not isinstance(reply, frames.CheckpointFrame):
+        raise Internal(f"unexpected reply to checkpoint: {type(reply).__name__}")
+    return reply
+
+
+def _proof_reply(reply: frames.ServerFrame) -> list[bytes]:
+    if not isinstance(reply, frames.ProofFrame):
+        raise Internal(f"unexpected reply to proof: {type(reply).__name__}")
+    return list(reply.hashes)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from hub.auth import SECRET_ENV, TokenSigner, load_or_create_secret
+from hub.checkpoints import load_or_create_key
 from hub.commands.common import add_config_arg, add_data_args, config_from_args, fail
 from hub.core.errors import AgoraError, ConfigError
 
@@ -91,6 +92,8 @@ async def serve_command(args: argparse.Namespace) -> int:
         # the Docker CLI) can inherit it.
         os.environ.pop(SECRET_ENV, None)
         signer = TokenSigner(secret, max_ttl=config.auth.max_token_ttl)
+        # The checkpoint key, created (0600) at first start; `agora checkpoint key` prints it.
+        checkpoint_key = load_or_create_key(data_dir, config.audit.hub_id)
         store = open_store(config.storage.store, data_dir)
     except AgoraError as e:
         return fail("serve", e)
@@ -110,7 +113,7 @@ async def serve_command(args: argparse.Namespace) -> int:
         rust=settings.rust.resolved(os.environ),
     )
     try:
-        hub = Hub(config, store, signer, runtime=runtime)
+        hub = Hub(config, store, signer, runtime=runtime, checkpoint_key=checkpoint_key)
     except AgoraError as e:
         return fail("serve", e)
     if not args.no_a2a:

@@ -96,6 +96,28 @@ class IntegrityError(ServerError):
     code = "internal"
 
 
+class TamperDetected(ServerError):
+    """A verifying client's verdict: the hub showed a checkpoint that is not consistent with
+    one it showed before (a rewritten, truncated or forked history), or could not prove that
+    it is. Both signed notes are kept: ``previous`` (what was seen first) and ``current``
+    (what the hub shows now); together, each signed by the hub's key, they are the proof.
+
+    Never sent by a hub (the hub cannot accuse itself), so it has no row in
+    :data:`ERROR_TABLE`: it is listed in :data:`CLIENT_VERDICTS` instead."""
+
+    code = "tamperDetected"
+
+    def __init__(
+        self, message: str, *, workspace: str, previous: str, current: str, **details: Any
+    ) -> None:
+        super().__init__(
+            message, workspace=workspace, previous=previous, current=current, **details
+        )
+        self.workspace = workspace
+        self.previous = previous
+        self.current = current
+
+
 class ConfigError(AgoraError):
     """The operator's configuration (file, flags, environment or secret) is invalid.
 
@@ -156,6 +178,10 @@ ERROR_TABLE: Final[tuple[ErrorRow, ...]] = (
     ErrorRow(Internal, None, "InternalError"),
 )
 """Every wire error code, once. ``docs/protocol.md`` lists the same table."""
+
+CLIENT_VERDICTS: Final[tuple[type[AgoraError], ...]] = (TamperDetected,)
+"""Errors a client raises on its own judgement, never read from an ``error`` frame: their
+codes are in no table row (a hub sending one would be read as ``internal``)."""
 
 _BY_CODE: Final[Mapping[str, ErrorRow]] = {row.code: row for row in ERROR_TABLE}
 

@@ -39,13 +39,17 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.typing import Subprotocol
 
 from hub.auth import TokenSigner
+from hub.checkpoints import Checkpointer
 from hub.cluster.settings import resolve_node_id
 from hub.config import HubConfig
+from hub.core.checkpoint import NoteSigner, generate_signer, key_name_for
+from hub.core.events import Event
 from hub.core.wire.frames import SUBPROTOCOL
 from hub.core.wire.session import SERVER_NAME
 from hub.log.base import EventStore
 from hub.revocations import Revocations
 from hub.runtime import BackendRegistry, Runtime, RuntimeSettings
+from hub.server.checkpoint_ops import AuditOps
 from hub.server.connection import Connection
 from hub.server.fanout import Fanout
 from hub.server.presence import Presence
@@ -102,6 +106,7 @@ class Hub:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         runtime: RuntimeSettings | None = None,
+        checkpoint_key: NoteSigner | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -118,6 +123,14 @@ class Hub:
             keep_open=self.fanout.subscribers,
         )
         self.workspaces.add_listener(self.fanout)
+        # Signed checkpoints (docs/audit.md): heard of at every commit, produced in the hub's
+        # TaskGroup. Without a key (in-process tests) the hub signs with one of its own, gone
+        # at exit; `agora serve` passes the data directory's checkpoint.key.
+        audit = config.audit
+        key = checkpoint_key or generate_signer(key_name_for(audit.hub_id or "ephemeral"))
+        self.checkpointer = Checkpointer(store, key, audit)
+        self.audit = AuditOps(self.checkpointer)
+        self.workspaces.add_listener(self._committed)
         self.node_id = resolve_node_id(config.cluster)
         # Revoked tokens (hub.revocations): refused at hello, and they end live connections.
         self.revocations = Revocations(self.workspaces, clock=clock)
@@ -154,6 +167,7 @@ class Hub:
                 async with asyncio.TaskGroup() as tg:
                     self.tasks.attach(tg)
                     tg.create_task(self.revocations.run(stop), name="agora-revocations")
+                    tg.create_task(self.checkpointer.run(stop), name="agora-checkpoints")
                     runtime = tg.create_task(self.runtime.run(stop), name="agora-runtime")
                     server = tg.create_task(self._serve(stop, on_ready), name="agora-server")
                     if self.cluster is not None:
@@ -181,6 +195,10 @@ class Hub:
             log.info("stopping: closing connections with 1001")
         # Leaving ``serve``: stopped accepting, closed connections (1001), handlers returned.
         log.info("connections closed; finishing pending writes")
+
+    def _committed(self, workspace: str, batch: Sequence[Event]) -> None:
+        if batch:
+            self.checkpointer.appended(workspace, batch[-1].seq)
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None] | None:
         """Run ``coro`` as a task of the hub's TaskGroup (see :meth:`OwnedTasks.spawn`)."""

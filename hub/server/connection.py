@@ -37,12 +37,15 @@ from hub.core.errors import AgoraError, BadRequest, CloseCode, Internal, Unavail
 from hub.core.events import encode_event
 from hub.core.wire.session import (
     Action,
+    CheckpointRequest,
     Close,
+    CosignRequest,
     DisposeRequest,
     ExecRequest,
     ExecResultRequest,
     GetExecRequest,
     KillRequest,
+    ProofRequest,
     PublishRequest,
     Request,
     Send,
@@ -274,6 +277,9 @@ class Connection:
                 case GetExecRequest():
                     if self._spawn(self._follow(action), f"getExec:{action.exec_id}") is None:
                         self.session.failed(action, Unavailable("the connection is closing"))
+                case CheckpointRequest() | ProofRequest() | CosignRequest():
+                    if not await self._answer(action, self.hub.audit.answer(action)):
+                        return False
         return True
 
     # -- publishing -------------------------------------------------------------------------------

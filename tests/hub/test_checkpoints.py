@@ -31,7 +31,7 @@ from hub.core.checkpoint import (
     parse_checkpoint,
     parse_note,
 )
-from hub.core.errors import ConfigError, IntegrityError, NotFound
+from hub.core.errors import ConfigError, IntegrityError, NotFound, Unavailable
 from hub.core.events import MessagePayload, MessagePosted
 from hub.core.merkle import check_consistency, check_inclusion, leaf_hash
 from hub.log.sqlite import SqliteEventStore
@@ -229,3 +229,42 @@ async def test_the_background_task_produces_a_checkpoint_due_by_time(
             # The store has no event to wait on: poll, bounded.
             while await store.load_checkpoint("ws") is None:  # noqa: ASYNC110
                 await asyncio.sleep(0.01)
+
+
+class FlakyStore(SqliteEventStore):
+    """A store whose ``ensure_hashes`` fails ``failures`` times (the database went away)."""
+
+    failures = 1
+
+    async def ensure_hashes(self, workspace: str) -> int:
+        if self.failures:
+            self.failures -= 1
+            raise Unavailable("the database is unreachable")
+        return await super().ensure_hashes(workspace)
+
+
+async def test_a_store_failure_is_logged_and_retried_not_raised(tmp_path: Path) -> None:
+    clock = Clock()
+    config = AuditConfig(checkpoint_every_events=2, checkpoint_every_ms=1000)
+    async with FlakyStore(tmp_path / "agora.db") as store:
+        checkpoints = Checkpointer(store, generate_signer("agora.t"), config, clock=clock)
+        await store.append("ws", [msg(), msg()])
+        checkpoints.appended("ws", 2)
+        assert await checkpoints.produce_due() == []  # failed, logged, not raised
+        assert checkpoints.due() == ["ws"]  # kept pending (due by count)...
+        assert [r.size for r in await checkpoints.produce_due()] == [2]  # ... and retried
+
+
+async def test_run_produces_until_stopped(store: SqliteEventStore) -> None:
+    config = AuditConfig(checkpoint_every_events=1, checkpoint_every_ms=60_000)
+    checkpoints = Checkpointer(store, generate_signer("agora.t"), config)
+    stop = asyncio.Event()
+    task = asyncio.create_task(checkpoints.run(stop))
+    await store.append("ws", [msg()])
+    checkpoints.appended("ws", 1)
+    async with asyncio.timeout(10):
+        while await store.load_checkpoint("ws") is None:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    stop.set()
+    async with asyncio.timeout(10):
+        await task

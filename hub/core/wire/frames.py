@@ -125,6 +125,35 @@ class Dispose(ClientFrame, tag="dispose", frozen=True):
     exec_id: str
 
 
+class CheckpointQuery(ClientFrame, tag="checkpoint", frozen=True):
+    """The latest signed checkpoint of the workspace's Merkle tree (docs/audit.md), signed
+    now when none covers the head yet; the reply is ``checkpoint``."""
+
+    workspace: str
+
+
+class ProofQuery(ClientFrame, tag="proof", frozen=True):
+    """An inclusion proof (``seq`` and ``treeSize``: event ``seq`` is in the tree of that
+    size) or a consistency proof (``fromSize`` and ``toSize``: the smaller tree is a prefix
+    of the larger), never both; the reply is ``proof``."""
+
+    workspace: str
+    seq: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    tree_size: Seq | None = None
+    from_size: Seq | None = None
+    to_size: Seq | None = None
+
+
+class Cosign(ClientFrame, tag="cosign", frozen=True):
+    """A witness hands back a checkpoint it cosigned: ``cosignature`` is the whole signed
+    note (the hub's signature and the witness's), ``key`` the witness's verifier key (the
+    hub keeps only a signature that verifies with it). The reply is ``checkpoint``."""
+
+    workspace: str
+    cosignature: str
+    key: str
+
+
 AnyClientFrame = (
     Hello
     | Subscribe
@@ -136,6 +165,9 @@ AnyClientFrame = (
     | Kill
     | GetExec
     | Dispose
+    | CheckpointQuery
+    | ProofQuery
+    | Cosign
 )
 
 
@@ -285,6 +317,29 @@ class ExecEnd(ServerFrame, tag="execEnd", frozen=True):
     status: str
 
 
+class CheckpointFrame(ServerFrame, tag="checkpoint", frozen=True):
+    """A signed checkpoint: ``note`` is the hub's signed note (C2SP tlog-checkpoint),
+    ``cosignatures`` the witnesses' signature lines kept since (append them to ``note`` for
+    the whole cosigned note)."""
+
+    workspace: str
+    size: int
+    note: str
+    cosignatures: str = ""
+
+
+class ProofFrame(ServerFrame, tag="proof", frozen=True):
+    """The reply to ``proof``: the request's sizes repeated, and ``hashes`` (base64 SHA-256,
+    RFC 9162 §2.1.3.1 audit path or §2.1.4.1 consistency proof, in the RFC's order)."""
+
+    workspace: str
+    seq: int | None = None
+    tree_size: int | None = None
+    from_size: int | None = None
+    to_size: int | None = None
+    hashes: list[bytes] = []
+
+
 AnyServerFrame = (
     Welcome
     | Subscribed
@@ -299,4 +354,6 @@ AnyServerFrame = (
     | Disposed
     | ExecEvent
     | ExecEnd
+    | CheckpointFrame
+    | ProofFrame
 )

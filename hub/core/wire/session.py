@@ -31,6 +31,7 @@ import msgspec
 
 from hub import __version__
 from hub.core.capability import Capability, Right
+from hub.core.checkpoint import CheckpointRecord
 from hub.core.decoding import check_json_depth
 from hub.core.errors import (
     AgoraError,
@@ -51,6 +52,9 @@ from hub.core.validation import DEFAULT_LIMITS, validate_workspace
 from hub.core.wire.frames import (
     Ack,
     AnyClientFrame,
+    CheckpointFrame,
+    CheckpointQuery,
+    Cosign,
     Dispose,
     Disposed,
     Error,
@@ -66,6 +70,8 @@ from hub.core.wire.frames import (
     Hello,
     Kill,
     Killed,
+    ProofFrame,
+    ProofQuery,
     Publish,
     Resume,
     Rid,
@@ -83,7 +89,9 @@ __all__ = [
     "MAX_CLOSE_REASON_BYTES",
     "SERVER_NAME",
     "Action",
+    "CheckpointRequest",
     "Close",
+    "CosignRequest",
     "DisposeRequest",
     "ExecRequest",
     "ExecResultRequest",
@@ -91,6 +99,7 @@ __all__ = [
     "KillRequest",
     "Positive",
     "PositiveRate",
+    "ProofRequest",
     "PublishRequest",
     "Request",
     "Send",
@@ -220,6 +229,36 @@ class DisposeRequest(msgspec.Struct, frozen=True):
     capability: Capability
 
 
+class CheckpointRequest(msgspec.Struct, frozen=True):
+    """The latest checkpoint of ``workspace``, signed now when none covers its head; answer
+    with the ``CheckpointRecord``."""
+
+    rid: Rid
+    workspace: str
+
+
+class ProofRequest(msgspec.Struct, frozen=True):
+    """An inclusion proof (``seq`` set: event ``seq`` in the tree of ``new``) or a
+    consistency proof (``seq`` None: the tree of ``old`` a prefix of that of ``new``); the
+    sizes are checked already. Answer with the proof's hashes."""
+
+    rid: Rid
+    workspace: str
+    seq: int | None
+    old: int
+    new: int
+
+
+class CosignRequest(msgspec.Struct, frozen=True):
+    """Keep a witness's cosignature (``note``: the cosigned note, ``key``: the witness's
+    verifier key); answer with the updated ``CheckpointRecord``."""
+
+    rid: Rid
+    workspace: str
+    note: str
+    key: str
+
+
 Request = (
     SubscribeRequest
     | UnsubscribeRequest
@@ -230,6 +269,9 @@ Request = (
     | KillRequest
     | GetExecRequest
     | DisposeRequest
+    | CheckpointRequest
+    | ProofRequest
+    | CosignRequest
 )
 Action = Send | Close | Request
 
@@ -536,7 +578,8 @@ class ServerSession:
 
     def completed(self, request: Request, result: Any) -> list[Action]:
         """``request`` succeeded with ``result``: the head (subscribe), ``None`` (unsubscribe),
-        an :class:`AppendResult` (publish) or a ``WorkspaceState`` (state)."""
+        an :class:`AppendResult` (publish), a ``WorkspaceState`` (state), a
+        :class:`CheckpointRecord` (checkpoint, cosign) or the proof's hashes (proof)."""
         match request:
             case SubscribeRequest(rid=rid, workspace=workspace):
                 return [Send(Subscribed(rid=rid, workspace=workspace, head=int(result)))]
@@ -583,6 +626,14 @@ class ServerSession:
                 return [
                     Send(ExecEnd(rid=rid, workspace=workspace, exec_id=exec_id, status=str(result)))
                 ]
+            case (
+                CheckpointRequest(rid=rid, workspace=workspace)
+                | CosignRequest(rid=rid, workspace=workspace)
+            ):
+                assert isinstance(result, CheckpointRecord)
+                return [Send(_checkpoint_frame(rid, workspace, result))]
+            case ProofRequest():
+                return [Send(_proof_frame(request, result))]
         raise AssertionError(f"unknown request {request!r}")  # pragma: no cover
 
     def failed(
@@ -754,6 +805,15 @@ class ServerSession:
                 self._check(capability, _READ, workspace)
                 self._wait()
                 return [GetExecRequest(rid, workspace, exec_id, resume, capability)]
+            case CheckpointQuery(rid=rid, workspace=workspace):
+                self._check(capability, _READ, workspace)
+                return [CheckpointRequest(rid, workspace)]
+            case ProofQuery():
+                self._check(capability, _READ, frame.workspace)
+                return [_proof_request(frame)]
+            case Cosign(rid=rid, workspace=workspace, cosignature=note, key=key):
+                self._check(capability, _WRITE, workspace)
+                return [CosignRequest(rid, workspace, note, key)]
         raise AssertionError(f"unhandled frame {frame!r}")  # pragma: no cover
 
     def _exec(self, frame: Exec, capability: Capability) -> ExecRequest:
@@ -828,6 +888,66 @@ class ServerSession:
     def _check(capability: Capability, right: Right, workspace: str) -> None:
         validate_workspace(workspace)
         capability.require(right, workspace)
+
+
+def _proof_request(frame: ProofQuery) -> ProofRequest:
+    """Which proof ``frame`` asks for, its sizes checked (``badRequest`` naming the field)."""
+    inclusion = (frame.seq, frame.tree_size)
+    consistency = (frame.from_size, frame.to_size)
+    if any(v is not None for v in inclusion) and any(v is not None for v in consistency):
+        raise BadRequest(
+            "proof takes seq and treeSize (inclusion) or fromSize and toSize (consistency), "
+            "not both",
+            field="$.fromSize",
+        )
+    if frame.seq is not None or frame.tree_size is not None:
+        if frame.seq is None:
+            raise BadRequest("an inclusion proof needs seq", field="$.seq")
+        if frame.tree_size is None:
+            raise BadRequest("an inclusion proof needs treeSize", field="$.treeSize")
+        if frame.seq > frame.tree_size:
+            raise BadRequest(
+                f"seq {frame.seq} is not in a tree of size {frame.tree_size}", field="$.seq"
+            )
+        return ProofRequest(frame.rid, frame.workspace, frame.seq, 0, frame.tree_size)
+    if frame.from_size is None:
+        raise BadRequest("proof needs seq and treeSize, or fromSize and toSize", field="$.fromSize")
+    if frame.to_size is None:
+        raise BadRequest("a consistency proof needs toSize", field="$.toSize")
+    if frame.from_size > frame.to_size:
+        raise BadRequest(
+            f"fromSize {frame.from_size} is larger than toSize {frame.to_size}",
+            field="$.fromSize",
+        )
+    return ProofRequest(frame.rid, frame.workspace, None, frame.from_size, frame.to_size)
+
+
+def _checkpoint_frame(rid: Rid, workspace: str, record: CheckpointRecord) -> CheckpointFrame:
+    return CheckpointFrame(
+        rid=rid,
+        workspace=workspace,
+        size=record.size,
+        note=record.note,
+        cosignatures=record.cosignatures,
+    )
+
+
+def _proof_frame(request: ProofRequest, hashes: Sequence[bytes]) -> ProofFrame:
+    if request.seq is not None:
+        return ProofFrame(
+            rid=request.rid,
+            workspace=request.workspace,
+            seq=request.seq,
+            tree_size=request.new,
+            hashes=list(hashes),
+        )
+    return ProofFrame(
+        rid=request.rid,
+        workspace=request.workspace,
+        from_size=request.old,
+        to_size=request.new,
+        hashes=list(hashes),
+    )
 
 
 def _recover_rid(data: str | bytes) -> Rid:

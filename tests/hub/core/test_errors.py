@@ -59,7 +59,7 @@ def test_every_wire_error_class_has_its_row() -> None:
     }
     tabled = {row.error for row in ERROR_TABLE}
     codes = {row.code for row in ERROR_TABLE}
-    for cls in classes - tabled:
+    for cls in classes - tabled - set(errors.CLIENT_VERDICTS):
         assert cls.code in codes, f"{cls.__name__}.code {cls.code!r} has no row"
     # Subclasses that reuse a code are read back as the tabled class, on purpose:
     assert error_class(IntegrityError.code) is Internal
