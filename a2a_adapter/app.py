@@ -53,6 +53,7 @@ from a2a_adapter.handler import AgoraRequestHandler
 from a2a_adapter.limits import BodyLimits
 from a2a_adapter.runtime import Runtime
 from a2a_adapter.store import LogTaskEventStream, LogTaskStore, TaskLocator
+from a2a_adapter.taskindex import TaskIndex
 from hub import __version__
 from hub.auth import TokenSigner
 from hub.config import HubConfig
@@ -221,7 +222,8 @@ class A2AService:
         self.shutdown_timeout = shutdown_timeout
         self.with_bridge = bridge and bool(config.a2a.peers)
         self.follower = LogFollower(workspaces)
-        self.locator = TaskLocator(workspaces)
+        self.index = TaskIndex(workspaces)
+        self.locator = TaskLocator(workspaces, self.index)
         self.handler: AgoraRequestHandler | None = None
         self.bridge: Bridge | None = None
         self._server: _Server | None = None
@@ -260,6 +262,7 @@ class A2AService:
         self._socket = sock
         self.port = sock.getsockname()[1]
         self.follower.install()
+        self.index.install()
         self.locator.install()
         store = LogTaskStore(self.workspaces, self.locator)
         stream = LogTaskEventStream(self.workspaces, self.locator, self.follower)
@@ -301,6 +304,7 @@ class A2AService:
     async def _close(self) -> None:
         await self.follower.aclose()  # ends every open stream
         self.locator.uninstall()
+        self.index.uninstall()
         if self._server is not None:
             self._server.should_exit = True
         for task in reversed(self._tasks):

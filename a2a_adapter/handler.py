@@ -192,7 +192,7 @@ class AgoraRequestHandler(RequestHandler):
         """The task folded from the log. Raises TaskNotFoundError (also for a task in a
         workspace the caller may not read)."""
         validate_history_length(params)
-        _, view = await self._find(params.id, capability_of(context))
+        _, view = await self._find(params.id, capability_of(context), copy=False)
         length = params.history_length if params.HasField("history_length") else None
         return view.task(history_length=length)
 
@@ -372,9 +372,11 @@ class AgoraRequestHandler(RequestHandler):
             raise InvalidParamsError(message="Last-Event-ID must be >= 0")
         return seq
 
-    async def _find(self, task_id: str, cap: Capability) -> tuple[TaskRef, TaskView]:
+    async def _find(
+        self, task_id: str, cap: Capability, *, copy: bool = True
+    ) -> tuple[TaskRef, TaskView]:
         try:
-            found = await self.store.find(task_id, cap)
+            found = await self.store.find(task_id, cap, copy=copy)
         except AgoraError as e:
             raise a2a_error(e) from e
         if found is None:

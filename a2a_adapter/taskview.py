@@ -81,6 +81,27 @@ class TaskView:
         self._history: list[Message] = []
         self._artifacts: dict[str, Artifact] = {}
 
+    def copy(self) -> TaskView:
+        """An independent copy (to fold on without touching the original)."""
+        other = TaskView(self.task_id, self.context_id, self.kind)
+        for name in ("version", "opened_seq", "work_status", "exec_status", "requester"):
+            setattr(other, name, getattr(self, name))
+        other.owner = self.owner
+        other.consumer = self.consumer
+        other.streams = list(self.streams)
+        other._status = self._status  # replaced, never changed in place, by a fold
+        other._history = list(self._history)
+        for artifact_id, artifact in self._artifacts.items():
+            copy = Artifact()
+            copy.CopyFrom(artifact)  # chunks are appended in place: copy
+            other._artifacts[artifact_id] = copy
+        return other
+
+    @property
+    def status_millis(self) -> int:
+        """The status time in ms since the epoch (ListTasks orders by it)."""
+        return int(self._status.timestamp.ToMilliseconds())
+
     @property
     def exists(self) -> bool:
         return self.opened_seq > 0
