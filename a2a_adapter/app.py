@@ -51,6 +51,7 @@ from a2a_adapter.auth import AgoraContextBuilder, BearerAuth
 from a2a_adapter.bridge import Bridge
 from a2a_adapter.handler import AgoraRequestHandler
 from a2a_adapter.limits import BodyLimits
+from a2a_adapter.responses import ExactResponses
 from a2a_adapter.runtime import Runtime
 from a2a_adapter.store import LogTaskEventStream, LogTaskStore, TaskLocator
 from a2a_adapter.taskindex import TaskIndex
@@ -149,8 +150,9 @@ def build_card(base_url: str, *, executions: bool = False) -> AgentCard:
 def create_app(
     handler: AgoraRequestHandler, signer: TokenSigner, *, limits: Limits = DEFAULT_LIMITS
 ) -> BodyLimits:
-    """The ASGI app: the SDK's card, JSON-RPC and REST routes behind bearer authentication,
-    behind the body limits (size before reading, nesting before parsing)."""
+    """The ASGI app: the SDK's card, JSON-RPC and REST routes (their output made exact:
+    :mod:`a2a_adapter.responses`) behind bearer authentication, behind the body limits (size
+    before reading, nesting before parsing)."""
     builder = AgoraContextBuilder()
     routes = [
         *create_agent_card_routes(handler.card, cache_control=CARD_CACHE_CONTROL),
@@ -160,7 +162,7 @@ def create_app(
         *create_rest_routes(handler, context_builder=builder, path_prefix=REST_PREFIX),
     ]
     authenticated = BearerAuth(
-        Starlette(routes=routes), signer, public_paths={AGENT_CARD_WELL_KNOWN_PATH}
+        ExactResponses(Starlette(routes=routes)), signer, public_paths={AGENT_CARD_WELL_KNOWN_PATH}
     )
     return BodyLimits(
         authenticated,

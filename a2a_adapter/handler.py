@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import re
 import uuid
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
@@ -105,6 +106,8 @@ log = logging.getLogger(__name__)
 
 RESUME_HEADER: Final = "last-event-id"
 """SubscribeToTask header: replay the task's updates after this seq (``agora.event.seq``)."""
+
+_SEQ_TEXT: Final = re.compile(r"[0-9]+(\.0*)?")
 
 CARD_URL_KEY: Final = "agora.cardUrl"
 CONSUMER_KEY: Final = "agora.consumer"
@@ -294,7 +297,7 @@ class AgoraRequestHandler(RequestHandler):
             if params.configuration.HasField("history_length")
             else None
         )
-        async with aclosing(self._task_stream(ref, view, view.version, length)) as events:
+        async with aclosing(self._task_stream(ref, view, length)) as events:
             async for event in events:
                 yield event
 
@@ -314,40 +317,44 @@ class AgoraRequestHandler(RequestHandler):
             raise UnsupportedOperationError(
                 message=f"task {params.id} is in terminal state {TaskState.Name(view.state)}"
             )
-        after = view.version if resume is None else min(resume, view.version)
-        async with aclosing(self._task_stream(ref, view, after, None)) as events:
+        if resume is not None and resume < view.version:
+            # The Task as of the resume point, then what followed it: folding the stream
+            # gives exactly the live result (nothing twice, nothing lost). A point before
+            # the task's first event resumes just after it.
+            try:
+                earlier = await load_view(
+                    self.workspaces, ref, view.task_id, until_seq=max(resume, view.opened_seq)
+                )
+            except AgoraError as e:
+                raise a2a_error(e) from e
+            if earlier is not None:
+                view = earlier
+        async with aclosing(self._task_stream(ref, view, None)) as events:
             async for event in events:
                 yield event
 
     async def _task_stream(
-        self, ref: TaskRef, view: TaskView, after: int, history_length: int | None
+        self, ref: TaskRef, view: TaskView, history_length: int | None
     ) -> AsyncGenerator[SdkEvent, None]:
-        """The Task as of ``view``, then every update after seq ``after``; ends after a
-        terminal or interrupted status newer than the snapshot."""
+        """The Task as of ``view``, then every update after it; ends after a terminal or
+        interrupted status newer than the snapshot. Folds into ``view``."""
         if self._streams >= self.max_streams:
             raise UnsupportedOperationError(
                 message=f"too many open streams ({self.max_streams}); retry later"
             )
         self._streams += 1
         try:
-            snapshot = view.task(history_length=history_length)
-            yield snapshot
-            if view.terminal and after >= view.version:
+            yield view.task(history_length=history_length)
+            if view.terminal:
                 return
-            base = view.version
-            replay = view
-            if after < view.version:
-                loaded = await load_view(self.workspaces, ref, view.task_id, until_seq=after)
-                replay = loaded or TaskView(view.task_id, ref.workspace, ref.kind)
             with contextlib.suppress(FollowerClosed):
                 async with aclosing(
-                    self.stream.updates(ref, view.task_id, after, view=replay)
+                    self.stream.updates(ref, view.task_id, view.version, view=view)
                 ) as updates:
-                    async for seq, update in updates:
+                    async for _seq, update in updates:
                         yield update
                         if (
-                            seq > base
-                            and isinstance(update, TaskStatusUpdateEvent)
+                            isinstance(update, TaskStatusUpdateEvent)
                             and update.status.state in TERMINAL_STATES | INTERRUPTED_STATES
                         ):
                             return
@@ -364,10 +371,11 @@ class AgoraRequestHandler(RequestHandler):
         raw = headers.get(RESUME_HEADER) or headers.get("Last-Event-ID")
         if raw is None:
             return None
-        try:
-            seq = int(str(raw).strip())
-        except ValueError:
-            raise InvalidParamsError(message=f"Last-Event-ID must be a seq, not {raw!r}") from None
+        text = str(raw).strip()
+        # SDKs send the id back as they read it: "88", or "88.0" after a JSON double.
+        if not _SEQ_TEXT.fullmatch(text):
+            raise InvalidParamsError(message=f"Last-Event-ID must be a seq, not {raw!r}")
+        seq = int(text.split(".")[0])
         if seq < 0:
             raise InvalidParamsError(message="Last-Event-ID must be >= 0")
         return seq

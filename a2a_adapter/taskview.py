@@ -15,7 +15,6 @@ from typing import Final, Literal
 from a2a.types.a2a_pb2 import (
     Artifact,
     Message,
-    Part,
     Task,
     TaskState,
     TaskStatus,
@@ -185,8 +184,10 @@ class TaskView:
             copy.CopyFrom(artifact)
             self._artifacts[artifact.artifact_id] = copy
             return
-        for part in artifact.parts:
-            _append_part(old, part)
+        # As the SDK's own fold (a2a.server.tasks.task_manager.append_artifact_to_task)
+        # does, so a snapshot and a client's fold of the updates are the same artifact.
+        old.parts.extend(artifact.parts)
+        old.metadata.update(dict(artifact.metadata.items()))
 
     def task(self, *, history_length: int | None = None, include_artifacts: bool = True) -> Task:
         """The A2A Task as of :attr:`version`. ``history_length``: keep only the newest n
@@ -213,19 +214,3 @@ class TaskView:
         )
         task.metadata.CopyFrom(meta)
         return task
-
-
-def _append_part(artifact: Artifact, part: Part) -> None:
-    """Append a chunk: text onto text and bytes onto bytes when the last part allows it."""
-    content = part.WhichOneof("content")
-    if artifact.parts:
-        last = artifact.parts[-1]
-        if content == "text" and last.WhichOneof("content") == "text":
-            last.text += part.text
-            return
-        if content == "raw" and last.WhichOneof("content") == "raw":
-            last.raw += part.raw
-            return
-    if content == "text" and not part.text:
-        return  # an empty closing chunk adds nothing
-    artifact.parts.append(part)

@@ -11,6 +11,7 @@ from a2a_adapter.taskindex import TaskIndex
 from hub.core.events import (
     Completed,
     Event,
+    MessagePayload,
     MessagePosted,
     NeedWork,
     WorkCancelled,
@@ -33,7 +34,7 @@ def steps(i: int) -> list[Event]:
         events.append(Completed(correlation_id=cid, payload="done"))
     if i % 5 == 4:
         events.append(WorkCancelled(correlation_id=cid))
-    events.append(MessagePosted(payload={"text": "chatter, no task"}))
+    events.append(MessagePosted(payload=MessagePayload(text="chatter, no task")))
     return events
 
 
