@@ -541,13 +541,17 @@ class AgoraRequestHandler(RequestHandler):
     @staticmethod
     def _workspace_for(message: Message, cap: Capability) -> str:
         """The workspace of a new task: the contextId; else the token's only workspace; else,
-        for a token valid in every workspace, a new one (A2A: the server mints contextIds)."""
+        for a token valid in every workspace, a new one named after (agent, messageId) (A2A:
+        the server mints contextIds; a retry gets the same one)."""
         if message.context_id:
             return message.context_id
         if len(cap.workspaces) == 1 and cap.workspaces[0] != ANY:
             return cap.workspaces[0]
         if ANY in cap.workspaces:
-            return f"a2a-{uuid.uuid4()}"
+            # Derived from (agent, messageId), so a retried message lands in the same new
+            # workspace and its derived event id makes the retry the same task.
+            key = derived_event_id("context", cap.agent, message.message_id)
+            return f"a2a-{uuid.uuid5(uuid.NAMESPACE_URL, key)}"
         raise InvalidParamsError(
             message="contextId (the workspace) is required: the token names several workspaces"
         )

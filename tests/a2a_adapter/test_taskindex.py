@@ -3,7 +3,14 @@ kept up to date by the listener or rebuilt from the log; ListTasks reads it."""
 
 from __future__ import annotations
 
-from a2a.types.a2a_pb2 import ListTasksRequest
+from a2a.types.a2a_pb2 import (
+    ListTasksRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageConfiguration,
+    SendMessageRequest,
+)
 
 from a2a_adapter.app import A2AService
 from a2a_adapter.store import TaskRef, load_view
@@ -110,3 +117,22 @@ async def test_list_tasks_pages_and_a_foreign_context_is_empty(
         # Without a context: only the token's workspace.
         mine = await client.list_tasks(ListTasksRequest(page_size=100))
         assert {t.context_id for t in mine.tasks} == {WORKSPACE}
+
+
+async def test_a_retry_with_a_star_token_and_no_context_is_the_same_task(
+    workspaces: Workspaces, service: A2AService, token: TokenFactory
+) -> None:
+    def send() -> SendMessageRequest:
+        return SendMessageRequest(
+            message=Message(message_id="m-retry", role=Role.ROLE_USER, parts=[Part(text="hi")]),
+            configuration=SendMessageConfiguration(return_immediately=True),
+        )
+
+    async with open_client(service.url, token(workspaces=("*",)), streaming=False) as client:
+        first = [r async for r in client.send_message(send())]
+        again = [r async for r in client.send_message(send())]
+    assert first[0].task.id == again[0].task.id
+    assert first[0].task.context_id == again[0].task.context_id
+    assert first[0].task.context_id.startswith("a2a-")
+    made = [w for w in await workspaces.store.workspaces() if w.startswith("a2a-")]
+    assert made == [first[0].task.context_id]
