@@ -3,7 +3,10 @@ kept up to date by the listener or rebuilt from the log; ListTasks reads it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from a2a.types.a2a_pb2 import (
+    GetTaskRequest,
     ListTasksRequest,
     Message,
     Part,
@@ -136,3 +139,31 @@ async def test_a_retry_with_a_star_token_and_no_context_is_the_same_task(
     assert first[0].task.context_id.startswith("a2a-")
     made = [w for w in await workspaces.store.workspaces() if w.startswith("a2a-")]
     assert made == [first[0].task.context_id]
+
+
+async def test_reads_of_an_indexed_workspace_do_not_touch_the_log(
+    workspaces: Workspaces, service: A2AService, token: TokenFactory
+) -> None:
+    for i in range(5):
+        await workspaces.publish(WORKSPACE, steps(i), producer="a")
+    store = workspaces.store
+    reads: list[int] = []
+    original = store.read_batch
+
+    async def counting(*args: Any, **kwargs: Any) -> Any:
+        reads.append(1)
+        return await original(*args, **kwargs)
+
+    async with open_client(service.url, token()) as client:
+        await client.list_tasks(ListTasksRequest(context_id=WORKSPACE))  # builds the index
+        await workspaces.publish(WORKSPACE, steps(5), producer="a")  # arrives by the listener
+        store.read_batch = counting  # type: ignore[method-assign]
+        try:
+            for _ in range(3):
+                page = await client.list_tasks(ListTasksRequest(context_id=WORKSPACE))
+                assert page.total_size == 6
+                task = await client.get_task(GetTaskRequest(id="t-5"))
+                assert task.id == "t-5"
+        finally:
+            store.read_batch = original  # type: ignore[method-assign]
+    assert reads == []
