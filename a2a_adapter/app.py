@@ -51,8 +51,10 @@ from a2a_adapter.auth import AgoraContextBuilder, BearerAuth
 from a2a_adapter.bridge import Bridge
 from a2a_adapter.handler import AgoraRequestHandler
 from a2a_adapter.limits import BodyLimits
+from a2a_adapter.responses import ExactResponses
 from a2a_adapter.runtime import A2ARuntime
 from a2a_adapter.store import LogTaskEventStream, LogTaskStore, TaskLocator
+from a2a_adapter.taskindex import TaskIndex
 from hub import __version__
 from hub.auth import TokenSigner
 from hub.config import HubConfig
@@ -153,9 +155,9 @@ def create_app(
     *,
     limits: Limits = DEFAULT_LIMITS,
 ) -> BodyLimits:
-    """The ASGI app: the SDK's card, JSON-RPC and REST routes behind bearer authentication
-    (tokens ``signer`` verifies and ``revocations`` has not revoked), behind the body limits
-    (size before reading, nesting before parsing)."""
+    """The ASGI app: the SDK's card, JSON-RPC and REST routes (their output made exact:
+    :mod:`a2a_adapter.responses`) behind bearer authentication, behind the body limits (size
+    before reading, nesting before parsing)."""
     builder = AgoraContextBuilder()
     routes = [
         *create_agent_card_routes(handler.card, cache_control=CARD_CACHE_CONTROL),
@@ -165,7 +167,7 @@ def create_app(
         *create_rest_routes(handler, context_builder=builder, path_prefix=REST_PREFIX),
     ]
     authenticated = BearerAuth(
-        Starlette(routes=routes), signer, {AGENT_CARD_WELL_KNOWN_PATH}, revocations
+        ExactResponses(Starlette(routes=routes)), signer, {AGENT_CARD_WELL_KNOWN_PATH}, revocations
     )
     return BodyLimits(
         authenticated,
@@ -233,7 +235,8 @@ class A2AService:
         self.shutdown_timeout = shutdown_timeout
         self.with_bridge = bridge and bool(config.a2a.peers)
         self.follower = LogFollower(workspaces)
-        self.locator = TaskLocator(workspaces)
+        self.index = TaskIndex(workspaces)
+        self.locator = TaskLocator(workspaces, self.index)
         self.handler: AgoraRequestHandler | None = None
         self.bridge: Bridge | None = None
         self._server: _Server | None = None
@@ -274,6 +277,7 @@ class A2AService:
         if self._own_revocations:
             await self.revocations.load()
         self.follower.install()
+        self.index.install()
         self.locator.install()
         store = LogTaskStore(self.workspaces, self.locator)
         stream = LogTaskEventStream(self.workspaces, self.locator, self.follower)
@@ -320,6 +324,7 @@ class A2AService:
         await self.follower.aclose()  # ends every open stream
         self._revocations_stop.set()
         self.locator.uninstall()
+        self.index.uninstall()
         if self._server is not None:
             self._server.should_exit = True
         for task in reversed(self._tasks):

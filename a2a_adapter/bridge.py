@@ -309,6 +309,7 @@ class Bridge:
             if len(page) < 2000:
                 return out
             after = page[-1].seq
+            await asyncio.sleep(0)  # a long item: let the loop serve others between pages
 
     async def _watch(self, item: _Item, after_seq: int) -> None:
         """Fold the item's new events (live); cancel at the peer when a member cancels."""

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import re
 import uuid
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
@@ -107,6 +108,8 @@ log = logging.getLogger(__name__)
 
 RESUME_HEADER: Final = "last-event-id"
 """SubscribeToTask header: replay the task's updates after this seq (``agora.event.seq``)."""
+
+_SEQ_TEXT: Final = re.compile(r"[0-9]+(\.0*)?")
 
 CARD_URL_KEY: Final = "agora.cardUrl"
 CONSUMER_KEY: Final = "agora.consumer"
@@ -197,7 +200,7 @@ class AgoraRequestHandler(RequestHandler):
         """The task folded from the log. Raises TaskNotFoundError (also for a task in a
         workspace the caller may not read)."""
         validate_history_length(params)
-        _, view = await self._find(params.id, capability_of(context))
+        _, view = await self._find(params.id, capability_of(context), copy=False)
         length = params.history_length if params.HasField("history_length") else None
         return view.task(history_length=length)
 
@@ -299,7 +302,7 @@ class AgoraRequestHandler(RequestHandler):
             if params.configuration.HasField("history_length")
             else None
         )
-        stream = self._task_stream(ref, view, view.version, length, capability_of(context))
+        stream = self._task_stream(ref, view, length, capability_of(context))
         async with aclosing(stream) as events:
             async for event in events:
                 yield event
@@ -320,8 +323,19 @@ class AgoraRequestHandler(RequestHandler):
             raise UnsupportedOperationError(
                 message=f"task {params.id} is in terminal state {TaskState.Name(view.state)}"
             )
-        after = view.version if resume is None else min(resume, view.version)
-        async with aclosing(self._task_stream(ref, view, after, None, cap)) as events:
+        if resume is not None and resume < view.version:
+            # The Task as of the resume point, then what followed it: folding the stream
+            # gives exactly the live result (nothing twice, nothing lost). A point before
+            # the task's first event resumes just after it.
+            try:
+                earlier = await load_view(
+                    self.workspaces, ref, view.task_id, until_seq=max(resume, view.opened_seq)
+                )
+            except AgoraError as e:
+                raise a2a_error(e) from e
+            if earlier is not None:
+                view = earlier
+        async with aclosing(self._task_stream(ref, view, None, cap)) as events:
             async for event in events:
                 yield event
 
@@ -329,39 +343,31 @@ class AgoraRequestHandler(RequestHandler):
         self,
         ref: TaskRef,
         view: TaskView,
-        after: int,
         history_length: int | None,
         cap: Capability,
     ) -> AsyncGenerator[SdkEvent, None]:
-        """The Task as of ``view``, then every update after seq ``after``; ends after a
-        terminal or interrupted status newer than the snapshot, or with an error when the
-        token ``cap`` came from expires or is revoked."""
+        """The Task as of ``view``, then every update after it; ends after a terminal or
+        interrupted status newer than the snapshot, or with an error when the token ``cap``
+        came from expires or is revoked. Folds into ``view``."""
         if self._streams >= self.max_streams:
             raise UnsupportedOperationError(
                 message=f"too many open streams ({self.max_streams}); retry later"
             )
         self._streams += 1
         try:
-            snapshot = view.task(history_length=history_length)
-            yield snapshot
-            if view.terminal and after >= view.version:
+            yield view.task(history_length=history_length)
+            if view.terminal:
                 return
-            base = view.version
-            replay = view
-            if after < view.version:
-                loaded = await load_view(self.workspaces, ref, view.task_id, until_seq=after)
-                replay = loaded or TaskView(view.task_id, ref.workspace, ref.kind)
             with contextlib.suppress(FollowerClosed):
                 async with aclosing(
-                    self.stream.updates(ref, view.task_id, after, view=replay)
+                    self.stream.updates(ref, view.task_id, view.version, view=view)
                 ) as updates:
                     bounded = until_token_ends(updates, cap, self.revocations, a2a_error)
                     async with aclosing(bounded) as items:
-                        async for seq, update in items:
+                        async for _seq, update in items:
                             yield update
                             if (
-                                seq > base
-                                and isinstance(update, TaskStatusUpdateEvent)
+                                isinstance(update, TaskStatusUpdateEvent)
                                 and update.status.state in TERMINAL_STATES | INTERRUPTED_STATES
                             ):
                                 return
@@ -378,17 +384,20 @@ class AgoraRequestHandler(RequestHandler):
         raw = headers.get(RESUME_HEADER) or headers.get("Last-Event-ID")
         if raw is None:
             return None
-        try:
-            seq = int(str(raw).strip())
-        except ValueError:
-            raise InvalidParamsError(message=f"Last-Event-ID must be a seq, not {raw!r}") from None
+        text = str(raw).strip()
+        # SDKs send the id back as they read it: "88", or "88.0" after a JSON double.
+        if not _SEQ_TEXT.fullmatch(text):
+            raise InvalidParamsError(message=f"Last-Event-ID must be a seq, not {raw!r}")
+        seq = int(text.split(".")[0])
         if seq < 0:
             raise InvalidParamsError(message="Last-Event-ID must be >= 0")
         return seq
 
-    async def _find(self, task_id: str, cap: Capability) -> tuple[TaskRef, TaskView]:
+    async def _find(
+        self, task_id: str, cap: Capability, *, copy: bool = True
+    ) -> tuple[TaskRef, TaskView]:
         try:
-            found = await self.store.find(task_id, cap)
+            found = await self.store.find(task_id, cap, copy=copy)
         except AgoraError as e:
             raise a2a_error(e) from e
         if found is None:
@@ -547,13 +556,17 @@ class AgoraRequestHandler(RequestHandler):
     @staticmethod
     def _workspace_for(message: Message, cap: Capability) -> str:
         """The workspace of a new task: the contextId; else the token's only workspace; else,
-        for a token valid in every workspace, a new one (A2A: the server mints contextIds)."""
+        for a token valid in every workspace, a new one named after (agent, messageId) (A2A:
+        the server mints contextIds; a retry gets the same one)."""
         if message.context_id:
             return message.context_id
         if len(cap.workspaces) == 1 and cap.workspaces[0] != ANY:
             return cap.workspaces[0]
         if ANY in cap.workspaces:
-            return f"a2a-{uuid.uuid4()}"
+            # Derived from (agent, messageId), so a retried message lands in the same new
+            # workspace and its derived event id makes the retry the same task.
+            key = derived_event_id("context", cap.agent, message.message_id)
+            return f"a2a-{uuid.uuid5(uuid.NAMESPACE_URL, key)}"
         raise InvalidParamsError(
             message="contextId (the workspace) is required: the token names several workspaces"
         )

@@ -24,15 +24,18 @@ Payloads cross as message or artifact *parts* (``metadata["agora.payload"]`` nam
 - ``"json"``: anything else is one data part holding the payload's JSON.
 - ``"output"``: an ``execOutput`` chunk is a text part when it is valid UTF-8, else a raw part.
 
-JSON numbers inside data parts travel as ``google.protobuf.Value`` doubles: integral values come
-back as ``int`` and integers beyond ±2**53 cannot cross exactly (a protocol limit, see
-docs/a2a.md "Known deviations").
+JSON numbers inside data parts and metadata travel as ``google.protobuf.Value`` doubles, so
+values cross exactly by :func:`exact`/:func:`plain`: integers up to ±2**53 are doubles (the
+wire shows them as integers, :mod:`a2a_adapter.responses`), larger ones
+``{"agora.int": "<digits>"}``, integral floats ``{"agora.float": "2.0"}`` (docs/a2a.md
+"Numbers").
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal, NamedTuple
 
@@ -65,7 +68,9 @@ __all__ = [
     "CROSSINGS",
     "EVENT_KEY",
     "EXEC_STATE",
+    "FLOAT_KEY",
     "INTERRUPTED_STATES",
+    "INT_KEY",
     "KIND_KEY",
     "PAYLOAD_KEY",
     "TERMINAL_STATES",
@@ -74,6 +79,7 @@ __all__ = [
     "Crossing",
     "MappingError",
     "closing_chunks",
+    "exact",
     "foreign_kind",
     "foreign_table",
     "from_a2a",
@@ -186,38 +192,91 @@ _ARTIFACT_KEYS: Final = frozenset(
 )
 _CHUNK_FLAGS: Final = frozenset({"append", "lastChunk"})
 _EXACT_INT: Final = 2**53
+INT_KEY: Final = "agora.int"
+FLOAT_KEY: Final = "agora.float"
+_MARKERS: Final = frozenset({INT_KEY, FLOAT_KEY})
+_INT_TEXT: Final = re.compile(r"-?[0-9]+")
 
 
 # ---------------------------------------------------------------------------------------------
 # JSON helpers
 
 
-def plain(value: Any) -> Any:
-    """``value`` with integral floats (|x| <= 2**53) turned back into ints, recursively.
+def exact(value: Any) -> Any:
+    """JSON ``value`` made safe for ``google.protobuf.Value`` (which holds every number as a
+    double), so that :func:`plain` gives back exactly ``value``: an integer beyond ±2**53
+    becomes ``{"agora.int": "<digits>"}``, an integral float (``2.0``, ``-0.0``, ``1e20``)
+    ``{"agora.float": "<repr>"}``, and an object whose only key is one of these markers is
+    escaped by wrapping it once more. Other numbers are doubles already."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return value if abs(value) <= _EXACT_INT else {INT_KEY: str(value)}
+    if isinstance(value, float):
+        return {FLOAT_KEY: repr(value)} if value.is_integer() else value
+    if isinstance(value, dict):
+        out = {k: exact(v) for k, v in value.items()}
+        if len(out) == 1 and next(iter(out)) in _MARKERS:
+            return {next(iter(out)): out}  # a literal marker-shaped object: escaped
+        return out
+    if isinstance(value, list | tuple):
+        return [exact(v) for v in value]
+    return value
 
-    protobuf's ``Value`` stores every JSON number as a double; this undoes that for the numbers
-    a double holds exactly.
+
+def plain(value: Any) -> Any:
+    """JSON read back from protobuf: the inverse of :func:`exact`, and integral doubles
+    (|x| <= 2**53) turned into ints, recursively.
+
+    protobuf's ``Value`` stores every JSON number as a double; a peer's ``2`` arrives as
+    ``2.0`` and is an int again here.
     """
     if isinstance(value, float):
         if value.is_integer() and abs(value) <= _EXACT_INT:
             return int(value)
         return value
     if isinstance(value, dict):
+        if len(value) == 1:
+            ((key, inner),) = value.items()
+            if key in _MARKERS:
+                decoded = _unmark(key, inner)
+                if decoded is not _NOT_MARKED:
+                    return decoded
         return {k: plain(v) for k, v in value.items()}
     if isinstance(value, list):
         return [plain(v) for v in value]
     return value
 
 
+_NOT_MARKED: Final = object()
+
+
+def _unmark(key: str, inner: Any) -> Any:
+    if isinstance(inner, dict) and len(inner) == 1 and key in inner:
+        return {key: plain(inner[key])}  # an escaped literal
+    if not isinstance(inner, str):
+        return _NOT_MARKED
+    try:
+        if key == INT_KEY and _INT_TEXT.fullmatch(inner):
+            return int(inner)
+        if key == FLOAT_KEY:
+            number = float(inner)
+            if number.is_integer():  # what exact() marks; anything else is a plain object
+                return number
+    except ValueError:
+        pass
+    return _NOT_MARKED
+
+
 def _value(obj: Any) -> struct_pb2.Value:
     value = struct_pb2.Value()
-    json_format.ParseDict(obj, value)
+    json_format.ParseDict(exact(obj), value)
     return value
 
 
 def _struct(obj: Mapping[str, Any]) -> struct_pb2.Struct:
     out = struct_pb2.Struct()
-    json_format.ParseDict(dict(obj), out)
+    json_format.ParseDict(exact(dict(obj)), out)
     return out
 
 
@@ -235,7 +294,7 @@ def _canonical_message(payload: Any) -> Message | None:
         return None
     message = Message()
     try:
-        json_format.ParseDict(payload, message)
+        json_format.ParseDict(exact(payload), message)
     except (json_format.ParseError, TypeError, ValueError):
         return None
     if not message.parts or _dict(message) != payload:
@@ -258,7 +317,7 @@ def _canonical_artifact(payload: Any) -> tuple[Artifact, bool, bool] | None:
     body = {k: v for k, v in payload.items() if k not in _CHUNK_FLAGS}
     artifact = Artifact()
     try:
-        json_format.ParseDict(body, artifact)
+        json_format.ParseDict(exact(body), artifact)
     except (json_format.ParseError, TypeError, ValueError):
         return None
     if not artifact.parts or _dict(artifact) != body:

@@ -1,22 +1,24 @@
 """The A2A task store and task event stream, on top of the log and the projections.
 
 Nothing here stores a task. :class:`LogTaskStore` implements the SDK's
-:class:`a2a.server.cluster.VersionedTaskStore`: ``get``/``list`` fold the task's events from
-the log (:class:`~a2a_adapter.taskview.TaskView`), the version is the seq of the task's last
-event, and ``save`` *appends* the event the SDK hands it (``workCancelled`` for a CANCELED
-write) instead of overwriting anything. :class:`LogTaskEventStream` implements
-:class:`a2a.server.cluster.TaskEventStream`: ``subscribe(task_id, after=version)`` replays the
-task's events from the log after that version and then follows it live, which is what lets a
-peer that reconnects lose nothing. ``publish`` has nothing to do: the log already carries every
-event to every reader.
+:class:`a2a.server.cluster.VersionedTaskStore`: ``get``/``list`` read the derived task index
+(:class:`~a2a_adapter.taskindex.TaskIndex`, folded from committed events), the version is
+the seq of the task's last event, and ``save`` *appends* the event the SDK hands it
+(``workCancelled`` for a CANCELED write) instead of overwriting anything.
+:class:`LogTaskEventStream` implements :class:`a2a.server.cluster.TaskEventStream`:
+``subscribe(task_id, after=version)`` replays the task's events from the log after that
+version and then follows it live, which is what lets a peer that reconnects lose nothing.
+``publish`` has nothing to do: the log already carries every event to every reader.
 
 :class:`TaskLocator` answers "which workspace holds task X" (``GetTask`` names no context): an
-index learned from committed events, falling back to the projections of the workspaces the
-caller may read. It is derived and bounded; losing it costs only a scan.
+index learned from committed events, falling back to the task indexes
+(:mod:`a2a_adapter.taskindex`) of the workspaces the caller may read. It is derived and
+bounded; losing it costs only a scan.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -47,6 +49,7 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
 
 from a2a_adapter.mapping import CROSSINGS, TERMINAL_STATES, MappingError, from_a2a, task_id_of
+from a2a_adapter.taskindex import TaskIndex
 from a2a_adapter.taskview import TaskKind, TaskView
 from hub.core.capability import ANY, Capability
 from hub.core.errors import AgoraError
@@ -99,14 +102,17 @@ class TaskRef(NamedTuple):
 
 
 class TaskLocator:
-    """Task id → workspace, learned from committed events and from the projections.
+    """Task id → workspace, learned from committed events and from the task indexes.
 
     A :class:`~hub.workspaces.Workspaces` listener; holds at most ``max_entries`` ids (least
     recently used go first). Work items win over executions when an id is both.
     """
 
-    def __init__(self, workspaces: Workspaces, *, max_entries: int = 100_000) -> None:
+    def __init__(
+        self, workspaces: Workspaces, index: TaskIndex | None = None, *, max_entries: int = 100_000
+    ) -> None:
         self.workspaces = workspaces
+        self.index = index if index is not None else TaskIndex(workspaces)
         self.max_entries = max_entries
         self._where: OrderedDict[str, list[TaskRef]] = OrderedDict()
         self._installed = False
@@ -155,14 +161,10 @@ class TaskLocator:
         names = await self.workspaces.store.workspaces() if candidates is None else candidates
         found: TaskRef | None = None
         for name in sorted(names):
-            state = await self.workspaces.state(name)
-            item = state.work_items.get(task_id)
-            if item is not None:
-                ref = TaskRef(name, "work", item.opened_seq)
-            elif task_id in state.executions:
-                ref = TaskRef(name, "exec", 0)
-            else:
+            view = (await self.index.tasks(name)).view(task_id)
+            if view is None:
                 continue
+            ref = TaskRef(name, view.kind, view.opened_seq)
             self._remember(task_id, ref)
             if found is None or (found.kind == "exec" and ref.kind == "work"):
                 found = ref
@@ -172,7 +174,9 @@ class TaskLocator:
 async def load_view(
     workspaces: Workspaces, ref: TaskRef, task_id: str, *, until_seq: int | None = None
 ) -> TaskView | None:
-    """Fold the task's events from the log (up to ``until_seq``); None if it has none."""
+    """Fold the task's events from the log (up to ``until_seq``); None if it has none.
+
+    Only for a task as of an earlier seq (a resume point); the current task is in the index."""
     view = TaskView(task_id, ref.workspace, ref.kind)
     after = max(ref.opened_seq - 1, 0)
     store = workspaces.store
@@ -185,6 +189,7 @@ async def load_view(
         if len(page) < READ_BATCH:
             break
         after = page[-1].seq
+        await asyncio.sleep(0)  # a long task: let the loop serve others between pages
     return view if view.exists else None
 
 
@@ -198,17 +203,23 @@ class LogTaskStore(VersionedTaskStore):
     def __init__(self, workspaces: Workspaces, locator: TaskLocator) -> None:
         self.workspaces = workspaces
         self.locator = locator
+        self.index = locator.index
 
-    async def find(self, task_id: str, cap: Capability) -> tuple[TaskRef, TaskView] | None:
-        """The task's location and view, if ``cap`` may read it."""
+    async def find(
+        self, task_id: str, cap: Capability, *, copy: bool = True
+    ) -> tuple[TaskRef, TaskView] | None:
+        """The task's location and current view, if ``cap`` may read it. ``copy=False``: the
+        index's own view, to read at once and never fold into."""
         ref = await self.locator.locate(task_id, readable_workspaces(cap))
         if ref is None or not cap.has("read", ref.workspace):
             return None
-        view = await load_view(self.workspaces, ref, task_id)
-        return None if view is None else (ref, view)
+        view = (await self.index.tasks(ref.workspace)).view(task_id, ref.kind)
+        if view is None:
+            return None
+        return ref, view.copy() if copy else view
 
     async def get(self, task_id: str, context: ServerCallContext) -> StoredTask | None:
-        found = await self.find(task_id, capability_of(context))
+        found = await self.find(task_id, capability_of(context), copy=False)
         if found is None:
             return None
         _, view = found
@@ -218,48 +229,50 @@ class LogTaskStore(VersionedTaskStore):
 
     async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         """Tasks of one context (``contextId``) or of every workspace the caller may read,
-        newest status first, paged by an opaque cursor. Raises :class:`InvalidParamsError`
-        for a forbidden context, a bad page size or page token."""
+        newest status first, paged by an opaque cursor, from the task indexes: a page costs
+        its own size (plus a count of the matching tasks), not the history. A context the
+        caller may not read has no tasks for it (an empty page: no error, no existence leak).
+        Raises :class:`InvalidParamsError` for a bad page size or page token."""
         cap = capability_of(context)
+        names: Sequence[str]
         if params.context_id:
-            if not cap.has("read", params.context_id):
-                raise InvalidParamsError(
-                    message=f"agent {cap.agent!r} may not read workspace {params.context_id!r}",
-                    data={"agoraCode": "forbidden", "workspace": params.context_id},
-                )
-            names: Sequence[str] = [params.context_id]
+            names = [params.context_id] if cap.has("read", params.context_id) else []
         else:
             readable = readable_workspaces(cap)
             names = await self.workspaces.store.workspaces() if readable is None else readable
         page_size = params.page_size or DEFAULT_PAGE_SIZE
         if not 1 <= page_size <= MAX_PAGE_SIZE:
             raise InvalidParamsError(message=f"pageSize must be 1-{MAX_PAGE_SIZE}")
-        after_ts = (
+        after_ms = (
             params.status_timestamp_after.ToMilliseconds()
             if params.HasField("status_timestamp_after")
             else None
         )
-        tasks: list[Task] = []
-        for name in names:
-            for view in (await _all_views(self.workspaces, name)).values():
-                task = view.task()
-                if params.status and task.status.state != params.status:
-                    continue
-                if after_ts is not None and task.status.timestamp.ToMilliseconds() < after_ts:
-                    continue
-                tasks.append(task)
-        tasks.sort(key=_sort_key, reverse=True)
-        start = 0
-        if params.page_token:
-            cursor = _decode_cursor(params.page_token)
-            start = next((i for i, t in enumerate(tasks) if _sort_key(t) < cursor), len(tasks))
-        page = tasks[start : start + page_size]
-        more = start + page_size < len(tasks)
+        state = params.status or None
+        cursor = _decode_cursor(params.page_token) if params.page_token else None
+        try:
+            indexes = [await self.index.tasks(name) for name in sorted(set(names))]
+        except AgoraError as e:
+            raise InvalidParamsError(message=e.message, data={"agoraCode": e.code}) from e
+        page: list[Task] = []
+        more = False
+        for view in self.index.merged(indexes, before=cursor, state=state, after_millis=after_ms):
+            if len(page) == page_size:
+                more = True
+                break
+            page.append(view.task())
+        if state is None and after_ms is None:
+            total = sum(len(index) for index in indexes)
+        else:
+            total = sum(
+                1
+                for _ in self.index.merged(indexes, before=None, state=state, after_millis=after_ms)
+            )
         return ListTasksResponse(
             tasks=page,
             next_page_token=_encode_cursor(_sort_key(page[-1])) if more and page else "",
             page_size=page_size,
-            total_size=len(tasks),
+            total_size=total,
         )
 
     async def save(
@@ -373,30 +386,6 @@ class LogTaskEventStream(TaskEventStream):
 
 
 # ---------------------------------------------------------------------------------------------
-
-
-async def _all_views(workspaces: Workspaces, workspace: str) -> dict[tuple[str, str], TaskView]:
-    """Every task of ``workspace``, folded in one pass over its log."""
-    views: dict[tuple[str, str], TaskView] = {}
-    after = 0
-    while True:
-        page = await workspaces.store.read_batch(workspace, after_seq=after, limit=READ_BATCH)
-        for ev in page:
-            crossing = CROSSINGS.get(ev.kind)
-            if crossing is None:
-                continue
-            task_id = task_id_of(ev)
-            if not task_id:
-                continue
-            key = (crossing.task, task_id)
-            view = views.get(key)
-            if view is None:
-                view = views[key] = TaskView(task_id, workspace, crossing.task)
-            view.apply(ev)
-        if len(page) < READ_BATCH:
-            break
-        after = page[-1].seq
-    return views
 
 
 def _sort_key(task: Task) -> tuple[int, str]:

@@ -15,7 +15,6 @@ from typing import Final, Literal
 from a2a.types.a2a_pb2 import (
     Artifact,
     Message,
-    Part,
     Task,
     TaskState,
     TaskStatus,
@@ -80,6 +79,27 @@ class TaskView:
         self._status = TaskStatus(state=TaskState.TASK_STATE_UNSPECIFIED)
         self._history: list[Message] = []
         self._artifacts: dict[str, Artifact] = {}
+
+    def copy(self) -> TaskView:
+        """An independent copy (to fold on without touching the original)."""
+        other = TaskView(self.task_id, self.context_id, self.kind)
+        for name in ("version", "opened_seq", "work_status", "exec_status", "requester"):
+            setattr(other, name, getattr(self, name))
+        other.owner = self.owner
+        other.consumer = self.consumer
+        other.streams = list(self.streams)
+        other._status = self._status  # replaced, never changed in place, by a fold
+        other._history = list(self._history)
+        for artifact_id, artifact in self._artifacts.items():
+            copy = Artifact()
+            copy.CopyFrom(artifact)  # chunks are appended in place: copy
+            other._artifacts[artifact_id] = copy
+        return other
+
+    @property
+    def status_millis(self) -> int:
+        """The status time in ms since the epoch (ListTasks orders by it)."""
+        return int(self._status.timestamp.ToMilliseconds())
 
     @property
     def exists(self) -> bool:
@@ -164,8 +184,10 @@ class TaskView:
             copy.CopyFrom(artifact)
             self._artifacts[artifact.artifact_id] = copy
             return
-        for part in artifact.parts:
-            _append_part(old, part)
+        # As the SDK's own fold (a2a.server.tasks.task_manager.append_artifact_to_task)
+        # does, so a snapshot and a client's fold of the updates are the same artifact.
+        old.parts.extend(artifact.parts)
+        old.metadata.update(dict(artifact.metadata.items()))
 
     def task(self, *, history_length: int | None = None, include_artifacts: bool = True) -> Task:
         """The A2A Task as of :attr:`version`. ``history_length``: keep only the newest n
@@ -192,19 +214,3 @@ class TaskView:
         )
         task.metadata.CopyFrom(meta)
         return task
-
-
-def _append_part(artifact: Artifact, part: Part) -> None:
-    """Append a chunk: text onto text and bytes onto bytes when the last part allows it."""
-    content = part.WhichOneof("content")
-    if artifact.parts:
-        last = artifact.parts[-1]
-        if content == "text" and last.WhichOneof("content") == "text":
-            last.text += part.text
-            return
-        if content == "raw" and last.WhichOneof("content") == "raw":
-            last.raw += part.raw
-            return
-    if content == "text" and not part.text:
-        return  # an empty closing chunk adds nothing
-    artifact.parts.append(part)

@@ -22,76 +22,19 @@ from pathlib import Path
 from typing import Any
 
 from a2a_adapter.app import A2AService
+from examples.a2a_member import scenario
 from hub.auth import TokenSigner
 from hub.config import HubConfig
 from hub.core.events import (
-    Completed,
     Event,
     FeedbackProvided,
-    FeedbackRequested,
     MessagePosted,
     NeedWork,
-    WorkCancelled,
-    WorkClaimed,
-    WorkPublished,
 )
 from hub.log.sqlite import SqliteEventStore
 from hub.workspaces import Workspaces
 
 SECRET = b"tck-sut-secret-0123456789abcdef0123456789"
-
-
-def _artifact(parts: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-    return {"artifactId": extra.pop("artifactId", "a1"), "parts": parts, **extra}
-
-
-def scenario(message_id: str, cid: str) -> tuple[list[Event], float, list[Event]]:
-    """The events for a scenario: (now, delay in seconds, after the delay)."""
-    claim = WorkClaimed(correlation_id=cid)
-    done = Completed(correlation_id=cid)
-
-    def published(payload: dict[str, Any]) -> WorkPublished:
-        return WorkPublished(correlation_id=cid, payload=payload)
-
-    if message_id.startswith("tck-input-required"):
-        return [claim, FeedbackRequested(correlation_id=cid, payload="input required")], 0, []
-    if message_id.startswith("tck-reject-task"):
-        return [claim, WorkCancelled(correlation_id=cid, payload="rejected")], 0, []
-    if message_id.startswith("tck-artifact-file-url") or message_id.startswith(
-        "tck-stream-artifact-file-url"
-    ):
-        part = {"url": "https://example.com/output.txt", "filename": "output.txt"}
-        part["mediaType"] = "text/plain"
-        return [claim, published(_artifact([part])), done], 0, []
-    if message_id.startswith(("tck-artifact-file", "tck-stream-artifact-file")):
-        part = {"raw": "RmlsZSBjb250ZW50", "filename": "output.txt", "mediaType": "text/plain"}
-        return [claim, published(_artifact([part])), done], 0, []
-    if message_id.startswith("tck-artifact-data"):
-        part = {"data": {"key": "value", "count": 42}}
-        return [claim, published(_artifact([part])), done], 0, []
-    if message_id.startswith("tck-stream-artifact-chunked"):
-        first = published(_artifact([{"text": "chunk-1 "}]))
-        last = published(_artifact([{"text": "chunk-2"}], append=True, lastChunk=True))
-        return [claim, first, last, done], 0, []
-    if message_id.startswith("test-resubscribe-message-id"):
-        return [claim], 4.0, [done]
-    texts = {
-        "tck-artifact-text": "Generated text content",
-        "tck-stream-001": "Stream hello from TCK",
-        "tck-stream-003": "Stream task lifecycle",
-        "tck-stream-ordering-001": "Ordered output",
-        "tck-stream-artifact-text": "Streamed text content",
-    }
-    for prefix, text in texts.items():
-        if message_id.startswith(prefix):
-            return [claim, published(_artifact([{"text": text}])), done], 0, []
-    if message_id.startswith("tck-stream-002"):
-        return [claim, done], 0, []
-    if not message_id:  # a follow-up on a task the member already holds
-        answer = {"messageId": f"{cid}-done", "parts": [{"text": "Hello from TCK"}]}
-        return [Completed(correlation_id=cid, payload=answer)], 0, []
-    answer = {"messageId": f"{cid}-answer", "parts": [{"text": "Hello from TCK"}]}
-    return [claim, Completed(correlation_id=cid, payload=answer)], 0, []
 
 
 async def member(workspaces: Workspaces) -> None:
