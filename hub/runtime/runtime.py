@@ -38,7 +38,7 @@ import socket
 import uuid
 from collections.abc import AsyncIterator
 
-from backends.base import validate_request
+from backends.base import Admission, validate_request
 from hub.core.capability import Capability
 from hub.core.errors import Busy, Exists, NotFound, Unavailable
 from hub.core.events import (
@@ -210,23 +210,31 @@ class Runtime:
         prepared = execution_request(instance, request, exec_id, capability.agent)
         validate_request(prepared.request, instance.capabilities)
         journal = await self.journals.get(workspace)
-        # From here to the reservation nothing awaits: the checks and the admission are atomic.
-        key = (workspace, exec_id)
-        if key in self._live:
-            raise Busy(f"execution {exec_id!r} is running", execId=exec_id)
-        rec = journal.record(exec_id)
-        if rec is not None:
-            if rec.finished_seq is None:
+        # What the backend would refuse (its cap, its validation of the code) is refused now,
+        # before execRequested: the admission holds a slot of its cap until the run takes it.
+        admission = await instance.backend.admit(prepared.request)
+        try:
+            # From here to the reservation nothing awaits: the checks and the admission are
+            # atomic.
+            key = (workspace, exec_id)
+            if key in self._live:
                 raise Busy(f"execution {exec_id!r} is running", execId=exec_id)
-            raise Exists(
-                f"execution {exec_id!r} exists (finished); dispose it first", execId=exec_id
-            )
-        limit = self.settings.max_executions
-        if len(self._live) >= limit:
-            raise Busy(f"the hub is running its maximum of {limit} executions", limit=limit)
-        tg = self._tg
-        if tg is None:
-            raise Unavailable("the hub is stopping")
+            rec = journal.record(exec_id)
+            if rec is not None:
+                if rec.finished_seq is None:
+                    raise Busy(f"execution {exec_id!r} is running", execId=exec_id)
+                raise Exists(
+                    f"execution {exec_id!r} exists (finished); dispose it first", execId=exec_id
+                )
+            limit = self.settings.max_executions
+            if len(self._live) >= limit:
+                raise Busy(f"the hub is running its maximum of {limit} executions", limit=limit)
+            tg = self._tg
+            if tg is None or self._closing:
+                raise Unavailable("the hub is stopping")
+        except BaseException:
+            admission.release()
+            raise
         execution = Execution(
             self.workspaces, workspace, instance, prepared.request, capability.agent
         )
@@ -234,7 +242,7 @@ class Runtime:
         # The task starts now and pushes the workspace while execRequested commits; it runs
         # the program only once the request is in the log (``accepted``: its event id, or ""
         # when the request could not be written).
-        tg.create_task(self._task(execution), name=f"agora-exec:{workspace}:{exec_id}")
+        tg.create_task(self._task(execution, admission), name=f"agora-exec:{workspace}:{exec_id}")
         try:
             module = prepared.logged_module
             if prepared.module_bytes is not None:
@@ -252,11 +260,14 @@ class Runtime:
         execution.accepted.set_result(written.events[0].id)
         return exec_id
 
-    async def _task(self, execution: Execution) -> None:
-        """One execution's task: its lifecycle, then retention for its workspace."""
+    async def _task(self, execution: Execution, admission: Admission) -> None:
+        """One execution's task: its lifecycle, then retention for its workspace. The
+        backend's slot is released if the run never took it (the request was not written, or
+        the run ended before ``execute``)."""
         try:
             await supervise(execution, self.settings, self.node)
         finally:
+            admission.release()
             if self._live.get(execution.key) is execution:
                 del self._live[execution.key]
             execution.done.set()

@@ -13,6 +13,7 @@ import pytest
 
 from backends.base import (
     CodeExecutor,
+    CompileFailed,
     ExecutionLanguage,
     ExecutionRequest,
     ExecutionResult,
@@ -30,6 +31,7 @@ from backends.base import (
     narrow,
 )
 from backends.wasm import WasmBackend, validate_wasm_bytes
+from hub.core.errors import Busy
 from tests.backends import wat
 from tests.backends.helpers import (
     assert_closed_is_unavailable,
@@ -340,3 +342,36 @@ async def test_concurrent_runs(backend: WasmBackend) -> None:
 async def test_closed_backend_is_unavailable() -> None:
     made = WasmBackend()
     await assert_closed_is_unavailable(made, request(made, wat.HELLO))
+
+
+async def test_admit_holds_a_slot_of_the_cap() -> None:
+    """``admit`` counts against ``max_concurrent`` until its run takes the slot or it is
+    released: what the cap would refuse is refused before the runtime writes anything."""
+    async with WasmBackend(max_concurrent=2) as made:
+        first = await made.admit(request(made, wat.HELLO, exec_id="a"))
+        second = await made.admit(request(made, wat.HELLO, exec_id="b"))
+        with pytest.raises(Busy) as caught:
+            await made.admit(request(made, wat.HELLO, exec_id="c"))
+        assert caught.value.details["limit"] == 2
+        with pytest.raises(Busy):  # a direct execute counts the admitted slots too
+            await collect(made.execute(request(made, wat.HELLO, exec_id="d"), None))
+        result = await collect(made.execute(request(made, wat.HELLO, exec_id="a"), None))
+        assert result.status == "completed"  # the admitted run took its slot
+        first.release()  # a no-op now: the run had taken it
+        second.release()
+        third = await made.admit(request(made, wat.HELLO, exec_id="c"))
+        assert third.held
+
+
+async def test_admit_refuses_a_module_that_does_not_compile(backend: WasmBackend) -> None:
+    broken = b"\x00asm\x01\x00\x00\x00\x01\xff\xff"
+    with pytest.raises(CompileFailed) as caught:
+        await backend.admit(request(backend, broken))
+    assert caught.value.details["execCode"] == "compileFailed"
+    with pytest.raises(InvalidCode):
+        await backend.admit(request(backend, wat.NO_START))
+    with pytest.raises(InvalidCode):
+        await backend.admit(request(backend, b"#!/bin/sh\necho pwned\n"))
+    # Nothing is held by a refused admission: the whole cap is still there.
+    held = [await backend.admit(request(backend, wat.HELLO, exec_id=f"x{i}")) for i in range(8)]
+    assert all(a.held for a in held)
