@@ -317,22 +317,17 @@ async def test_runs_over_a_backends_cap_are_refused_before_anything_is_written(
 
     loop = wat.wasm(wat.INFINITE_LOOP)
     async for rig in wasm_rig(tmp_path, max_concurrent=3):
-
-        async def one(i: int) -> str | BaseException:
-            frame = Exec(workspace="w", module=loop, exec_id=f"e{i}", timeout_ms=30_000)
-            try:
-                return await rig.runtime.exec("w", frame, capability=CAP)
-            except Busy as e:
-                return e
-
-        outcomes = await asyncio.gather(*(one(i) for i in range(10)))
+        frames = [
+            Exec(workspace="w", module=loop, exec_id=f"e{i}", timeout_ms=30_000) for i in range(10)
+        ]
+        outcomes = await asyncio.gather(
+            *(rig.runtime.exec("w", f, capability=CAP) for f in frames), return_exceptions=True
+        )
         admitted = [o for o in outcomes if isinstance(o, str)]
         refused = [o for o in outcomes if isinstance(o, Busy)]
         assert (len(admitted), len(refused)) == (3, 7)
         assert all(e.details.get("limit") == 3 for e in refused)
-        requested = [
-            e.payload.exec_id for e in await rig.events() if isinstance(e, ExecRequested)
-        ]
+        requested = [e.payload.exec_id for e in await rig.events() if isinstance(e, ExecRequested)]
         assert sorted(requested) == sorted(admitted)
         for exec_id in admitted:
             assert await rig.runtime.kill("w", exec_id, capability=CAP) == "cancelled"
