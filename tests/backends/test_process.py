@@ -267,14 +267,14 @@ async def test_network_enabled_reaches_loopback(listener: Listener) -> None:
         language, source = rig.connect_program(listener.port)
         result = await rig.run(source, language=language)
     assert result.status == "completed", result.stderr
-    assert listener.accepted == 1
+    assert await listener.settled() == 1
 
 
 async def test_network_namespace_error_is_visible(process_rig: Rig, listener: Listener) -> None:
     language, source = process_rig.connect_program(listener.port)
     result = await process_rig.run(source, language=language)
     assert b"Connection refused" in result.stderr or b"unreachable" in result.stderr
-    assert listener.accepted == 0
+    assert await listener.settled() == 0
 
 
 async def test_aclose_stops_running_executions() -> None:
