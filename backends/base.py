@@ -18,6 +18,9 @@ Lifecycle of a backend instance (an async context manager, like every resource i
 
 Contract of :meth:`CodeExecutor.execute` (checked by ``tests/backends/test_conformance.py``):
 
+* :meth:`CodeExecutor.admit` runs the same checks ahead of ``execute`` and holds a slot of the
+  concurrency cap (the runtime calls it before writing ``execRequested``, so a request the
+  backend would refuse is refused with nothing written).
 * It validates first (:func:`hub.core.execution.validate.validate_request`) and raises before
   running
   anything: :class:`~hub.core.execution.errors.UnsupportedLanguage`, ``InvalidRequest``,
@@ -57,6 +60,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from backends.access import WorkspaceAccess
+from backends.runs import Admission
 from hub.core.execution.capabilities import (
     BackendCapabilities,
     ExecutionIsolation,
@@ -110,6 +114,7 @@ from hub.core.execution.validate import validate_policy, validate_request
 
 __all__ = [
     "UNSET",
+    "Admission",
     "BackendCapabilities",
     "BackendUnavailable",
     "CodeExecutor",
@@ -189,6 +194,13 @@ class CodeExecutor(Protocol):
         """Whether it could run here, found without side effects on a hub that may be running
         (``agora backends``): a container backend checks the engine and the image but sweeps
         and starts nothing."""
+        ...
+
+    async def admit(self, request: ExecutionRequest) -> Admission:
+        """Check ``request`` as ``execute`` would (availability, validation, the backend's own
+        checks of the code) and hold a slot of the concurrency cap for it, before anything is
+        written: raises what ``execute`` raises before running. ``execute`` of the same id takes
+        the slot; :meth:`Admission.release <backends.runs.Admission.release>` gives it back."""
         ...
 
     def execute(

@@ -8,8 +8,11 @@ capabilities, default policy and :class:`~backends.runs.RunRegistry`, and implem
   (:meth:`start` … :meth:`aclose`) and :meth:`~BackendLifecycle.cancel`;
 * the admission every ``execute`` begins with (:meth:`~BackendLifecycle._check_request`:
   start, availability, :func:`~hub.core.execution.validate.validate_request`), before the backend's
-  own
-  checks and :meth:`RunRegistry.admit <backends.runs.RunRegistry.admit>`;
+  own checks (:meth:`~BackendLifecycle._validate`) and
+  :meth:`RunRegistry.admit <backends.runs.RunRegistry.admit>`;
+* :meth:`~BackendLifecycle.admit`, the same checks run *before* the runtime writes
+  ``execRequested``, holding a slot of the concurrency cap: what the backend would refuse is
+  refused before anything is logged;
 * the result's :class:`~hub.core.execution.result.ExecutionMetadata`.
 
 What is left to each backend: :meth:`start`, :meth:`aclose` and ``execute`` (see
@@ -25,7 +28,7 @@ import time
 from collections.abc import Iterable
 from typing import Self
 
-from backends.runs import RunRegistry
+from backends.runs import Admission, RunRegistry
 from hub.core.events import ArtifactRef
 from hub.core.execution.capabilities import BackendCapabilities
 from hub.core.execution.errors import BackendUnavailable
@@ -111,6 +114,20 @@ class BackendLifecycle(abc.ABC):
                 f"backend {self.name!r} is unavailable: {why}", backend=self.name
             )
         validate_request(request, self.capabilities)
+
+    async def _validate(self, request: ExecutionRequest) -> None:
+        """The backend's own checks of a valid request (its command, script, source or module),
+        shared by :meth:`admit` and ``execute``. Raises ``InvalidRequest``, ``InvalidCode``,
+        ``CompileFailed`` …; the default checks nothing more."""
+        return None
+
+    async def admit(self, request: ExecutionRequest) -> Admission:
+        """Everything ``execute`` would refuse ``request`` for, checked now, and a slot of the
+        concurrency cap held for it (its ``execute`` takes the slot; release the admission if
+        it never runs). Raises what ``execute`` raises before running anything."""
+        await self._check_request(request)
+        await self._validate(request)
+        return self._registry.reserve(request.exec_id)
 
     def _metadata(
         self,

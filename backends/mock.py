@@ -101,6 +101,9 @@ class MockBackend(BackendLifecycle):
     async def aclose(self) -> None:
         await self._registry.aclose()
 
+    async def _validate(self, request: ExecutionRequest) -> None:
+        parse_script(request.source or "")
+
     async def execute(
         self,
         request: ExecutionRequest,

@@ -279,6 +279,9 @@ class PythonBackend(BackendLifecycle):
         """The ids of the open REPL sessions."""
         return sorted(self._sessions)
 
+    async def _validate(self, request: ExecutionRequest) -> None:
+        _check_snippet_request(request)
+
     async def execute(
         self,
         request: ExecutionRequest,

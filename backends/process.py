@@ -402,6 +402,9 @@ class ProcessBackend(BackendLifecycle):
         await self._registry.aclose()
         await asyncio.to_thread(self._confinement.close)
 
+    async def _validate(self, request: ExecutionRequest) -> None:
+        self._command(request)
+
     async def execute(
         self,
         request: ExecutionRequest,

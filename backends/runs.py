@@ -3,7 +3,10 @@
 * :class:`Run` is one execution's control block: a stop request (``cancel`` or the timeout)
   is recorded once, whichever comes first, so concurrent kills share one finalisation.
 * :class:`RunRegistry` admits executions (unique running ids → ``busy``; a concurrency cap →
-  ``busy``; a closed backend → ``unavailable``), cancels them, and ends them: :meth:`close_run`
+  ``busy``; a closed backend → ``unavailable``), holds slots for requests the runtime admitted
+  before writing them (:meth:`RunRegistry.reserve`, an :class:`Admission`: the cap counts them, so
+  a request refused for the cap is refused before anything is logged), cancels runs, and ends
+  them: :meth:`close_run`
   runs a run's cleanup as a task the registry owns, so a cancelled ``execute`` still kills and
   removes what it started and ``aclose`` waits for every cleanup.
 """
@@ -19,7 +22,15 @@ from hub.core.errors import Busy
 from hub.core.execution.errors import BackendUnavailable
 from hub.core.execution.result import Diagnostic
 
-__all__ = ["Run", "RunRegistry", "StopReason", "TaskSet", "timeout_note", "wait_quietly"]
+__all__ = [
+    "Admission",
+    "Run",
+    "RunRegistry",
+    "StopReason",
+    "TaskSet",
+    "timeout_note",
+    "wait_quietly",
+]
 
 StopReason = Literal["cancelled", "timeout"]
 T = TypeVar("T")
@@ -127,6 +138,28 @@ class TaskSet:
             await asyncio.wait(pending)
 
 
+class Admission:
+    """A slot of a backend's concurrency cap held for one admitted request
+    (:meth:`CodeExecutor.admit <backends.base.CodeExecutor.admit>`) until its ``execute``
+    takes it, or :meth:`release` gives it back (the request was never run). Idempotent."""
+
+    __slots__ = ("_registry", "exec_id")
+
+    def __init__(self, registry: RunRegistry | None, exec_id: str) -> None:
+        self._registry = registry
+        self.exec_id = exec_id
+
+    def release(self) -> None:
+        """Give the slot back if ``execute`` has not taken it (a no-op after that)."""
+        registry, self._registry = self._registry, None
+        if registry is not None:
+            registry.unreserve(self)
+
+    @property
+    def held(self) -> bool:
+        return self._registry is not None
+
+
 class RunRegistry:
     """The running executions of one backend instance and their cleanup tasks."""
 
@@ -135,6 +168,7 @@ class RunRegistry:
         self.max_concurrent = max_concurrent
         self.closed = False
         self._runs: dict[str, Run] = {}
+        self._reserved: dict[str, Admission] = {}
         self._cleanups: set[asyncio.Task[None]] = set()
 
     def __len__(self) -> int:
@@ -143,20 +177,44 @@ class RunRegistry:
     def __iter__(self) -> Iterator[Run]:
         return iter(list(self._runs.values()))
 
-    def admit(self, exec_id: str) -> Run:
-        """Register a new run. Raises :class:`BackendUnavailable` when closed, :class:`Busy` when
-        ``exec_id`` is running or the concurrency cap is reached."""
+    def _check_room(self, exec_id: str) -> None:
         if self.closed:
             raise BackendUnavailable(f"backend {self.backend!r} is closed", backend=self.backend)
-        if exec_id in self._runs:
+        if exec_id in self._runs or exec_id in self._reserved:
             raise Busy(f"execution {exec_id!r} is already running", execId=exec_id)
-        if len(self._runs) >= self.max_concurrent:
+        if len(self._runs) + len(self._reserved) >= self.max_concurrent:
             raise Busy(
                 f"backend {self.backend!r} is running its maximum of "
                 f"{self.max_concurrent} executions",
                 backend=self.backend,
                 limit=self.max_concurrent,
             )
+
+    def reserve(self, exec_id: str) -> Admission:
+        """Hold a slot for ``exec_id`` (its ``execute`` takes it). Raises what :meth:`admit`
+        raises."""
+        self._check_room(exec_id)
+        admission = Admission(self, exec_id)
+        self._reserved[exec_id] = admission
+        return admission
+
+    def unreserve(self, admission: Admission) -> None:
+        if self._reserved.get(admission.exec_id) is admission:
+            del self._reserved[admission.exec_id]
+
+    def admit(self, exec_id: str) -> Run:
+        """Register a new run, in the slot reserved for ``exec_id`` if there is one. Raises
+        :class:`BackendUnavailable` when closed, :class:`Busy` when ``exec_id`` is running or
+        the concurrency cap is reached."""
+        admission = self._reserved.pop(exec_id, None)
+        if admission is not None:
+            admission._registry = None  # taken: a later release is a no-op
+            if self.closed:
+                raise BackendUnavailable(
+                    f"backend {self.backend!r} is closed", backend=self.backend
+                )
+        else:
+            self._check_room(exec_id)
         run = Run(exec_id)
         self._runs[exec_id] = run
         return run

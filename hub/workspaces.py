@@ -36,7 +36,7 @@ import msgspec
 
 from hub.core.backoff import Backoff
 from hub.core.capability import SYSTEM_WORKSPACE
-from hub.core.errors import BadRequest, ClientError, Conflict, Forbidden, NotFound
+from hub.core.errors import BadRequest, ClientError, Conflict, Forbidden, NotFound, Unavailable
 from hub.core.events import HUB_KINDS, OP_KINDS, ArtifactPublished, Event, FileWritten
 from hub.core.projections.workspace import FileEntry, WorkspaceState, evolve
 from hub.core.records import AppendResult
@@ -126,6 +126,24 @@ class Workspaces:
         self._opening: dict[str, asyncio.Future[_Live]] = {}
         self._listeners: list[Listener] = []
         self._snapshot_tasks: set[asyncio.Task[bool]] = set()
+        self.quarantined: dict[str, str] = {}
+        """Workspaces whose recovery failed at start (hub.runtime.recovery), with why: refused
+        with ``unavailable`` (``details.quarantined``) while the hub serves every other."""
+
+    def quarantine(self, workspace: str, reason: str) -> None:
+        self.quarantined[workspace] = reason
+        self._live.pop(workspace, None)
+
+    def refuse_quarantined(self, workspace: str) -> None:
+        """Raise ``Unavailable`` (details ``workspace``, ``quarantined``: the reason) for a
+        quarantined workspace."""
+        reason = self.quarantined.get(workspace)
+        if reason is not None:
+            raise Unavailable(
+                f"workspace {workspace!r} is quarantined: {reason}",
+                workspace=workspace,
+                quarantined=reason,
+            )
 
     # -- listeners ----------------------------------------------------------------------------
 
@@ -476,6 +494,7 @@ class Workspaces:
     # -- opening ------------------------------------------------------------------------------
 
     async def _open(self, workspace: str) -> _Live:
+        self.refuse_quarantined(workspace)
         live = self._live.get(workspace)
         if live is not None:
             return live

@@ -277,6 +277,9 @@ class ContainerBackend(BackendLifecycle):
             await self._remove(item["Id"])
         return len(found)
 
+    async def _validate(self, request: ExecutionRequest) -> None:
+        command_for(request)
+
     async def execute(
         self,
         request: ExecutionRequest,

@@ -461,6 +461,9 @@ class RustBackend(BackendLifecycle):
         await self.start()
         return await self.toolchain.deps()
 
+    async def _validate(self, request: ExecutionRequest) -> None:
+        validate_rust_source(request.source or "")
+
     async def execute(
         self,
         request: ExecutionRequest,

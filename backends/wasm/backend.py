@@ -86,7 +86,7 @@ from hub.core.execution.capabilities import (
     ExecutionIsolation,
     ExecutionLanguage,
 )
-from hub.core.execution.errors import ExecutionFailed, InvalidCode, InvalidRequest
+from hub.core.execution.errors import CompileFailed, ExecutionFailed, InvalidCode, InvalidRequest
 from hub.core.execution.policy import SandboxPolicy, strict
 from hub.core.execution.request import ExecutionRequest, GuestModule, ModuleBlob
 from hub.core.execution.result import (
@@ -359,6 +359,16 @@ class WasmBackend(BackendLifecycle):
         if executor is not None:
             await asyncio.to_thread(executor.shutdown, True)
         self.cache.clear()
+
+    async def _validate(self, request: ExecutionRequest) -> None:
+        """The module must be there and compile: a module wasmtime rejects is refused here
+        (``compileFailed``) rather than run into a ``failed`` result after the request is
+        logged. The compiled module stays cached for the run."""
+        sha256, data = await self._payload(request)
+        _preopen_dirs(request, self._access)
+        compiled, _warm, failure = await self._compiled(sha256, data)
+        if compiled is None:
+            raise CompileFailed(f"the wasm module does not compile: {failure}", backend=self._name)
 
     async def execute(
         self,

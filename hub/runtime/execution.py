@@ -39,7 +39,14 @@ from hub.core.execution.errors import ExecutionInternal
 from hub.core.execution.settings import RuntimeSettings
 from hub.runtime.access import LogAccess
 from hub.runtime.coalesce import Coalescer, Flush
-from hub.runtime.outcome import failed, forced_result, raised, stop_note, stopped_before_start
+from hub.runtime.outcome import (
+    bounded,
+    failed,
+    forced_result,
+    raised,
+    stop_note,
+    stopped_before_start,
+)
 from hub.runtime.registry import BackendInstance
 from hub.runtime.sync import (
     Mirror,
@@ -338,6 +345,7 @@ async def _record(
     file events and ``execFinished`` — one batch when they fit. File events go in batches of
     :data:`FILE_BATCH`; a batch refused by a conflict is retried file by file, the refused ones
     reported as skipped (``conflict``)."""
+    finished = bounded(finished, execution.workspaces.limits)
     files = list(files or [])
     head = list(pending or [])
     if len(files) > FILE_BATCH:

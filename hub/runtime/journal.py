@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Final, Literal
 
@@ -48,6 +49,8 @@ log = logging.getLogger("agora.runtime")
 
 Resume = Literal["full", "tail"] | int
 READ_BATCH: Final = 2000
+_JOURNAL_BYTES: Final = 1024  # a journal's own tables, about
+_RECORD_BYTES: Final = 768  # one execution's record and its entries in the side tables, about
 _EXEC_TYPES: Final = (
     ExecRequested,
     ExecCancelRequested,
@@ -145,6 +148,15 @@ class WorkspaceJournal:
             for table in tables:
                 table.pop(exec_id, None)
 
+    def approx_bytes(self) -> int:
+        """A rough size of what this journal holds (for the cache's bound): a fixed cost per
+        execution, plus the request an unfinished one keeps."""
+        size = _JOURNAL_BYTES + _RECORD_BYTES * len(self.journal.executions)
+        for rec in self.journal.executions.values():
+            if rec.request is not None:
+                size += len(rec.request.source or "") + len(rec.request.stdin or "")
+        return size
+
     async def finished(self, exec_id: str) -> ExecRecord:
         """Wait until ``exec_id`` has finished; its record. Raises :class:`NotFound`."""
         while True:
@@ -168,13 +180,21 @@ class Journals:
     (added by the owner), and the :class:`~hub.follow.LogFollower` its live readers share."""
 
     def __init__(
-        self, workspaces: Workspaces, *, max_readers: int = 8, max_pending: int = 1024
+        self,
+        workspaces: Workspaces,
+        *,
+        max_readers: int = 8,
+        max_pending: int = 1024,
+        cache_bytes: int = 64 * 1024 * 1024,
     ) -> None:
+        self.workspaces = workspaces
         self.store = workspaces.store
         self.max_readers = max_readers
+        self.cache_bytes = cache_bytes
         self.log = LogFollower(workspaces, buffer=max_pending)
         self.log.install()
-        self._loaded: dict[str, WorkspaceJournal] = {}
+        # Least recently used first: evicted from the front (see _evict).
+        self._loaded: OrderedDict[str, WorkspaceJournal] = OrderedDict()
         self._loading: dict[str, asyncio.Future[WorkspaceJournal]] = {}
         self._buffers: dict[str, list[Event]] = {}
 
@@ -193,10 +213,30 @@ class Journals:
     def loaded(self) -> list[WorkspaceJournal]:
         return list(self._loaded.values())
 
+    def forget(self, workspace: str) -> None:
+        """Drop the workspace's journal (reloaded from the log on its next use)."""
+        self._loaded.pop(workspace, None)
+
+    def _evict(self) -> None:
+        """Evict least recently used journals nobody waits on or follows until the estimate
+        of what is kept is within ``cache_bytes`` (an evicted journal is reloaded from the log
+        on demand; one with readers or waiters stays, they hold it)."""
+        total = sum(j.approx_bytes() for j in self._loaded.values())
+        for name, journal in list(self._loaded.items()):
+            if total <= self.cache_bytes:
+                return
+            if any(journal.followers.values()) or any(journal.waiters.values()):
+                continue
+            total -= journal.approx_bytes()
+            del self._loaded[name]
+
     async def get(self, workspace: str) -> WorkspaceJournal:
-        """The workspace's journal, loading it from the log on first use."""
+        """The workspace's journal, loading it from the log on first use. Raises
+        ``Unavailable`` for a quarantined workspace."""
+        self.workspaces.refuse_quarantined(workspace)
         journal = self._loaded.get(workspace)
         if journal is not None:
+            self._loaded.move_to_end(workspace)
             return journal
         pending = self._loading.get(workspace)
         if pending is not None:
@@ -217,6 +257,7 @@ class Journals:
             for event in self._buffers[workspace]:
                 journal.fold(event)
             self._loaded[workspace] = journal
+            self._evict()
             future.set_result(journal)
             return journal
         except BaseException as e:

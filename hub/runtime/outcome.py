@@ -1,6 +1,7 @@
 """How a run's outcome becomes its ``execFinished`` payload when the runtime, not the backend,
 decides it: a failure of the machinery, a kill before the run started, a stop the backend did
-not carry out in time, the stderr note of a kill or a shutdown. Pure.
+not carry out in time, the stderr note of a kill or a shutdown, a value or diagnostics too deep
+or too large for the log (:func:`bounded`). Pure.
 
 A backend's own :class:`~hub.core.execution.result.ExecutionResult` becomes the payload through
 :meth:`ExecutionResult.finished_payload`; everything here ends in the same
@@ -15,14 +16,18 @@ from typing import Any, Final
 import msgspec
 
 from backends.base import Diagnostic, ExecutionResult
+from hub.core.decoding import value_too_deep
 from hub.core.errors import AgoraError, ClientError
-from hub.core.events import ExecFinishedPayload
+from hub.core.events import ExecFinished, ExecFinishedPayload, encode_event
 from hub.core.execution.errors import ExecutionError
 from hub.core.execution.result import CANCEL_EXIT_CODE, ExecutionStatus
+from hub.core.validation import ENVELOPE_RESERVE, Limits
 
 __all__ = [
     "CANCELLED_NOTE",
+    "OUTPUT_LIMIT",
     "SHUTDOWN_NOTE",
+    "bounded",
     "failed",
     "forced_result",
     "raised",
@@ -31,6 +36,8 @@ __all__ = [
 ]
 
 SHUTDOWN_NOTE: Final = b"interrupted when the hub shut down\n"
+OUTPUT_LIMIT: Final = "outputLimit"
+"""The reason of a run whose value or diagnostics could not be stored as they came back."""
 CANCELLED_NOTE: Final = b"Execution cancelled.\n"
 
 
@@ -109,3 +116,38 @@ def stop_note(
             finished, status="failed", reason="interrupted"
         )
     return CANCELLED_NOTE, finished
+
+
+def bounded(finished: ExecFinishedPayload, limits: Limits) -> ExecFinishedPayload:
+    """``finished`` if its ``execFinished`` fits the log, else the run as ``failed/outputLimit``
+    without the value and the backend's diagnostics, with one diagnostic naming the limit.
+
+    What comes back from a backend (python's return value, a harness's last stdout line, the
+    diagnostics) is the guest's to choose: nested deeper than ``[limits] max_depth`` it would be
+    refused by the log's decode policy (and, stored, break recursive readers); larger than
+    ``max_event_bytes`` the event could not be written. Either way the run must still end with
+    an ``execFinished`` that ``execResult`` reads and a restart replays."""
+    too_deep = value_too_deep(finished.value, limits.max_depth) or value_too_deep(
+        finished.diagnostics, limits.max_depth
+    )
+    if too_deep:
+        message = (
+            f"the execution's value or diagnostics are nested deeper than the limit of "
+            f"{limits.max_depth} levels ([limits] max_depth); they were not kept"
+        )
+        return _over(finished, message)
+    size = len(encode_event(ExecFinished(payload=finished))) + ENVELOPE_RESERVE
+    if size > limits.max_event_bytes:
+        message = (
+            f"the execution's value and diagnostics take about {size} bytes; an event holds at "
+            f"most {limits.max_event_bytes} ([limits] max_event_bytes); they were not kept"
+        )
+        return _over(finished, message)
+    return finished
+
+
+def _over(finished: ExecFinishedPayload, message: str) -> ExecFinishedPayload:
+    diagnostic: dict[str, Any] = {"level": "error", "code": OUTPUT_LIMIT, "message": message}
+    return msgspec.structs.replace(
+        finished, status="failed", reason=OUTPUT_LIMIT, value=None, diagnostics=[diagnostic]
+    )

@@ -22,6 +22,7 @@ from hub.core.rules.recovery import (
     restart_interruption,
 )
 from hub.runtime.journal import Journals, WorkspaceJournal
+from hub.runtime.recovery_index import RecoveryIndex
 from hub.workspaces import Workspaces
 
 __all__ = ["open_runs", "recover"]
@@ -58,25 +59,53 @@ async def recover(
     *,
     closed_by: str,
     live: Container[tuple[str, str]] = (),
+    index: RecoveryIndex | None = None,
 ) -> tuple[int, list[WorkspaceJournal]]:
-    """Close every open execution of every workspace (except the ``live`` ones, running
-    here) as ``failed/interrupted``. Returns how many were closed and the journals visited
-    (for retention)."""
+    """Close every open execution (except the ``live`` ones, running here) as
+    ``failed/interrupted``. Returns how many were closed and the journals visited (for
+    retention).
+
+    With a complete ``index`` only the workspaces it names are read; without one, every
+    workspace (and the index is then built). A workspace whose recovery fails (its log cannot
+    be read, the close cannot be written) is quarantined — logged, refused with
+    ``unavailable`` while the hub serves the others — and tried again at the next start."""
     why = restart_interruption(closed_by)
     closed = 0
     visited: list[WorkspaceJournal] = []
-    for head in await workspaces.store.heads():
-        journal = await journals.get(head.workspace)
-        visited.append(journal)
-        for run in open_runs(journal):
-            if (run.workspace, run.exec_id) in live:
-                continue
-            await workspaces.publish(
-                run.workspace,
-                interrupted_drafts(run, why),
-                producer=HUB_PRODUCER,
-                trusted=True,
-            )
-            closed += 1
-            log.warning("execution %s in %s closed as interrupted", run.exec_id, run.workspace)
+    if index is not None and index.complete:
+        names = sorted(index.workspaces())
+    else:
+        names = [head.workspace for head in await workspaces.store.heads()]
+    still_open: set[tuple[str, str]] = set()
+    quarantined: dict[str, str] = {}
+    for name in names:
+        try:
+            journal = await journals.get(name)
+            visited.append(journal)
+            for run in open_runs(journal):
+                if (run.workspace, run.exec_id) in live:
+                    still_open.add((run.workspace, run.exec_id))
+                    continue
+                await workspaces.publish(
+                    run.workspace,
+                    interrupted_drafts(run, why),
+                    producer=HUB_PRODUCER,
+                    trusted=True,
+                )
+                closed += 1
+                log.warning("execution %s in %s closed as interrupted", run.exec_id, name)
+        except Exception as e:  # one damaged workspace must not keep the hub from starting
+            reason = f"recovery failed: {type(e).__name__}: {e}"[:500]
+            log.error("workspace %s quarantined: %s", name, reason)
+            quarantined[name] = reason
+            journals.forget(name)
+    for name, reason in quarantined.items():
+        workspaces.quarantine(name, reason)
+    if index is not None:
+        kept = {key for key in index.executions if key[0] in quarantined}
+        index.executions = kept | still_open
+        for name in names:
+            index.quarantined.pop(name, None)
+        index.quarantined.update(quarantined)
+        await index.save()
     return closed, visited

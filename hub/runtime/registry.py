@@ -39,6 +39,7 @@ from typing import Any, Final
 import msgspec
 
 from backends.base import (
+    Admission,
     BackendCapabilities,
     BackendUnavailable,
     CodeExecutor,
@@ -139,6 +140,11 @@ class UnavailableBackend:
 
     async def probe(self) -> tuple[bool, str]:
         return self.available()
+
+    async def admit(self, request: ExecutionRequest) -> Admission:
+        raise BackendUnavailable(
+            f"backend {self._name!r} is unavailable: {self._reason}", backend=self._name
+        )
 
     async def execute(
         self,

@@ -38,7 +38,7 @@ import socket
 import uuid
 from collections.abc import AsyncIterator
 
-from backends.base import validate_request
+from backends.base import Admission, validate_request
 from hub.core.capability import Capability
 from hub.core.errors import Busy, Exists, NotFound, Unavailable
 from hub.core.events import (
@@ -59,6 +59,7 @@ from hub.runtime.execution import Execution, supervise
 from hub.runtime.journal import ExecFollower, Journals, Resume
 from hub.runtime.pruning import Pruner
 from hub.runtime.recovery import recover
+from hub.runtime.recovery_index import RecoveryIndex
 from hub.runtime.registry import BackendRegistry
 from hub.runtime.request import execution_request, requested_payload
 from hub.runtime.results import TextDecoders, encoding_of, runtime_result
@@ -112,13 +113,19 @@ class Runtime:
         settings: RuntimeSettings | None = None,
         *,
         node: str | None = None,
+        index: RecoveryIndex | None = None,
     ) -> None:
         self.workspaces = workspaces
+        self.index = index
         self.store = workspaces.store
         self.registry = registry
         self.settings = settings or RuntimeSettings()
         self.node = node or default_node()
-        self.journals = Journals(workspaces, max_readers=self.settings.max_readers)
+        self.journals = Journals(
+            workspaces,
+            max_readers=self.settings.max_readers,
+            cache_bytes=self.settings.journal_cache_bytes,
+        )
         workspaces.add_listener(self.journals)
         self.pruner = Pruner(workspaces, self.journals, self.settings)
         self._live: dict[tuple[str, str], Execution] = {}
@@ -167,7 +174,11 @@ class Runtime:
         start, before serving. Returns how many were closed."""
         # Executions admitted by this runtime are running here, not interrupted.
         closed, journals = await recover(
-            self.workspaces, self.journals, closed_by=self.node, live=set(self._live)
+            self.workspaces,
+            self.journals,
+            closed_by=self.node,
+            live=set(self._live),
+            index=self.index,
         )
         for journal in journals:
             await self.pruner.prune(journal)
@@ -209,24 +220,33 @@ class Runtime:
             exec_id = request.exec_id if request.exec_id is not None else str(uuid.uuid4())
         prepared = execution_request(instance, request, exec_id, capability.agent)
         validate_request(prepared.request, instance.capabilities)
-        journal = await self.journals.get(workspace)
-        # From here to the reservation nothing awaits: the checks and the admission are atomic.
-        key = (workspace, exec_id)
-        if key in self._live:
-            raise Busy(f"execution {exec_id!r} is running", execId=exec_id)
-        rec = journal.record(exec_id)
-        if rec is not None:
-            if rec.finished_seq is None:
+        self.workspaces.refuse_quarantined(workspace)
+        # What the backend would refuse (its cap, its validation of the code) is refused now,
+        # before execRequested: the admission holds a slot of its cap until the run takes it.
+        admission = await instance.backend.admit(prepared.request)
+        try:
+            journal = await self.journals.get(workspace)
+            # From here to the reservation nothing awaits: the checks and the admission are
+            # atomic.
+            key = (workspace, exec_id)
+            if key in self._live:
                 raise Busy(f"execution {exec_id!r} is running", execId=exec_id)
-            raise Exists(
-                f"execution {exec_id!r} exists (finished); dispose it first", execId=exec_id
-            )
-        limit = self.settings.max_executions
-        if len(self._live) >= limit:
-            raise Busy(f"the hub is running its maximum of {limit} executions", limit=limit)
-        tg = self._tg
-        if tg is None:
-            raise Unavailable("the hub is stopping")
+            rec = journal.record(exec_id)
+            if rec is not None:
+                if rec.finished_seq is None:
+                    raise Busy(f"execution {exec_id!r} is running", execId=exec_id)
+                raise Exists(
+                    f"execution {exec_id!r} exists (finished); dispose it first", execId=exec_id
+                )
+            limit = self.settings.max_executions
+            if len(self._live) >= limit:
+                raise Busy(f"the hub is running its maximum of {limit} executions", limit=limit)
+            tg = self._tg
+            if tg is None or self._closing:
+                raise Unavailable("the hub is stopping")
+        except BaseException:
+            admission.release()
+            raise
         execution = Execution(
             self.workspaces, workspace, instance, prepared.request, capability.agent
         )
@@ -234,8 +254,10 @@ class Runtime:
         # The task starts now and pushes the workspace while execRequested commits; it runs
         # the program only once the request is in the log (``accepted``: its event id, or ""
         # when the request could not be written).
-        tg.create_task(self._task(execution), name=f"agora-exec:{workspace}:{exec_id}")
+        tg.create_task(self._task(execution, admission), name=f"agora-exec:{workspace}:{exec_id}")
         try:
+            if self.index is not None:  # before the request is in the log (see recovery_index)
+                await self.index.opening(self.index.executions, key)
             module = prepared.logged_module
             if prepared.module_bytes is not None:
                 module = ExecModuleRef(blob=await self.store.blobs.put(prepared.module_bytes))
@@ -252,16 +274,30 @@ class Runtime:
         execution.accepted.set_result(written.events[0].id)
         return exec_id
 
-    async def _task(self, execution: Execution) -> None:
-        """One execution's task: its lifecycle, then retention for its workspace."""
+    async def _task(self, execution: Execution, admission: Admission) -> None:
+        """One execution's task: its lifecycle, then retention for its workspace. The
+        backend's slot is released if the run never took it (the request was not written, or
+        the run ended before ``execute``)."""
         try:
             await supervise(execution, self.settings, self.node)
         finally:
+            admission.release()
+            with contextlib.suppress(Exception):
+                await self._closed_in_index(execution)
             if self._live.get(execution.key) is execution:
                 del self._live[execution.key]
             execution.done.set()
         with contextlib.suppress(Exception):
             await self.pruner.prune(await self.journals.get(execution.workspace))
+
+    async def _closed_in_index(self, execution: Execution) -> None:
+        """Forget the execution in the recovery index once the log shows it closed (or it was
+        never written); one still open there is left for the next start to close."""
+        if self.index is None:
+            return
+        rec = (await self.journals.get(execution.workspace)).record(execution.exec_id)
+        if rec is None or rec.finished_seq is not None or not execution.request_event_id:
+            await self.index.closed(self.index.executions, execution.key)
 
     async def kill(self, workspace: str, exec_id: str, *, capability: Capability) -> str:
         """Stop ``exec_id`` and wait until it is recorded as finished; its final status.

@@ -49,6 +49,7 @@ from hub.core.wire.session import SERVER_NAME
 from hub.log.base import EventStore
 from hub.revocations import Revocations
 from hub.runtime import BackendRegistry, Runtime, RuntimeSettings
+from hub.runtime.recovery_index import RecoveryIndex
 from hub.server.checkpoint_ops import AuditOps
 from hub.server.connection import Connection
 from hub.server.fanout import Fanout
@@ -135,7 +136,9 @@ class Hub:
         # Revoked tokens (hub.revocations): refused at hello, and they end live connections.
         self.revocations = Revocations(self.workspaces, clock=clock)
         self.cluster: ClusterNode | None = None
-        self.presence = Presence(self.workspaces, self.tasks)
+        # What start has to close, without reading every log (kept only on a store of our own).
+        self.recovery_index = RecoveryIndex(store)
+        self.presence = Presence(self.workspaces, self.tasks, self.recovery_index)
         settings = runtime or config.runtime
         registry = BackendRegistry.from_config(
             config.backends,
@@ -143,7 +146,9 @@ class Hub:
             data_dir=config.storage.data_dir,
             settings=settings.backend_settings(),
         )
-        self.runtime = Runtime(self.workspaces, registry, settings, node=self.node_id)
+        self.runtime = Runtime(
+            self.workspaces, registry, settings, node=self.node_id, index=self.recovery_index
+        )
         self.url: str | None = None
         self.stopping = False
 
@@ -162,6 +167,7 @@ class Hub:
             try:
                 await self.revocations.load()  # before the first connection is accepted
                 if not self.store.shared:  # shared: the cluster closes dead nodes' executions
+                    await self.recovery_index.open()
                     await self.runtime.recover()
                     await self.presence.recover()
                 async with asyncio.TaskGroup() as tg:

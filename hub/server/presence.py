@@ -9,9 +9,11 @@ closes the presence a crashed predecessor left open.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from hub.core.events import MemberJoined, MemberLeft, MemberPayload
+from hub.runtime.recovery_index import RecoveryIndex
 from hub.server.tasks import OwnedTasks
 from hub.workspaces import Workspaces
 
@@ -31,8 +33,11 @@ class Presence:
     per (agent, workspace) so that they reach the log in the order of the transitions.
     """
 
-    def __init__(self, workspaces: Workspaces, tasks: OwnedTasks) -> None:
+    def __init__(
+        self, workspaces: Workspaces, tasks: OwnedTasks, index: RecoveryIndex | None = None
+    ) -> None:
         self._workspaces = workspaces
+        self._index = index
         self._tasks = tasks
         self._count: dict[tuple[str, str], int] = {}
         self._tail: dict[tuple[str, str], asyncio.Task[None]] = {}
@@ -81,19 +86,42 @@ class Presence:
         served it died. Only for a store this hub has to itself: on a shared store, members
         present may be connected to another node. Returns how many were closed."""
         closed = 0
-        for head in await self._workspaces.store.heads():
-            state = await self._workspaces.state(head.workspace)
+        index = self._index
+        if index is not None and index.complete:
+            # The index names every member that may be present (see hub.runtime.recovery_index).
+            names = sorted({w for w, _ in index.members})
+        else:
+            names = [head.workspace for head in await self._workspaces.store.heads()]
+        failed: set[str] = set()
+        for name in names:
+            if name in self._workspaces.quarantined:
+                failed.add(name)
+                continue
+            try:
+                state = await self._workspaces.state(name)
+            except Exception as e:  # a damaged workspace must not keep the hub from starting
+                reason = f"presence recovery failed: {type(e).__name__}: {e}"[:500]
+                log.error("workspace %s quarantined: %s", name, reason)
+                self._workspaces.quarantine(name, reason)
+                if index is not None:
+                    index.quarantined[name] = reason
+                failed.add(name)
+                continue
             for agent, member in sorted(state.members.items()):
                 if not member.present:
                     continue
                 payload = MemberPayload(agent=agent, via=member.via, reason="interrupted")
                 try:
                     await self._workspaces.publish(
-                        head.workspace, [MemberLeft(payload=payload)], producer=agent, trusted=True
+                        name, [MemberLeft(payload=payload)], producer=agent, trusted=True
                     )
                     closed += 1
                 except Exception:  # a damaged workspace must not keep the hub from starting
-                    log.exception("could not close the presence of %s in %s", agent, head.workspace)
+                    log.exception("could not close the presence of %s in %s", agent, name)
+                    failed.add(name)
+        if index is not None:
+            index.members = {key for key in index.members if key[0] in failed}
+            await index.save()
         if closed:
             log.info("recorded %d member(s) left present by the previous run", closed)
         return closed
@@ -109,7 +137,13 @@ class Presence:
         if previous is not None:
             await asyncio.wait([previous])
         agent, workspace = key
+        index = self._index
         event: MemberJoined | MemberLeft
+        if joined and index is not None:
+            try:  # before the event: the index says at least what the log says
+                await index.opening(index.members, (workspace, agent))
+            except Exception:
+                log.exception("could not record %s in the recovery index", key)
         if joined:
             event = MemberJoined(payload=MemberPayload(agent=agent, via="websocket"))
         else:
@@ -119,3 +153,7 @@ class Presence:
             await self._workspaces.publish(workspace, [event], producer=agent, trusted=True)
         except Exception:
             log.exception("could not record %s of %s in %s", event.kind, agent, workspace)
+            return
+        if not joined and index is not None and key not in self._count:
+            with contextlib.suppress(Exception):
+                await index.closed(index.members, (workspace, agent))

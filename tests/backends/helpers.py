@@ -86,3 +86,18 @@ async def assert_closed_is_unavailable(backend: CodeExecutor, request: Execution
     assert not ok and why
     with pytest.raises(BackendUnavailable):
         await collect(backend.execute(request, None))
+
+
+BOUND_S = 60.0
+"""A generous bound for what must happen "promptly": a test waits on the outcome within it
+instead of asserting a wall-clock time (a loaded machine is slow, never wrong)."""
+
+
+async def until_running(backend: CodeExecutor, exec_id: str, within: float = BOUND_S) -> None:
+    """Wait until ``exec_id`` is admitted and running on ``backend`` (its registry has it)."""
+    registry = getattr(backend, "_registry")  # noqa: B009 - every backend's RunRegistry
+    async with asyncio.timeout(within):
+        while True:
+            if registry.get(exec_id) is not None:
+                return
+            await asyncio.sleep(0.01)

@@ -171,15 +171,42 @@ async def open_rig(kind: str) -> AsyncIterator[Rig]:
         await backend.aclose()
 
 
+PROBE: bytes = b"agora-listener-probe"
+
+
 class Listener:
-    """A TCP listener on 127.0.0.1 that counts the connections it accepts."""
+    """A TCP listener on 127.0.0.1 that counts the connections it accepts (its own probes,
+    :meth:`settled`, aside)."""
 
     def __init__(self) -> None:
         self.accepted = 0
         self.port = 0
+        self._probes = 0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
+        data = b""
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(reader.read(100), 2)
+            data = await asyncio.wait_for(reader.read(100), 2)
+        if data == PROBE:
+            self.accepted -= 1
+            self._probes += 1
         writer.close()
+
+    async def settled(self, within: float = 60.0) -> int:
+        """The connections accepted once every one made so far has been: a probe of our own is
+        accepted after any connection made before it (one listening socket accepts in order,
+        and each handler counts its connection before it reads), so once the probe is seen the
+        count is final for everything that came earlier. Replaces "it would show by now"."""
+        seen = self._probes
+        _reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        try:
+            writer.write(PROBE)
+            await writer.drain()
+            async with asyncio.timeout(within):
+                while True:
+                    if self._probes > seen:
+                        return self.accepted
+                    await asyncio.sleep(0.01)
+        finally:
+            writer.close()

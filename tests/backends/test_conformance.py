@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import uuid
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from backends.base import (
 )
 from hub.core.errors import Busy
 from hub.core.execution.result import ExecEvent
+from tests.backends.helpers import BOUND_S
 from tests.backends.rigs import Listener, Rig
 
 MIB = 1024 * 1024
@@ -90,20 +90,18 @@ async def test_command_without_source_or_argv_is_invalid(rig: Rig) -> None:
 
 
 async def test_large_stdin_not_read_does_not_hang(rig: Rig) -> None:
-    started = time.monotonic()
-    result = await rig.run("echo ignored-stdin", stdin=b"x" * (4 * MIB))
+    async with asyncio.timeout(BOUND_S):  # a hang fails here
+        result = await rig.run("echo ignored-stdin", stdin=b"x" * (4 * MIB))
     assert result.status == "completed" and result.stdout == b"ignored-stdin\n"
-    assert time.monotonic() - started < 10
 
 
 async def test_timeout_stops_an_infinite_loop(rig: Rig) -> None:
     marker = f"loop-{uuid.uuid4().hex}"
     request = rig.request(f"exec sh -c 'while :; do :; done' {marker}", timeout_ms=1000)
-    started = time.monotonic()
-    result = await rig.run_request(request)
-    elapsed = time.monotonic() - started
+    async with asyncio.timeout(BOUND_S):
+        result = await rig.run_request(request)
     assert (result.status, result.reason, result.exit_code) == ("failed", "timeout", 124)
-    assert 1.0 <= elapsed < 1.0 + GRACE_S + SLACK_S
+    assert result.duration_ms >= 1000  # the backend's own clock: not before the timeout
     assert any(d.code == "timeout" for d in result.diagnostics)
     assert await rig.leftovers(request.exec_id, marker) == []
 
@@ -114,14 +112,13 @@ async def test_kill_mid_run_keeps_partial_output(rig: Rig) -> None:
     events = rig.backend.execute(request, None)
     first = await anext(events)
     assert isinstance(first, OutputChunk) and first.data == b"partial\n"
-    started = time.monotonic()
-    assert await rig.backend.cancel(request.exec_id) is True
-    rest = [event async for event in events]
+    async with asyncio.timeout(BOUND_S):
+        assert await rig.backend.cancel(request.exec_id) is True
+        rest = [event async for event in events]
     result = rest[-1]
     assert isinstance(result, ExecutionResult)
     assert (result.status, result.reason, result.exit_code) == ("cancelled", "killed", 130)
     assert result.stdout == b"partial\n"
-    assert time.monotonic() - started < GRACE_S + SLACK_S
     assert await rig.leftovers(request.exec_id, marker) == []
     # Finished: a second kill is a no-op.
     assert await rig.backend.cancel(request.exec_id) is False
@@ -165,9 +162,8 @@ async def test_closing_the_stream_early_kills_the_program(rig: Rig) -> None:
 
 
 async def test_ten_megabytes_of_output_are_truncated_quickly(rig: Rig) -> None:
-    started = time.monotonic()
-    result = await rig.run("head -c 10000000 /dev/zero | tr '\\0' x; echo done >&2")
-    assert time.monotonic() - started < 10
+    async with asyncio.timeout(BOUND_S):
+        result = await rig.run("head -c 10000000 /dev/zero | tr '\\0' x; echo done >&2")
     assert result.status == "completed"
     assert result.stdout_truncated and not result.stderr_truncated
     assert len(result.stdout) == MIB and result.stdout == b"x" * MIB
@@ -195,8 +191,7 @@ async def test_network_disabled_means_no_connection(rig: Rig, listener: Listener
     assert policy.network == "disabled"
     result = await rig.run(source, language=language, policy=policy)
     assert result.status == "failed", result
-    await asyncio.sleep(0.2)
-    assert listener.accepted == 0
+    assert await listener.settled() == 0
 
 
 async def test_hub_environment_is_invisible(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:

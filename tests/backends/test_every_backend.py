@@ -421,3 +421,30 @@ async def test_a_closed_backend_is_unavailable(subject: Subject) -> None:
     with pytest.raises(BackendUnavailable):
         await subject.run(subject.dialect.ok)
     await subject.backend.aclose()  # idempotent
+
+
+async def test_admit_refuses_what_execute_would(subject: Subject) -> None:
+    """``admit`` (run by the runtime before ``execRequested`` is written) refuses what
+    ``execute`` would refuse before running, and holds nothing for a refused request."""
+    languages = subject.backend.capabilities.languages
+    other = next(lang for lang in ExecutionLanguage if lang not in languages)
+    with pytest.raises(UnsupportedLanguage):
+        await subject.backend.admit(subject.request(Source("x"), language=other))
+    caps = subject.backend.capabilities
+    if not caps.enforces_cpu:
+        with pytest.raises(UnsupportedPolicy):
+            await subject.backend.admit(
+                subject.request(subject.dialect.ok, policy=subject.base.replace(cpus=1.0))
+            )
+    request = subject.request(subject.dialect.ok)
+    admission = await subject.backend.admit(request)
+    with pytest.raises(Busy):  # the id is held until its run takes it
+        await subject.backend.admit(request)
+    result, _ = await drain(subject.backend.execute(request, None))
+    assert result.status == "completed", result
+    admission.release()  # a no-op: the run took the slot
+    again = await subject.backend.admit(request)  # the id is free again
+    again.release()
+    await subject.backend.aclose()
+    with pytest.raises(BackendUnavailable):
+        await subject.backend.admit(subject.request(subject.dialect.ok))

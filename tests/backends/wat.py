@@ -89,6 +89,19 @@ GROW_MEMORY: Final = """
       (br $grow))))
 """
 
+# Grows its memory one page at a time until memory.grow fails, then exits with the number of
+# 64 KiB pages it got: the exit code says the size the cap was enforced at.
+GROW_MEMORY_REPORT: Final = f"""
+(module
+  (import {_WASI} "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (func (export "_start")
+    (loop $grow
+      (if (i32.eq (memory.grow (i32.const 1)) (i32.const -1))
+        (then (call $exit (memory.size))))
+      (br $grow))))
+"""
+
 # Sleeps one hour in poll_oneoff (a relative clock subscription).
 SLEEP_AN_HOUR: Final = f"""
 (module

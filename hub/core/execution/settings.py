@@ -76,6 +76,9 @@ class RuntimeSettings(_Table, frozen=True):
     """Executions running at once per hub; more → ``busy``."""
     max_readers: _Positive = 8
     """Live ``getExec`` readers per execution; more → ``busy``."""
+    journal_cache_bytes: _Positive = 64 * 1024 * 1024
+    """About this many bytes of execution journals are kept in memory; beyond it the least
+    recently used journals without readers are evicted and reloaded from the log on demand."""
     retention_keep: _Positive = 100
     """Finished executions always kept per workspace."""
     retention_window_s: Annotated[int, msgspec.Meta(ge=0)] = 3600

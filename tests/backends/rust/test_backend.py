@@ -277,11 +277,10 @@ async def test_type_error_returns_diagnostics(backend: RustBackend) -> None:
 
 async def test_fn_main_is_refused_before_compiling(backend: RustBackend) -> None:
     builds = backend.builds
-    began = time.monotonic()
     with pytest.raises(InvalidCode) as caught:
         await run(backend, 'fn main() { println!("hi"); }')
     assert caught.value.details["reason"] == "fnMain"
-    assert time.monotonic() - began < 0.5 and backend.builds == builds
+    assert backend.builds == builds  # refused before any build started
 
 
 async def test_panic_gives_a_non_zero_exit(backend: RustBackend) -> None:

@@ -417,3 +417,33 @@ async def test_a_wasm_module_inline_then_by_blob(
     assert inline["stdout"] == by_blob["stdout"] != ""
     assert logged["language"] == "wasm" and set(logged["module"]) == {"blob"}
     assert (both["op"], both["code"]) == ("error", "badRequest")
+
+
+DEEP_PYTHON = "x = 1\nfor i in range(980):\n    x = [x]\nx"
+DEEP_HARNESS = "import sys\nsys.stdout.write('[' * 900 + ']' * 900 + '\\n')"
+
+
+async def test_a_value_too_deep_for_the_log_ends_the_run_output_limit(
+    runtime_hub: HubProcess,
+) -> None:
+    """Issue #11 item 1 (exec): a value nested ~980 deep from the python backend, and a
+    harness value line nested 900 deep from a command backend (process, ``language: python``)
+    never reach ``execFinished`` as they are: each run is ``failed/outputLimit`` with a
+    diagnostic naming ``max_depth``; ``execResult`` answers, and the hub restarts and answers
+    again."""
+    async with exec_peer(runtime_hub.url) as p:
+        python = await p.run(source=DEEP_PYTHON, backend="python")
+        harness = await p.run(source=DEEP_HARNESS, backend="process", language="python")
+    for result in (python, harness):
+        assert (result["status"], result["reason"]) == ("failed", "outputLimit"), result
+        assert "value" not in result
+        (note,) = result["diagnostics"]
+        assert note["code"] == "outputLimit" and "max_depth" in note["message"]
+    assert runtime_hub.terminate() == 0
+    runtime_hub.restart()
+    async with exec_peer(runtime_hub.url) as p:
+        for before in (python, harness):
+            reply = await p.call("execResult", workspace="w", execId=before["execId"])
+            assert reply["op"] == "execResult", reply
+            assert reply["result"]["reason"] == "outputLimit"
+        assert (await p.run(source="true"))["status"] == "completed"  # it serves as before

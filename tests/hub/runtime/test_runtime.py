@@ -12,6 +12,7 @@ import msgspec
 import pytest
 
 from backends.base import (
+    Admission,
     BackendCapabilities,
     ExecEvent,
     ExecutionIsolation,
@@ -89,6 +90,9 @@ class Scripted:
 
     async def probe(self) -> tuple[bool, str]:
         return True, ""
+
+    async def admit(self, request: ExecutionRequest) -> Admission:
+        return Admission(None, request.exec_id)  # no cap: the hub's is tested
 
     async def execute(
         self, request: ExecutionRequest, workdir: Path | None, access: object = None
@@ -282,3 +286,87 @@ async def test_recovery_closes_open_executions(tmp_path: Path) -> None:
         ("execFinished", "queued"),  # never started: no output note
     ]
     assert all(e.producer == "hub" for e in events[3:])
+
+
+async def wasm_rig(tmp_path: Path, max_concurrent: int) -> AsyncIterator[Rig]:
+    from backends.wasm import WasmBackend
+
+    async with open_store(None, tmp_path / "data") as store:
+        workspaces = Workspaces(store)
+        backend = WasmBackend("wasm", max_concurrent=max_concurrent, blobs=store.blobs)
+        registry = BackendRegistry([BackendInstance("wasm", "wasm", "read-write", backend)])
+        runtime = Runtime(workspaces, registry, RuntimeSettings())
+        rig = Rig(workspaces, runtime, backend)  # type: ignore[arg-type]
+        await runtime.recover()
+        rig.task = asyncio.create_task(runtime.run(rig.stop))
+        await asyncio.sleep(0)
+        try:
+            yield rig
+        finally:
+            rig.stop.set()
+            await rig.task
+
+
+async def test_runs_over_a_backends_cap_are_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    """Issue #11 item 9: 10 parallel wasm runs on a backend capped at 3 — the 7 extras are
+    refused with ``busy`` and no ``execRequested`` is written for them; none of the admitted
+    ones ends ``failed/rejected``."""
+    from tests.backends import wat
+
+    loop = wat.wasm(wat.INFINITE_LOOP)
+    async for rig in wasm_rig(tmp_path, max_concurrent=3):
+        frames = [
+            Exec(workspace="w", module=loop, exec_id=f"e{i}", timeout_ms=30_000) for i in range(10)
+        ]
+        outcomes = await asyncio.gather(
+            *(rig.runtime.exec("w", f, capability=CAP) for f in frames), return_exceptions=True
+        )
+        admitted = [o for o in outcomes if isinstance(o, str)]
+        refused = [o for o in outcomes if isinstance(o, Busy)]
+        assert (len(admitted), len(refused)) == (3, 7)
+        assert all(e.details.get("limit") == 3 for e in refused)
+        requested = [e.payload.exec_id for e in await rig.events() if isinstance(e, ExecRequested)]
+        assert sorted(requested) == sorted(admitted)
+        for exec_id in admitted:
+            assert await rig.runtime.kill("w", exec_id, capability=CAP) == "cancelled"
+        # The slots came back: a run after them is admitted and completes.
+        hello = Exec(workspace="w", module=wat.wasm(wat.HELLO), exec_id="after")
+        await rig.runtime.exec("w", hello, capability=CAP)
+        after = await rig.runtime.result("w", "after", capability=CAP)
+        assert after.status == "completed"
+        finished = [e for e in await rig.events() if isinstance(e, ExecFinished)]
+        assert all(e.payload.reason != "rejected" for e in finished)
+
+
+async def test_a_module_that_does_not_compile_is_refused_with_the_head_unchanged(
+    tmp_path: Path,
+) -> None:
+    from hub.core.execution.errors import CompileFailed
+
+    async for rig in wasm_rig(tmp_path, max_concurrent=2):
+        head = await rig.workspaces.store.head("w")
+        broken = Exec(workspace="w", module=b"\x00asm\x01\x00\x00\x00\x01\xff\xff")
+        with pytest.raises(CompileFailed) as caught:
+            await rig.runtime.exec("w", broken, capability=CAP)
+        assert caught.value.code == "badRequest"
+        assert caught.value.details["execCode"] == "compileFailed"
+        assert await rig.workspaces.store.head("w") == head
+        assert await rig.events() == []
+
+
+def test_a_finished_payload_over_the_event_size_is_output_limit() -> None:
+    from hub.core.events import ExecFinishedPayload
+    from hub.core.validation import Limits
+    from hub.runtime.outcome import bounded
+
+    limits = Limits(max_event_bytes=4096)
+    small = ExecFinishedPayload(exec_id="a", status="completed", reason="exit", value="x" * 100)
+    assert bounded(small, limits) is small
+    big = msgspec.structs.replace(small, value="x" * 5000)
+    over = bounded(big, limits)
+    assert (over.status, over.reason, over.value) == ("failed", "outputLimit", None)
+    assert "max_event_bytes" in over.diagnostics[0]["message"]
+    deep = msgspec.structs.replace(small, diagnostics=[{"code": "x", "data": [[[[1]]]]}])
+    assert bounded(deep, Limits(max_depth=3)).reason == "outputLimit"

@@ -191,7 +191,12 @@ async def test_presence_per_agent_across_connections(hub: HubProcess) -> None:
             await two.call("subscribe", workspace=ws, afterSeq=0)
             await one.call("unsubscribe", workspace=ws)  # ann is still there through `two`
             await one.publish(ws, message("still here"))
-            state = (await auditor.call("state", workspace=ws))["state"]
+            # memberJoined is written by a task of the hub (after the recovery index): wait.
+            for _ in range(500):
+                state = (await auditor.call("state", workspace=ws))["state"]
+                if "ann" in state["members"]:
+                    break
+                await asyncio.sleep(0.02)
             assert state["members"]["ann"]["present"] is True
         # `two` disconnected: ann's last subscription ended.
         for _ in range(500):

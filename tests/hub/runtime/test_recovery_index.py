@@ -1,0 +1,167 @@
+"""The recovery index and quarantine (hub/runtime/recovery_index.py, recovery.py): a start reads
+only the workspaces the index names; a workspace whose recovery fails is quarantined — refused
+with ``unavailable`` (``details.quarantined``) — while the hub starts and serves the others; an
+old data directory without the index is scanned once and then indexed. Over real sockets
+against ``agora serve``, with the data written through the store API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from hub.core.events import (
+    ExecRequested,
+    ExecRequestedPayload,
+    MemberJoined,
+    MemberPayload,
+    MessagePayload,
+    MessagePosted,
+)
+from hub.log.codec import READ_MAX_DEPTH
+from hub.log.factory import open_store
+from hub.runtime.recovery_index import INDEX_NAME, RecoveryIndex, load_quarantined
+from tests.support.hub import HubProcess
+from tests.support.peer import exec_peer, of_exec, of_kind
+
+
+def _deep(levels: int) -> object:
+    value: object = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+async def _old_data_dir(data: Path) -> None:
+    """What a hub of today leaves after a crash: an open execution and a present member in
+    ``good``; in ``bad`` an open execution and an event no reader can read back."""
+    async with open_store(None, data) as store:
+        for workspace in ("good", "bad"):
+            await store.append(
+                workspace,
+                [
+                    ExecRequested(
+                        payload=ExecRequestedPayload(exec_id="open", backend="process"),
+                        producer="alice",
+                    )
+                ],
+            )
+        await store.append(
+            "good", [MemberJoined(payload=MemberPayload(agent="alice"), producer="alice")]
+        )
+        poison = MessagePosted(
+            payload=MessagePayload(data=_deep(READ_MAX_DEPTH + 20)), producer="alice"
+        )
+        await store.append("bad", [poison])
+        assert await store.load_snapshot("_agora", INDEX_NAME, 1) is None
+
+
+def _agora(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hub", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+async def test_a_workspace_whose_recovery_fails_is_quarantined_and_the_hub_serves_the_rest(
+    tmp_path: Path, start_runtime_hub: Callable[..., HubProcess]
+) -> None:
+    data = tmp_path / "old"
+    await _old_data_dir(data)
+    hub = start_runtime_hub(data_dir=data)
+    async with exec_peer(hub.url) as p:
+        good = (await p.call("execResult", workspace="good", execId="open"))["result"]
+        bad = await p.call("execResult", workspace="bad", execId="open")
+        published = await p.publish("bad", {"kind": "messagePosted", "payload": {"text": "x"}})
+        ran = await p.run(workspace="good", source="true")
+        left = of_kind(await p.log("good"), "memberLeft")
+    assert (good["status"], good["reason"]) == ("failed", "interrupted")
+    assert ran["status"] == "completed"
+    assert [e["payload"]["reason"] for e in left] == ["interrupted"]
+    for refused in (bad, published):
+        assert refused["op"] == "error" and refused["code"] == "unavailable", refused
+        assert "IntegrityError" in refused["details"]["quarantined"]
+    assert "quarantined" in hub.log()
+    assert hub.terminate() == 0
+
+    # The index now says what a start must look at: nothing open, ``bad`` quarantined (so
+    # tried again at every start until it recovers).
+    async with open_store(None, data) as store:
+        index = RecoveryIndex(store)
+        await index.open()
+        assert index.complete and index.executions == set()
+        assert index.members == set()
+        assert set(index.quarantined) == {"bad"}
+        assert set(await load_quarantined(store)) == {"bad"}
+    listed = _agora("workspaces", "--data", str(data), "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["workspace"]: row for row in json.loads(listed.stdout)}
+    assert "IntegrityError" in rows["bad"]["quarantined"] and "quarantined" not in rows["good"]
+
+    hub.restart()  # again: the hub starts, ``bad`` is still refused, ``good`` served
+    async with exec_peer(hub.url) as p:
+        again = await p.publish("bad", {"kind": "messagePosted", "payload": {"text": "x"}})
+        fine = await p.publish("good", {"kind": "messagePosted", "payload": {"text": "x"}})
+    assert again["code"] == "unavailable" and fine["op"] == "ack", (again, fine)
+
+
+async def test_a_start_reads_only_what_the_index_names(
+    tmp_path: Path, start_runtime_hub: Callable[..., HubProcess]
+) -> None:
+    """With the index in place, an open execution the index does not name is not looked for
+    (the proof that the start did not fold that log); one it names is closed."""
+    hub = start_runtime_hub()
+    async with exec_peer(hub.url) as p:
+        await p.run(source="true")  # the index exists (written at start, kept since)
+    hub.kill()
+    async with open_store(None, hub.data_dir) as store:
+        for workspace in ("named", "unnamed"):
+            await store.append(
+                workspace,
+                [
+                    ExecRequested(
+                        payload=ExecRequestedPayload(exec_id="x", backend="process"),
+                        producer="alice",
+                    )
+                ],
+            )
+        index = RecoveryIndex(store)
+        await index.open()
+        assert index.complete
+        await index.opening(index.executions, ("named", "x"))
+    hub.restart()
+    async with exec_peer(hub.url) as p:
+        named = of_kind(of_exec(await p.log("named"), "x"), "execFinished")
+        unnamed = of_kind(of_exec(await p.log("unnamed"), "x"), "execFinished")
+    assert [e["payload"]["reason"] for e in named] == ["interrupted"]
+    assert unnamed == []
+
+
+async def test_journals_are_evicted_within_their_byte_bound_and_reloaded(tmp_path: Path) -> None:
+    from hub.runtime.journal import Journals
+    from hub.workspaces import Workspaces
+
+    async with open_store(None, tmp_path / "data") as store:
+        for i in range(20):
+            drafts = [
+                ExecRequested(
+                    payload=ExecRequestedPayload(exec_id=f"e{j}", backend="process"),
+                    producer="alice",
+                )
+                for j in range(10)
+            ]
+            await store.append(f"w{i}", drafts)
+        workspaces = Workspaces(store)
+        journals = Journals(workspaces, cache_bytes=30_000)
+        for i in range(20):
+            journal = await journals.get(f"w{i}")
+            assert journal.record("e9") is not None
+        kept = journals.loaded
+        assert 0 < len(kept) < 20
+        assert sum(j.approx_bytes() for j in kept) <= 30_000
+        assert kept[-1].workspace == "w19"  # the most recently used stay
+        again = await journals.get("w0")  # evicted: reloaded from the log on demand
+        assert again.record("e0") is not None and again.seq == 10
+        await asyncio.sleep(0)

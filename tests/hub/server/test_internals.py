@@ -1,0 +1,38 @@
+"""Internals the batched writer (hub/server/connection.py ``_write``) leans on, pinned: websockets
+has an upper bound in pyproject.toml and this test names the internal when it moves."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import websockets
+from websockets.asyncio.client import connect
+from websockets.asyncio.server import ServerConnection, serve
+
+
+def test_websockets_major() -> None:
+    major = int(websockets.version.version.split(".")[0])
+    assert 14 <= major < 18, f"websockets {major}: re-check send_context/send_in_progress"
+
+
+async def test_send_context_and_protocol_send_text() -> None:
+    """On a real connection: ``send_context()`` is an async context manager, ``send_in_progress``
+    an attribute, and ``protocol.send_text`` frames text the peer receives as one message."""
+    seen: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def handler(ws: ServerConnection) -> None:
+        assert hasattr(ws, "send_in_progress"), "websockets Connection.send_in_progress is gone"
+        assert ws.send_in_progress is None
+        context = getattr(ws, "send_context", None)
+        assert callable(context), "websockets Connection.send_context is gone"
+        async with context():
+            ws.protocol.send_text(b'{"ok":1}')
+        with contextlib.suppress(Exception):
+            await ws.wait_closed()
+
+    async with serve(handler, "127.0.0.1", 0) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        async with connect(f"ws://127.0.0.1:{port}") as client:
+            seen.set_result(str(await asyncio.wait_for(client.recv(), 30)))
+    assert seen.result() == '{"ok":1}'
