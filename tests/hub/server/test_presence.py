@@ -37,7 +37,7 @@ async def log_of(ws: Workspaces, workspace: str) -> list[tuple[str, str, str | N
 
 async def test_first_in_and_last_out_are_recorded_in_order(workspaces: Workspaces) -> None:
     tasks = OwnedTasks()
-    presence = Presence(workspaces, tasks)
+    presence = Presence(workspaces, tasks, grace_s=0)
     async with asyncio.TaskGroup() as tg:  # waits for every write, as the hub's group does
         tasks.attach(tg)
         presence.enter("alice", "w")
@@ -62,7 +62,7 @@ async def test_first_in_and_last_out_are_recorded_in_order(workspaces: Workspace
 
 
 async def test_nothing_is_written_while_the_hub_is_not_running(workspaces: Workspaces) -> None:
-    presence = Presence(workspaces, OwnedTasks())  # never attached: stopping, or not started
+    presence = Presence(workspaces, OwnedTasks(), grace_s=0)  # never attached: stopping, or not started
     presence.enter("alice", "w")
     assert presence.count("alice", "w") == 1
     assert await log_of(workspaces, "w") == []
@@ -71,7 +71,7 @@ async def test_nothing_is_written_while_the_hub_is_not_running(workspaces: Works
 async def test_recover_closes_what_a_crashed_run_left_present(workspaces: Workspaces) -> None:
     joined = MemberJoined(payload=MemberPayload(agent="alice", via="websocket"))
     await workspaces.publish("w", [joined], producer="alice", trusted=True)
-    presence = Presence(workspaces, OwnedTasks())
+    presence = Presence(workspaces, OwnedTasks(), grace_s=0)
     assert await presence.recover() == 1
     assert await log_of(workspaces, "w") == [
         ("memberJoined", "alice", None),
