@@ -92,16 +92,22 @@ class SendQueue(Generic[T]):
 
     @property
     def overflowing(self) -> bool:
-        """Whether the queue holds more than ``max_bytes`` (the connection must close)."""
-        return self.max_bytes is not None and self.bytes > self.max_bytes
+        """Whether the queue holds more than ``max_bytes`` (the connection must close). One
+        frame alone never counts as over: else a frame larger than ``max_bytes`` (but within
+        ``max_frame_bytes``) could never be sent, and the client would be cut at it forever."""
+        return self.max_bytes is not None and self.bytes > self.max_bytes and len(self._items) > 1
 
     def offer(self, item: T) -> bool:
         """Append ``item`` unless the queue is full (in frames, or in bytes with ``item``);
         return whether it was appended."""
         if len(self._items) >= self.maxsize:
             return False
-        if self.max_bytes is not None and self.bytes + self._measure(item) > self.max_bytes:
-            return False
+        if (
+            self.max_bytes is not None
+            and self._items
+            and self.bytes + self._measure(item) > self.max_bytes
+        ):
+            return False  # (into an empty queue any one frame fits: see overflowing)
         self._append(item)
         return True
 

@@ -62,7 +62,8 @@ async def test_first_in_and_last_out_are_recorded_in_order(workspaces: Workspace
 
 
 async def test_nothing_is_written_while_the_hub_is_not_running(workspaces: Workspaces) -> None:
-    presence = Presence(workspaces, OwnedTasks(), grace_s=0)  # never attached: stopping, or not started
+    # Never attached: stopping, or not started.
+    presence = Presence(workspaces, OwnedTasks(), grace_s=0)
     presence.enter("alice", "w")
     assert presence.count("alice", "w") == 1
     assert await log_of(workspaces, "w") == []
