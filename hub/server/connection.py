@@ -136,10 +136,11 @@ class Connection:
     def overflow(self) -> None:
         self.stop(CloseCode.TOO_SLOW)
 
-    async def _put(self, item: Outgoing) -> bool:
-        """Queue a reply or catch-up frame (waiting for room); False when that took the queue
-        over ``[limits] send_queue_bytes``: the connection is then closed with 4408."""
-        await self.queue.put(item)
+    async def _put(self, item: Outgoing, *, paced: bool = False) -> bool:
+        """Queue a reply, or a catch-up/stream frame (``paced``: waits for room in bytes too);
+        False when that took the queue over ``[limits] send_queue_bytes``: the connection is
+        then closed with 4408 (a client that sends requests and reads no replies)."""
+        await self.queue.put(item, paced=paced)
         return self._within_bytes()
 
     def _push(self, item: Outgoing) -> bool:
@@ -460,7 +461,7 @@ class Connection:
                     frame = encode_exec_event_frame(
                         request.rid, request.workspace, request.exec_id, encode_event(event), text
                     )
-                    if not await self._put((frame, None, NOT_AN_EVENT)):
+                    if not await self._put((frame, None, NOT_AN_EVENT), paced=True):
                         return
             except Exception as e:
                 await self._perform(self._failed(request, e))
@@ -546,7 +547,8 @@ class Connection:
                 for seq, body in page:
                     if seq > head:
                         break
-                    if not await self._put((encode_event_frame(workspace, body), workspace, seq)):
+                    item = (encode_event_frame(workspace, body), workspace, seq)
+                    if not await self._put(item, paced=True):
                         return
                     cursor.advance(seq)
             subscription.go_live()

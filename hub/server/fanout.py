@@ -52,10 +52,10 @@ class SendQueue(Generic[T]):
 
     The byte bound is what bounds memory (a frame may be as large as ``max_frame_bytes``, or
     a ``state`` reply larger): :meth:`offer` refuses a frame that would take the queue over
-    ``max_bytes``; :meth:`put` also waits while the queue holds half of ``max_bytes``; a frame
-    appended anyway (:meth:`push`, or one :meth:`put` larger than the room left) can take it
-    over, which :attr:`overflowing` reports and the connection answers with 4408, as it
-    does a refused offer.
+    ``max_bytes``; a paced :meth:`put` also waits while the queue holds half of
+    ``max_bytes``; a frame appended anyway (:meth:`push`, an unpaced :meth:`put` of a reply,
+    or one frame larger than the room left) can take it over, which :attr:`overflowing`
+    reports and the connection answers with 4408, as it does a refused offer.
 
     The writer takes frames with :meth:`wait` then :meth:`popleft` (everything queued at once,
     see ``hub.server.connection``; :meth:`peek` looks first) or with :meth:`get`.
@@ -115,21 +115,24 @@ class SendQueue(Generic[T]):
         """Append ``item`` whatever the queue holds (the caller bounds how many it pushes)."""
         self._append(item)
 
-    async def put(self, item: T) -> None:
-        """Append ``item`` once the queue is below its low-water mark."""
-        await self.wait_room()
+    async def put(self, item: T, *, paced: bool = False) -> None:
+        """Append ``item`` once the queue is below its low-water mark in frames and, when
+        ``paced`` (a stream the hub reads at its own pace: catch-up, ``getExec``), in bytes.
+        A reply is not paced by bytes: it counts, and a client that does not read its
+        replies takes the queue over ``max_bytes`` (:attr:`overflowing`)."""
+        await self.wait_room(paced=paced)
         self._append(item)
 
-    async def wait_room(self) -> None:
-        """Wait until the queue is below its low-water marks (at once if it is)."""
-        while self._above_low_water():
+    async def wait_room(self, *, paced: bool = True) -> None:
+        """Wait until the queue is below its low-water marks (bytes too when ``paced``)."""
+        while self._above_low_water(paced):
             self._room.clear()
             await self._room.wait()
 
-    def _above_low_water(self) -> bool:
+    def _above_low_water(self, paced: bool = True) -> bool:
         if len(self._items) >= self.low_water:
             return True
-        return self.low_water_bytes is not None and self.bytes >= self.low_water_bytes
+        return paced and self.low_water_bytes is not None and self.bytes >= self.low_water_bytes
 
     def _measure(self, item: T) -> int:
         return 0 if self._size is None else self._size(item)
