@@ -152,8 +152,8 @@ class SendQueue(Generic[T]):
         item = self._items.popleft()
         if self._size is not None:
             self.bytes -= self._size(item)
-        if not self._above_low_water():
-            self._room.set()
+        if not self._above_low_water(paced=False):
+            self._room.set()  # each waiter checks its own marks again (bytes for paced ones)
         return item
 
     async def get(self) -> T:
@@ -165,7 +165,7 @@ class SendQueue(Generic[T]):
         self._items.append(item)
         self.bytes += self._measure(item)
         self._not_empty.set()
-        if self._above_low_water():
+        if self._above_low_water(paced=False):
             self._room.clear()
 
 
