@@ -90,14 +90,15 @@ async def test_a_frame_of_exactly_max_frame_bytes_never_breaks_a_default_reader(
     max_event_bytes; a websockets client with default limits then reads every event."""
     workspace = ws_name()
     async with peer(door.hub.url, mint("big")) as p:
+        payload = {"text": ""}
         frame = {
             "op": "publish",
             "rid": 1,
             "workspace": workspace,
-            "events": [{"kind": "messagePosted", "payload": {"text": ""}}],
+            "events": [{"kind": "messagePosted", "payload": payload}],
         }
         pad = DEFAULT_MAX_FRAME_BYTES - len(json.dumps(frame, separators=(",", ":")))
-        frame["events"][0]["payload"]["text"] = "x" * pad
+        payload["text"] = "x" * pad
         data = json.dumps(frame, separators=(",", ":"))
         assert len(data.encode()) == DEFAULT_MAX_FRAME_BYTES
         await p.send(data)
