@@ -57,6 +57,9 @@ class ServerConfig(_Section, frozen=True):
     # permessage-deflate costs more CPU than it saves on small event frames; opt in for
     # large-payload workloads over slow links.
     compression: Literal["deflate"] | None = None
+    # A subscriber that reconnects within this many seconds keeps its presence: no
+    # memberLeft/memberJoined pair per reconnect (0: record every leave at once).
+    presence_grace_s: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 5.0
 
 
 class LimitsConfig(SessionLimits, _Section, frozen=True):
@@ -68,6 +71,14 @@ class LimitsConfig(SessionLimits, _Section, frozen=True):
 
     max_frame_bytes: Positive = DEFAULT_MAX_FRAME_BYTES
     send_queue: Positive = 4096  # frames queued per connection before close 4408
+    # Bytes queued per connection (events and replies) before close 4408: memory per
+    # connection is bounded in bytes, not only in frames (a frame may be max_frame_bytes).
+    send_queue_bytes: Positive = 8 * 1024 * 1024
+    max_connections: Positive = 1024  # open WebSocket connections; over it: HTTP 503
+    max_connections_per_agent: Positive = 64  # authenticated; over it: error busy, close 1013
+    hello_timeout_s: Seconds = 10.0  # to authenticate after the handshake; then close 4401
+    # Inline file content one `state` reply with "contents": true may carry (tooLarge over it).
+    max_state_contents_bytes: Positive = 4 * 1024 * 1024
     max_file_bytes: Positive = DEFAULT_LIMITS.max_file_bytes
     blob_threshold: Positive = DEFAULT_LIMITS.blob_threshold
     snapshot_every: Positive = 1000  # events between projection snapshots

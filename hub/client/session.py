@@ -23,7 +23,11 @@ protocol every frame read and writes what it returns.
 - **Typed errors.** ``error`` frames become :mod:`hub.core.errors` classes in one place
   (:func:`~hub.client.errors.error_from_frame`); close codes that must not be retried (4401,
   1008, 1009) become :class:`~hub.core.errors.Unauthorized`,
-  :class:`~hub.core.errors.BadRequest` and :class:`~hub.core.errors.TooLarge`.
+  :class:`~hub.core.errors.BadRequest` and :class:`~hub.core.errors.TooLarge`; so does a
+  frame over the client's own ``max_frame_bytes`` (1009 from the client's side: the same
+  frame would come again on every reconnect). A close that repeats
+  :data:`MAX_IDENTICAL_CLOSES` times in a row with nothing delivered in between fails the
+  session too: no silent endless reconnect.
 
 One task per session owns the connection: it reads frames, hands them to the protocol and
 routes what comes back (replies by ``rid``, events by workspace), and reconnects; a second task
@@ -94,7 +98,12 @@ DEFAULT_HISTORY_BYTES: Final = 32 * 1024 * 1024
 """... and at most this many bytes of them (as received)."""
 
 DEFAULT_MAX_FRAME: Final = 64 * 1024 * 1024
-"""Largest frame the client accepts (``state`` frames carry inline file content)."""
+"""Largest frame the client accepts (``state`` frames with ``contents`` carry file text)."""
+
+MAX_IDENTICAL_CLOSES: Final = 5
+"""Connections in a row that may end with the same close code and reason, with no event
+delivered in between, before the session fails with that error instead of reconnecting again
+(the hub refuses something every time: reconnecting cannot help)."""
 
 
 class _Pending:
@@ -135,6 +144,7 @@ class Session:
         verify: bool = False,
         checkpoint_key: str | NoteVerifier | None = None,
         witness_file: str | Path | None = None,
+        max_identical_closes: int = MAX_IDENTICAL_CLOSES,
     ) -> None:
         self.url = url
         self.agent = ""
@@ -161,6 +171,8 @@ class Session:
         self._closing: asyncio.Future[None] | None = None
         self._failure: AgoraError | None = None
         self._reconnects = 0
+        self._max_identical_closes = max(1, max_identical_closes)
+        self._delivered = 0  # events handed to feeds: progress between two closes
         self.last_close: tuple[int | None, str] | None = None
         """The close code and reason of the last connection that ended (None: none did)."""
         self.verifier: CheckpointVerifier | None = None
@@ -295,11 +307,22 @@ class Session:
 
     async def _run(self, ws: ClientConnection) -> None:
         """The session's task: serve one connection after another until a fatal close."""
+        repeats = 0
         try:
             while True:
+                delivered = self._delivered
                 code, reason = await self._serve(ws)
+                same = self.last_close == (code, reason) and self._delivered == delivered
+                repeats = repeats + 1 if same and code != CloseCode.SHUTDOWN else 1
                 self.last_close = code, reason
                 fatal = self._failure or close_error(code, reason)
+                if fatal is None and repeats >= self._max_identical_closes:
+                    fatal = Unavailable(
+                        f"the hub closed {repeats} connections in a row the same way "
+                        f"({code}: {reason or 'no reason'}) with nothing delivered; giving up",
+                        closeCode=code,
+                        repeats=repeats,
+                    )
                 if fatal is not None:
                     raise fatal
                 if not self._reconnect:
@@ -362,6 +385,12 @@ class Session:
             with contextlib.suppress(asyncio.CancelledError):
                 await writer
         await ws.close()
+        protocol = ws.protocol
+        sent = protocol.close_sent
+        if protocol.close_rcvd is None and sent is not None and sent.code == CloseCode.TOO_BIG:
+            # This client failed the connection: a frame over its own max_frame_bytes. The
+            # hub would send the same frame again after a reconnect.
+            return sent.code, f"a frame over this client's max_frame_bytes ({self._max_frame})"
         return ws.close_code, ws.close_reason or ""
 
     def _attach(self, ws: ClientConnection) -> None:
@@ -483,6 +512,7 @@ class Session:
         incoming = self._protocol.receive(raw)
         match incoming:
             case EventIn():
+                self._delivered += 1
                 feed = self._feeds.get(incoming.workspace)
                 if feed is not None:
                     feed.on_event(incoming)
@@ -554,6 +584,7 @@ def connect(
     verify: bool = False,
     checkpoint_key: str | NoteVerifier | None = None,
     witness_file: str | Path | None = None,
+    max_identical_closes: int = MAX_IDENTICAL_CLOSES,
 ) -> Session:
     """A session with the hub at ``url`` (``ws://host:port``), authenticated by ``token``.
 
@@ -564,8 +595,9 @@ def connect(
     try). ``history``/``history_bytes``: the recent events kept per followed workspace (a
     subscriber further behind is replayed from the log). ``retry_rate_limited``: a publish
     refused with ``rateLimited`` is sent again after the wait the hub names (a few times)
-    instead of raising :class:`~hub.core.errors.RateLimited`. ``compression``: ``"deflate"`` to
-    offer permessage-deflate (off by default: it costs latency on a LAN).
+    instead of raising :class:`~hub.core.errors.RateLimited`. ``max_identical_closes``: see
+    :data:`MAX_IDENTICAL_CLOSES`. ``compression``: ``"deflate"`` to offer permessage-deflate
+    (off by default: it costs latency on a LAN).
 
     ``verify``: check every checkpoint the hub shows (``ws.checkpoint()``,
     ``ws.verify_inclusion(event)``) against ``checkpoint_key`` (the hub's public key, pinned:
@@ -588,4 +620,5 @@ def connect(
         verify=verify,
         checkpoint_key=checkpoint_key,
         witness_file=witness_file,
+        max_identical_closes=max_identical_closes,
     )

@@ -17,7 +17,7 @@ import asyncio
 import base64
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 import msgspec
@@ -294,10 +294,24 @@ class Workspace:
         if feed is not None:
             feed.leave()
 
-    async def state(self, at_seq: int | None = None) -> WorkspaceState:
+    async def state(
+        self,
+        at_seq: int | None = None,
+        *,
+        contents: bool = False,
+        paths: Sequence[str] | None = None,
+    ) -> WorkspaceState:
         """The workspace state (files, work items, executions, artifacts, members), now or at
-        ``at_seq``. Raises ``Forbidden`` (no read right), ``BadRequest``."""
-        reply = await self.session.request(frames.GetState(workspace=self.name, at_seq=at_seq))
+        ``at_seq``. Files carry metadata only unless ``contents`` (inline text/base64, bounded
+        by the hub's ``max_state_contents_bytes``); ``paths``: only these files. Raises
+        ``Forbidden`` (no read right), ``BadRequest``, ``TooLarge`` (contents over the cap)."""
+        frame = frames.GetState(
+            workspace=self.name,
+            at_seq=at_seq,
+            contents=contents,
+            paths=None if paths is None else list(paths),
+        )
+        reply = await self.session.request(frame)
         if not isinstance(reply, frames.StateFrame):
             raise Internal(f"unexpected reply to state: {type(reply).__name__}")
         try:
@@ -354,7 +368,7 @@ class Workspace:
         """The current content of ``path`` from the state: ``str`` if it was written as text,
         else ``bytes``. Raises ``NotFound`` (no such file, or the content lives in the blob
         store, which ``agora.v1`` cannot read: ``details['blob']``)."""
-        entry = (await self.state()).files.get(path)
+        entry = (await self.state(contents=True, paths=[path])).files.get(path)
         if entry is None:
             raise NotFound(f"no file {path!r} in workspace {self.name!r}", path=path)
         if entry.text is not None:

@@ -141,6 +141,7 @@ class CloseCode(enum.IntEnum):
     POLICY = 1008  # abuse: too many bad frames
     TOO_BIG = 1009  # a frame over the size limit
     INTERNAL = 1011
+    TRY_AGAIN = 1013  # over a connection cap: reconnect later
     UNAUTHORIZED = 4401  # no valid token, or it expired
     TOO_SLOW = 4408  # send queue overflowed; resume with afterSeq
 

@@ -33,9 +33,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine, Sequence
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from websockets.asyncio.server import ServerConnection, serve
+from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
 from hub.auth import TokenSigner
@@ -50,6 +52,7 @@ from hub.log.base import EventStore
 from hub.revocations import Revocations
 from hub.runtime import BackendRegistry, Runtime, RuntimeSettings
 from hub.runtime.recovery_index import RecoveryIndex
+from hub.server.admission import Admission
 from hub.server.checkpoint_ops import AuditOps
 from hub.server.connection import Connection
 from hub.server.fanout import Fanout
@@ -138,7 +141,13 @@ class Hub:
         self.cluster: ClusterNode | None = None
         # What start has to close, without reading every log (kept only on a store of our own).
         self.recovery_index = RecoveryIndex(store)
-        self.presence = Presence(self.workspaces, self.tasks, self.recovery_index)
+        self.presence = Presence(
+            self.workspaces,
+            self.tasks,
+            self.recovery_index,
+            grace_s=config.server.presence_grace_s,
+        )
+        self.admission = Admission(limits.max_connections, limits.max_connections_per_agent)
         settings = runtime or config.runtime
         registry = BackendRegistry.from_config(
             config.backends,
@@ -190,7 +199,10 @@ class Hub:
 
     async def _serve(self, stop: asyncio.Event, on_ready: Callable[[str], None] | None) -> None:
         host, port = self.config.server.host, self.config.server.port
-        async with serve(self._handle, host, port, **server_options(self.config)) as server:
+        options = server_options(self.config)
+        async with serve(
+            self._handle, host, port, process_request=self._admit, **options
+        ) as server:
             bound = server.sockets[0].getsockname()[1] if server.sockets else port
             shown = f"[{host}]" if ":" in host else host
             self.url = f"ws://{shown}:{bound}"
@@ -198,6 +210,7 @@ class Hub:
                 on_ready(self.url)
             await stop.wait()
             self.stopping = True
+            self.presence.flush()  # leaves held for a reconnect are written now
             log.info("stopping: closing connections with 1001")
         # Leaving ``serve``: stopped accepting, closed connections (1001), handlers returned.
         log.info("connections closed; finishing pending writes")
@@ -212,5 +225,16 @@ class Hub:
 
     # -- connections ----------------------------------------------------------------------------
 
+    def _admit(self, ws: ServerConnection, request: Request) -> Response | None:
+        """Refuse the handshake (HTTP 503) when ``[limits] max_connections`` are open."""
+        if not self.admission.full:
+            return None
+        log.warning("refused a connection: %d open (max_connections)", self.admission.open)
+        return ws.respond(HTTPStatus.SERVICE_UNAVAILABLE, "too many connections\n")
+
     async def _handle(self, ws: ServerConnection) -> None:
-        await Connection(self, ws).run()
+        self.admission.connected()
+        try:
+            await Connection(self, ws).run()
+        finally:
+            self.admission.disconnected()

@@ -26,15 +26,27 @@ object and writes them with one ``transport.write`` (RFC 6455 frames, one syscal
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Final
 
+import msgspec
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from hub.core.errors import AgoraError, BadRequest, CloseCode, Internal, Unavailable
+from hub.core.errors import (
+    AgoraError,
+    BadRequest,
+    Busy,
+    CloseCode,
+    Internal,
+    TooLarge,
+    Unauthorized,
+    Unavailable,
+)
 from hub.core.events import encode_event
+from hub.core.projections.workspace import WorkspaceState
 from hub.core.wire.session import (
     Action,
     CheckpointRequest,
@@ -98,7 +110,11 @@ class Connection:
             monotonic=hub.monotonic,
             default_backend=hub.runtime.default_backend,
         )
-        self.queue: SendQueue[Outgoing | Close] = SendQueue(hub.config.limits.send_queue)
+        limits = hub.config.limits
+        self.queue: SendQueue[Outgoing | Close] = SendQueue(
+            limits.send_queue, max_bytes=limits.send_queue_bytes, size=_frame_bytes
+        )
+        self._admitted: str | None = None  # the agent counted in hub.admission
         self.subscriptions: dict[str, FanoutSubscription] = {}
         self.catch_ups: dict[str, asyncio.Task[None]] = {}
         self.present: set[str] = set()  # workspaces this connection counts in Presence
@@ -122,6 +138,24 @@ class Connection:
 
     def overflow(self) -> None:
         self.stop(CloseCode.TOO_SLOW)
+
+    async def _put(self, item: Outgoing, *, paced: bool = False) -> bool:
+        """Queue a reply, or a catch-up/stream frame (``paced``: waits for room in bytes too);
+        False when that took the queue over ``[limits] send_queue_bytes``: the connection is
+        then closed with 4408 (a client that sends requests and reads no replies)."""
+        await self.queue.put(item, paced=paced)
+        return self._within_bytes()
+
+    def _push(self, item: Outgoing) -> bool:
+        """Queue a frame without waiting (the caller bounds how many); False as :meth:`_put`."""
+        self.queue.push(item)
+        return self._within_bytes()
+
+    def _within_bytes(self) -> bool:
+        if self.queue.overflowing:
+            self.stop(CloseCode.TOO_SLOW)
+            return False
+        return True
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -167,6 +201,9 @@ class Connection:
 
     async def _teardown(self) -> None:
         self._stopping = True
+        if self._admitted is not None:
+            self.hub.admission.release_agent(self._admitted)
+            self._admitted = None
         for subscription in self.subscriptions.values():
             self.hub.fanout.remove(subscription)
         agent = self.session.agent
@@ -201,18 +238,55 @@ class Connection:
         request = self.ws.request
         authorization = request.headers.get("Authorization") if request is not None else None
         actions = self.session.open(authorization)
+        limits = self.hub.config.limits
+        hello_by = asyncio.get_running_loop().time() + limits.hello_timeout_s
         while True:
             if not await self._perform(actions):
                 return
             if not self._announced and self.session.agent is not None:
                 self._announced = True
+                if not await self._admit(self.session.agent):
+                    return
                 log.info("open agent=%s peer=%s", self.session.agent, self.peer)
                 self._spawn(self._end_with_token(), "token")
-            data = await self.ws.recv()  # ConnectionClosed ends the connection (see _guard)
+            if self._announced:
+                data = await self.ws.recv()  # ConnectionClosed ends it (see _guard)
+            else:
+                try:
+                    # An unauthenticated connection holds memory and a socket for nothing:
+                    # it has [limits] hello_timeout_s to send a valid hello.
+                    async with asyncio.timeout_at(hello_by):
+                        data = await self.ws.recv()
+                except TimeoutError:
+                    late = Unauthorized(
+                        f"no hello within {limits.hello_timeout_s:g} s",
+                        reason="helloTimeout",
+                    )
+                    log.info("hello timeout peer=%s", self.peer)
+                    await self._perform(self.session.failed(None, late))
+                    return
             if isinstance(data, str):
                 actions = self.session.receive(data)
             else:
                 actions = self.session.receive_binary(data)
+
+    async def _admit(self, agent: str) -> bool:
+        """Count the connection under ``agent``; over ``[limits] max_connections_per_agent``
+        tell it ``busy`` and close with 1013 (try again later). False when refused."""
+        admission = self.hub.admission
+        if admission.admit_agent(agent):
+            self._admitted = agent
+            return True
+        log.warning("refused agent=%s peer=%s: max_connections_per_agent", agent, self.peer)
+        busy = Busy(
+            f"agent {agent!r} has {admission.max_per_agent} connections open",
+            limit=admission.max_per_agent,
+            field="max_connections_per_agent",
+        )
+        actions = self.session.failed(None, busy)
+        actions.append(Close(int(CloseCode.TRY_AGAIN), "too many connections for this agent"))
+        await self._perform(actions)
+        return False
 
     async def _end_with_token(self) -> None:
         """Close the connection (error ``unauthorized``, then 4401) once its token expires or
@@ -229,7 +303,7 @@ class Connection:
             close: Close | None = None
             for action in self.session.failed(None, error):
                 if isinstance(action, Send):
-                    self.queue.push((encode_frame(action.frame), None, NOT_AN_EVENT))
+                    self._push((encode_frame(action.frame), None, NOT_AN_EVENT))
                 elif isinstance(action, Close):
                     self.queue.push(close := action)
             await asyncio.sleep(TOKEN_CLOSE_GRACE_S)
@@ -246,7 +320,8 @@ class Connection:
         for action in actions:
             match action:
                 case Send(frame=frame):
-                    await self.queue.put((encode_frame(frame), None, NOT_AN_EVENT))
+                    if not await self._put((encode_frame(frame), None, NOT_AN_EVENT)):
+                        return False
                     continue
                 case PublishRequest():
                     await self._publish(action)
@@ -265,8 +340,7 @@ class Connection:
                     if not await self._perform(self.session.completed(action, None)):
                         return False
                 case StateRequest():
-                    coro = self.hub.workspaces.state(action.workspace, at_seq=action.at_seq)
-                    if not await self._answer(action, coro):
+                    if not await self._answer(action, self._state(action)):
                         return False
                 case ExecRequest() | DisposeRequest():
                     work = self.hub.tasks.owned(self._runtime_op(action))
@@ -290,8 +364,7 @@ class Connection:
         connection has :data:`PUBLISHES_IN_FLIGHT` publishes in flight, or while its send
         queue is at the low-water mark (each publish in flight may push one ack)."""
         queue, publishes = self.queue, self.publishes
-        if len(queue) >= queue.low_water:
-            await queue.wait_room()
+        await queue.wait_room()  # in frames and in bytes
         if publishes.count >= publishes.limit:
             await publishes.wait_below(publishes.limit)
         workspace = request.workspace
@@ -342,7 +415,7 @@ class Connection:
         if not self._stopping:
             for action in actions:
                 if isinstance(action, Send):
-                    self.queue.push((encode_frame(action.frame), None, NOT_AN_EVENT))
+                    self._push((encode_frame(action.frame), None, NOT_AN_EVENT))
                 elif isinstance(action, Close):
                     self.queue.push(action)
         self.publishes.release()
@@ -394,11 +467,16 @@ class Connection:
                     frame = encode_exec_event_frame(
                         request.rid, request.workspace, request.exec_id, encode_event(event), text
                     )
-                    await self.queue.put((frame, None, NOT_AN_EVENT))
+                    if not await self._put((frame, None, NOT_AN_EVENT), paced=True):
+                        return
             except Exception as e:
                 await self._perform(self._failed(request, e))
                 return
         await self._perform(self.session.completed(request, stream.status))
+
+    async def _state(self, request: StateRequest) -> WorkspaceState:
+        state = await self.hub.workspaces.state(request.workspace, at_seq=request.at_seq)
+        return state_reply(state, request, self.hub.config.limits.max_state_contents_bytes)
 
     async def _answer(self, request: Request, work: Coroutine[Any, Any, Any]) -> bool:
         try:
@@ -475,7 +553,9 @@ class Connection:
                 for seq, body in page:
                     if seq > head:
                         break
-                    await self.queue.put((encode_event_frame(workspace, body), workspace, seq))
+                    item = (encode_event_frame(workspace, body), workspace, seq)
+                    if not await self._put(item, paced=True):
+                        return
                     cursor.advance(seq)
             subscription.go_live()
         except Exception as e:
@@ -555,6 +635,43 @@ class Connection:
             if close is not None:
                 self.stop(close.code, close.reason)
                 return
+
+
+def _frame_bytes(item: Outgoing | Close) -> int:
+    """What a queued item costs against ``[limits] send_queue_bytes``."""
+    return 0 if isinstance(item, Close) else len(item[0])
+
+
+def state_reply(state: WorkspaceState, request: StateRequest, max_contents: int) -> WorkspaceState:
+    """The state a ``state`` request is answered with: only ``request.paths`` (when given),
+    and file contents only when ``request.contents``, at most ``max_contents`` bytes of them
+    (inline text/base64 as sent), so that a reply is bounded by the metadata, not by what the
+    files hold. Raises :class:`TooLarge` over the cap. The projection is not changed."""
+    files = state.files
+    if request.paths is not None:
+        files = {p: files[p] for p in request.paths if p in files}
+    if request.contents:
+        total = sum(len(e.text or "") + len(e.base64 or "") for e in files.values())
+        if total > max_contents:
+            raise TooLarge(
+                f"the files' contents are {total} bytes, over max_state_contents_bytes "
+                f"{max_contents}: ask for fewer paths",
+                field="$.contents",
+                limit=max_contents,
+                size=total,
+            )
+    else:
+        files = {
+            p: e
+            if e.text is None and e.base64 is None
+            else msgspec.structs.replace(e, text=None, base64=None)
+            for p, e in files.items()
+        }
+    if files is state.files:
+        return state
+    reply = copy.copy(state)
+    reply.files = files
+    return reply
 
 
 def _peer(ws: ServerConnection) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, Generic, Protocol, TypeVar
 
 from hub.core.cursor import DUPLICATE, NEXT, SeqCursor
@@ -40,7 +40,8 @@ T = TypeVar("T")
 
 
 class SendQueue(Generic[T]):
-    """A connection's bounded queue of outgoing frames (``maxsize`` frames).
+    """A connection's bounded queue of outgoing frames (``maxsize`` frames, ``max_bytes``
+    bytes as measured by ``size``).
 
     Live events are *offered* (:meth:`offer`: never waits, fails when full). Replies and
     catch-up events are *put* (:meth:`put`: waits while the queue holds ``low_water`` frames or
@@ -49,15 +50,35 @@ class SendQueue(Generic[T]):
     waiting or failing, for replies whose number the caller bounds otherwise (the acks of a
     connection's publishes in flight, admitted with :meth:`wait_room`).
 
+    The byte bound is what bounds memory (a frame may be as large as ``max_frame_bytes``, or
+    a ``state`` reply larger): :meth:`offer` refuses a frame that would take the queue over
+    ``max_bytes``; a paced :meth:`put` also waits while the queue holds half of
+    ``max_bytes``; a frame appended anyway (:meth:`push`, an unpaced :meth:`put` of a reply,
+    or one frame larger than the room left) can take it over, which :attr:`overflowing`
+    reports and the connection answers with 4408, as it does a refused offer.
+
     The writer takes frames with :meth:`wait` then :meth:`popleft` (everything queued at once,
     see ``hub.server.connection``; :meth:`peek` looks first) or with :meth:`get`.
     """
 
-    def __init__(self, maxsize: int, low_water: int | None = None) -> None:
+    def __init__(
+        self,
+        maxsize: int,
+        low_water: int | None = None,
+        *,
+        max_bytes: int | None = None,
+        size: Callable[[T], int] | None = None,
+    ) -> None:
         if maxsize < 1:
             raise ValueError("maxsize must be >= 1")
+        if max_bytes is not None and (max_bytes < 1 or size is None):
+            raise ValueError("max_bytes must be >= 1 and needs size")
         self.maxsize = maxsize
         self.low_water = max(1, maxsize // 2 if low_water is None else min(low_water, maxsize))
+        self.max_bytes = max_bytes
+        self.low_water_bytes = None if max_bytes is None else max(1, max_bytes // 2)
+        self.bytes = 0  # queued, as measured by ``size``
+        self._size = size
         self._items: deque[T] = deque()
         self._not_empty = asyncio.Event()
         self._room = asyncio.Event()
@@ -69,10 +90,24 @@ class SendQueue(Generic[T]):
     def __bool__(self) -> bool:
         return bool(self._items)
 
+    @property
+    def overflowing(self) -> bool:
+        """Whether the queue holds more than ``max_bytes`` (the connection must close). One
+        frame alone never counts as over: else a frame larger than ``max_bytes`` (but within
+        ``max_frame_bytes``) could never be sent, and the client would be cut at it forever."""
+        return self.max_bytes is not None and self.bytes > self.max_bytes and len(self._items) > 1
+
     def offer(self, item: T) -> bool:
-        """Append ``item`` unless the queue is full; return whether it was appended."""
+        """Append ``item`` unless the queue is full (in frames, or in bytes with ``item``);
+        return whether it was appended."""
         if len(self._items) >= self.maxsize:
             return False
+        if (
+            self.max_bytes is not None
+            and self._items
+            and self.bytes + self._measure(item) > self.max_bytes
+        ):
+            return False  # (into an empty queue any one frame fits: see overflowing)
         self._append(item)
         return True
 
@@ -80,16 +115,27 @@ class SendQueue(Generic[T]):
         """Append ``item`` whatever the queue holds (the caller bounds how many it pushes)."""
         self._append(item)
 
-    async def put(self, item: T) -> None:
-        """Append ``item`` once the queue is below its low-water mark."""
-        await self.wait_room()
+    async def put(self, item: T, *, paced: bool = False) -> None:
+        """Append ``item`` once the queue is below its low-water mark in frames and, when
+        ``paced`` (a stream the hub reads at its own pace: catch-up, ``getExec``), in bytes.
+        A reply is not paced by bytes: it counts, and a client that does not read its
+        replies takes the queue over ``max_bytes`` (:attr:`overflowing`)."""
+        await self.wait_room(paced=paced)
         self._append(item)
 
-    async def wait_room(self) -> None:
-        """Wait until the queue is below its low-water mark (at once if it is)."""
-        while len(self._items) >= self.low_water:
+    async def wait_room(self, *, paced: bool = True) -> None:
+        """Wait until the queue is below its low-water marks (bytes too when ``paced``)."""
+        while self._above_low_water(paced):
             self._room.clear()
             await self._room.wait()
+
+    def _above_low_water(self, paced: bool = True) -> bool:
+        if len(self._items) >= self.low_water:
+            return True
+        return paced and self.low_water_bytes is not None and self.bytes >= self.low_water_bytes
+
+    def _measure(self, item: T) -> int:
+        return 0 if self._size is None else self._size(item)
 
     async def wait(self) -> None:
         """Wait until the queue holds a frame (at once if it does)."""
@@ -104,8 +150,10 @@ class SendQueue(Generic[T]):
     def popleft(self) -> T:
         """Remove and return the oldest frame. Raises ``IndexError`` when empty."""
         item = self._items.popleft()
-        if len(self._items) < self.low_water:
-            self._room.set()
+        if self._size is not None:
+            self.bytes -= self._size(item)
+        if not self._above_low_water(paced=False):
+            self._room.set()  # each waiter checks its own marks again (bytes for paced ones)
         return item
 
     async def get(self) -> T:
@@ -115,8 +163,9 @@ class SendQueue(Generic[T]):
 
     def _append(self, item: T) -> None:
         self._items.append(item)
+        self.bytes += self._measure(item)
         self._not_empty.set()
-        if len(self._items) >= self.low_water:
+        if self._above_low_water(paced=False):
             self._room.clear()
 
 

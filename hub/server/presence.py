@@ -4,6 +4,12 @@ The connections (:mod:`hub.server.connection`) count their subscriptions in and 
 :class:`Presence` of the hub; the events are written by tasks of the hub's top-level group
 (:class:`hub.server.tasks.OwnedTasks`). On a store this hub has to itself, :meth:`Presence.recover`
 closes the presence a crashed predecessor left open.
+
+Reconnects do not churn the log: when an agent's last subscription to a workspace ends, its
+``memberLeft`` is held for ``[server] presence_grace_s``; a subscription of that agent to that
+workspace within the window cancels it, and no ``memberJoined`` is written either (the agent
+never stopped being present, as far as the log can tell). A leave for ``shutdown`` is written at
+once, and :meth:`Presence.flush` writes every held leave when the hub stops.
 """
 
 from __future__ import annotations
@@ -34,13 +40,22 @@ class Presence:
     """
 
     def __init__(
-        self, workspaces: Workspaces, tasks: OwnedTasks, index: RecoveryIndex | None = None
+        self,
+        workspaces: Workspaces,
+        tasks: OwnedTasks,
+        index: RecoveryIndex | None = None,
+        *,
+        grace_s: float,
     ) -> None:
         self._workspaces = workspaces
         self._index = index
         self._tasks = tasks
+        self._grace_s = grace_s
         self._count: dict[tuple[str, str], int] = {}
         self._tail: dict[tuple[str, str], asyncio.Task[None]] = {}
+        # Leaves held for a reconnect: (agent, workspace) -> the timer that writes it.
+        self._held: dict[tuple[str, str], tuple[asyncio.TimerHandle, str]] = {}
+        self.reconnects_absorbed = 0  # for tests and metrics: leaves a reconnect cancelled
 
     def count(self, agent: str, workspace: str) -> int:
         return self._count.get((agent, workspace), 0)
@@ -49,6 +64,11 @@ class Presence:
         key = (agent, workspace)
         self._count[key] = self._count.get(key, 0) + 1
         if self._count[key] == 1:
+            held = self._held.pop(key, None)
+            if held is not None:  # back within the grace window: still present
+                held[0].cancel()
+                self.reconnects_absorbed += 1
+                return
             self._record(key, joined=True)
 
     def exit(self, agent: str, workspace: str, reason: str) -> None:
@@ -60,7 +80,22 @@ class Presence:
             self._count[key] = left
             return
         self._count.pop(key, None)
-        self._record(key, joined=False, reason=reason)
+        if self._grace_s <= 0 or reason == "shutdown":
+            self._record(key, joined=False, reason=reason)
+            return
+        loop = asyncio.get_running_loop()
+        self._held[key] = (loop.call_later(self._grace_s, self._release, key), reason)
+
+    def flush(self) -> None:
+        """Write every held leave now (the hub is stopping: nobody will come back)."""
+        for key in list(self._held):
+            self._held[key][0].cancel()
+            self._release(key)
+
+    def _release(self, key: tuple[str, str]) -> None:
+        held = self._held.pop(key, None)
+        if held is not None:
+            self._record(key, joined=False, reason=held[1])
 
     def _record(self, key: tuple[str, str], *, joined: bool, reason: str | None = None) -> None:
         previous = self._tail.get(key)

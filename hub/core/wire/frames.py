@@ -58,8 +58,14 @@ class Publish(ClientFrame, tag="publish", frozen=True):
 
 
 class GetState(ClientFrame, tag="state", frozen=True):
+    """The reply's ``files`` carry metadata only (rev, sha256, size, producer, seq, mediaType,
+    blob) unless ``contents`` is true: then inline text/base64 too, at most ``[limits]
+    max_state_contents_bytes`` of it (``tooLarge`` over it). ``paths``: only these files."""
+
     workspace: str
     at_seq: Seq | None = None
+    contents: bool = False
+    paths: list[str] | None = None
 
 
 class ExecModuleBlob(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):

@@ -171,11 +171,14 @@ class PublishRequest(msgspec.Struct, frozen=True):
 
 
 class StateRequest(msgspec.Struct, frozen=True):
-    """Read the workspace state (at ``at_seq``); answer with the ``WorkspaceState``."""
+    """Read the workspace state (at ``at_seq``); answer with the ``WorkspaceState``, its files
+    as metadata unless ``contents`` (only ``paths`` when given)."""
 
     rid: Rid
     workspace: str
     at_seq: int | None
+    contents: bool = False
+    paths: tuple[str, ...] | None = None
 
 
 class ExecRequest(msgspec.Struct, frozen=True):
@@ -787,7 +790,16 @@ class ServerSession:
                 return [self._publish(frame, capability)]
             case GetState(rid=rid, workspace=workspace, at_seq=at_seq):
                 self._check(capability, _READ, workspace)
-                return [StateRequest(rid=rid, workspace=workspace, at_seq=at_seq)]
+                paths = None if frame.paths is None else tuple(frame.paths)
+                return [
+                    StateRequest(
+                        rid=rid,
+                        workspace=workspace,
+                        at_seq=at_seq,
+                        contents=frame.contents,
+                        paths=paths,
+                    )
+                ]
             case Exec():
                 return [self._exec(frame, capability)]
             case Dispose(rid=rid, workspace=workspace, exec_id=exec_id):

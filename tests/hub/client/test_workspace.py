@@ -59,9 +59,12 @@ async def test_state_and_time_travel(alice: Session) -> None:
     await ws.write_file("a.txt", "v1")
     await ws.write_file("a.txt", "v2", base_rev=1)
     now = await ws.state()
+    assert now.files["a.txt"].rev == 2 and now.files["a.txt"].text is None  # metadata only
+    now = await ws.state(contents=True)
     assert now.files["a.txt"].rev == 2 and now.files["a.txt"].text == "v2"
-    then = await ws.state(at_seq=1)
+    then = await ws.state(at_seq=1, contents=True, paths=["a.txt"])
     assert then.seq == 1 and then.files["a.txt"].text == "v1"
+    assert await ws.read_file("a.txt") == "v2"
 
 
 async def test_file_helpers(alice: Session) -> None:

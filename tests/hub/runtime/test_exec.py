@@ -195,7 +195,7 @@ async def test_files_are_pushed_and_changes_pulled_as_caused_events(
             execId="files",
         )
         log = await p.log()
-        state = (await p.call("state", workspace="w"))["state"]
+        state = (await p.call("state", workspace="w", contents=True))["state"]
     assert result["status"] == "completed" and result["stdout"] == "seeded\n"
     assert (result["pushed"], result["pulled"], result["skipped"]) == (3, 4, [])
     requested = of_kind(of_exec(log, "files"), "execRequested")[0]

@@ -168,3 +168,33 @@ async def test_in_process_hub_encodes_each_event_frame_once(inproc_hub: Any) -> 
             got = await p.events("once", ack["seqs"][-1])
             assert [e["seq"] for e in got][-10:] == ack["seqs"]
         assert inproc_hub.fanout.frames_encoded - before == 10
+
+
+async def test_send_queue_bounds_bytes() -> None:
+    """``max_bytes`` (measured by ``size``): offers that would go over it fail, a paced put
+    waits at half of it, a reply put or a push counts and can take it over (overflowing)."""
+    queue: SendQueue[bytes] = SendQueue(100, max_bytes=10, size=len)
+    assert queue.offer(b"12345") and queue.bytes == 5
+    paced = asyncio.create_task(queue.put(b"p", paced=True))  # at half of max_bytes: waits
+    await asyncio.sleep(0)
+    assert not paced.done()
+    assert not queue.offer(b"123456")  # 11 > 10
+    assert queue.offer(b"1234") and not queue.overflowing
+    await queue.put(b"reply")  # a reply is not paced by bytes: it counts
+    assert queue.bytes == 14 and queue.overflowing
+    assert queue.popleft() == b"12345" and queue.popleft() == b"1234"
+    await asyncio.sleep(0)
+    assert not paced.done()  # 5 bytes left: still at half
+    assert queue.popleft() == b"reply"
+    await asyncio.wait_for(paced, 1)  # below half: the paced put went in
+    assert queue.bytes == 1 and not queue.overflowing
+
+
+def test_send_queue_one_frame_alone_always_fits() -> None:
+    """A frame over max_bytes (but within max_frame_bytes) can still be sent, alone."""
+    queue: SendQueue[bytes] = SendQueue(100, max_bytes=10, size=len)
+    assert queue.offer(b"x" * 50) and not queue.overflowing
+    queue.push(b"y")
+    assert queue.overflowing
+    with pytest.raises(ValueError):
+        SendQueue(4, max_bytes=10)  # no size

@@ -15,6 +15,7 @@ from hub.log.sqlite import SqliteEventStore
 from hub.server.presence import Presence
 from hub.server.tasks import OwnedTasks
 from hub.workspaces import Workspaces
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture
@@ -37,7 +38,7 @@ async def log_of(ws: Workspaces, workspace: str) -> list[tuple[str, str, str | N
 
 async def test_first_in_and_last_out_are_recorded_in_order(workspaces: Workspaces) -> None:
     tasks = OwnedTasks()
-    presence = Presence(workspaces, tasks)
+    presence = Presence(workspaces, tasks, grace_s=0)
     async with asyncio.TaskGroup() as tg:  # waits for every write, as the hub's group does
         tasks.attach(tg)
         presence.enter("alice", "w")
@@ -61,8 +62,57 @@ async def test_first_in_and_last_out_are_recorded_in_order(workspaces: Workspace
     assert [e for e in written if e[1] == "bob"] == [("memberJoined", "bob", None)]
 
 
+async def test_a_return_within_the_grace_window_writes_nothing(workspaces: Workspaces) -> None:
+    """A leave is held for ``grace_s``: coming back within it cancels it (no pair in the
+    log); a held leave is written when the window passes or the hub stops (flush); a leave
+    for shutdown is written at once."""
+    tasks = OwnedTasks()
+    presence = Presence(workspaces, tasks, grace_s=3600)  # only flush ends a held leave here
+    async with asyncio.TaskGroup() as tg:
+        tasks.attach(tg)
+        presence.enter("alice", "w")
+        for _ in range(3):  # three reconnects
+            presence.exit("alice", "w", "closed")
+            presence.enter("alice", "w")
+        assert presence.reconnects_absorbed == 3
+        presence.exit("alice", "w", "tooSlow")  # held
+        presence.enter("bob", "w")
+        presence.exit("bob", "w", "shutdown")  # at once
+        presence.flush()  # the hub stops: alice's held leave is written, with its reason
+    tasks.detach()
+    written = await log_of(workspaces, "w")
+    assert [e for e in written if e[1] == "alice"] == [
+        ("memberJoined", "alice", None),
+        ("memberLeft", "alice", "tooSlow"),
+    ]
+    assert [e for e in written if e[1] == "bob"] == [
+        ("memberJoined", "bob", None),
+        ("memberLeft", "bob", "shutdown"),
+    ]
+
+
+async def test_a_held_leave_is_written_when_the_window_passes(workspaces: Workspaces) -> None:
+    tasks = OwnedTasks()
+    presence = Presence(workspaces, tasks, grace_s=0.05)
+    async with asyncio.TaskGroup() as tg:
+        tasks.attach(tg)
+        presence.enter("carol", "w")
+        presence.exit("carol", "w", "closed")
+
+        async def both_written() -> bool:
+            return len(await log_of(workspaces, "w")) == 2
+
+        await wait_for(both_written, 30)
+    tasks.detach()
+    assert await log_of(workspaces, "w") == [
+        ("memberJoined", "carol", None),
+        ("memberLeft", "carol", "closed"),
+    ]
+
+
 async def test_nothing_is_written_while_the_hub_is_not_running(workspaces: Workspaces) -> None:
-    presence = Presence(workspaces, OwnedTasks())  # never attached: stopping, or not started
+    # Never attached: stopping, or not started.
+    presence = Presence(workspaces, OwnedTasks(), grace_s=0)
     presence.enter("alice", "w")
     assert presence.count("alice", "w") == 1
     assert await log_of(workspaces, "w") == []
@@ -71,7 +121,7 @@ async def test_nothing_is_written_while_the_hub_is_not_running(workspaces: Works
 async def test_recover_closes_what_a_crashed_run_left_present(workspaces: Workspaces) -> None:
     joined = MemberJoined(payload=MemberPayload(agent="alice", via="websocket"))
     await workspaces.publish("w", [joined], producer="alice", trusted=True)
-    presence = Presence(workspaces, OwnedTasks())
+    presence = Presence(workspaces, OwnedTasks(), grace_s=0)
     assert await presence.recover() == 1
     assert await log_of(workspaces, "w") == [
         ("memberJoined", "alice", None),

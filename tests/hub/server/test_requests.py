@@ -92,8 +92,10 @@ async def test_base_rev_conflicts(hub: HubProcess) -> None:
         assert stale["code"] == "conflict" and stale["details"]["baseRev"] == 1
         state = await p.call("state", workspace="files")
         assert state["seq"] == 2
-        assert state["state"]["files"]["src/a.txt"]["text"] == "v2"
         assert state["state"]["files"]["src/a.txt"]["rev"] == 2
+        assert "text" not in state["state"]["files"]["src/a.txt"]  # metadata unless asked
+        state = await p.call("state", workspace="files", contents=True, paths=["src/a.txt"])
+        assert state["state"]["files"]["src/a.txt"]["text"] == "v2"
 
 
 async def test_state_now_and_at_seq(hub: HubProcess) -> None:

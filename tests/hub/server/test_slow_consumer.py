@@ -63,7 +63,7 @@ async def _drain(p: Peer) -> tuple[list[int], ConnectionClosed]:
 async def test_slow_consumer_closed_4408_others_unaffected_then_resumes(
     start_hub: Callable[..., HubProcess],
 ) -> None:
-    hub = start_hub("[limits]\nsend_queue = 64\n")
+    hub = start_hub("[server]\npresence_grace_s = 0\n[limits]\nsend_queue = 64\n")
     async with contextlib.AsyncExitStack() as stack:
         writer = await stack.enter_async_context(peer(hub.url, mint("writer")))
         await writer.publish(WS, message("before"))
@@ -128,6 +128,7 @@ async def test_slow_consumer_4408_with_many_frames_per_write(
     """Small events in large batches: the writer hands the socket hundreds of frames per
     write; the 4408 reason still names exactly the last event the client gets."""
     hub = start_hub(
+        "[server]\npresence_grace_s = 0\n"
         "[limits]\nsend_queue = 256\npublish_rate = 1000000.0\npublish_burst = 1000000\n"
     )
     async with contextlib.AsyncExitStack() as stack:
