@@ -75,6 +75,14 @@ from hub.log.writer import (
 )
 
 SCHEMA_VERSION: Final = 2
+
+_CREATE_META: Final = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+_SET_META: Final = "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)"
+_GET_META: Final = "SELECT value FROM meta WHERE key = ?"
+_LEGACY_DEPTH: Final = "legacyDepth"
+"""Set when the file was written by a hub before schema 2, which did not bound JSON nesting:
+its readers check every page's depth (hub.log.codec.READ_MAX_DEPTH). A file created by this
+version holds only events bounded on write, and its fast reads skip the check."""
 """1: events, snapshots. 2: merkle_hashes, checkpoints (a version-1 file gains the empty
 tables; each workspace's hashes are then built from its events at its next append or
 checkpoint, :meth:`SqliteEventStore.ensure_hashes`)."""
@@ -289,6 +297,7 @@ class _Writer:
     """The writing side. Every method runs on the store's single writer thread."""
 
     def __init__(self, path: Path, busy_timeout: float, merkle: bool = True) -> None:
+        self.legacy_depth = True
         self.path = path
         self.busy_timeout = busy_timeout
         self.merkle = merkle
@@ -334,6 +343,11 @@ class _Writer:
                     for statement in _SCHEMA:
                         conn.execute(statement)
                     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                conn.execute(_CREATE_META)
+                if 0 < version < SCHEMA_VERSION:
+                    # Written by a hub that did not bound nesting: readers check every page.
+                    conn.execute(_SET_META, (_LEGACY_DEPTH, "1"))
+                self.legacy_depth = conn.execute(_GET_META, (_LEGACY_DEPTH,)).fetchone() is not None
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -610,6 +624,7 @@ class SqliteEventStore(EventStore):
         self.blob_root = blobs_dir if blobs_dir is not None else self.path.parent / "blobs"
         self.blobs = FileBlobStore(self.blob_root)
         self._writer: _Writer | None = None
+        self.legacy_depth = True  # until opened: check (see _LEGACY_DEPTH)
         self._executor: ThreadPoolExecutor | None = None
         self._reader: aiosqlite.Connection | None = None
         self._commits = GroupCommit(batch_max=batch_max, queue_max=queue_max)
@@ -651,6 +666,7 @@ class SqliteEventStore(EventStore):
                 raise Unavailable(f"cannot open {self.path}: {e}") from e
             raise
         self._writer, self._executor, self._reader = writer, executor, reader
+        self.legacy_depth = writer.legacy_depth
         self._commits.start(self._commit, name=f"agora-writer:{self.path}")
 
     async def close(self) -> None:
@@ -836,7 +852,7 @@ class SqliteEventStore(EventStore):
         if not count:
             return []
         try:
-            events = decode_joined(b"[" + blob + b"]")
+            events = decode_joined(b"[" + blob + b"]", legacy=self.legacy_depth)
         except UNDECODABLE:
             return None  # the row-wise path names the damaged row
         if len(events) != count or not _increasing(events, key):

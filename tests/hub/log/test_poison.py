@@ -6,8 +6,10 @@ traceback (issue 11). On both stores."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,8 +39,26 @@ async def plant(store: EventStore) -> None:
     )
 
 
-async def test_reading_a_poison_event_names_its_row(store: EventStore) -> None:
-    await plant(store)
+def as_written_before_schema_2(store: EventStore) -> None:
+    """Mark a SQLite file as the previous hub left it (schema 1): opened again, it is flagged
+    as holding events that were not bounded on write, and its readers check every page."""
+    if isinstance(store, SqliteEventStore):
+        with sqlite3.connect(store.path) as conn:
+            conn.execute("PRAGMA user_version=1")
+        conn.close()
+
+
+async def test_reading_a_poison_event_names_its_row(
+    make_store: Callable[[str], EventStore],
+) -> None:
+    async with make_store("main") as planted:
+        await plant(planted)
+    as_written_before_schema_2(planted)
+    async with make_store("main") as store:
+        await check_reads(store)
+
+
+async def check_reads(store: EventStore) -> None:
     with pytest.raises(IntegrityError) as info:
         [ev async for ev in store.read("bad")]
     assert info.value.details == {"seq": 2}
@@ -63,6 +83,7 @@ def agora(data: Path, *argv: str, stdin: str | None = None) -> subprocess.Comple
 async def _plant_sqlite(data: Path) -> None:
     async with SqliteEventStore(data / "agora.db", blobs_dir=data / "blobs") as store:
         await plant(store)
+    as_written_before_schema_2(store)
 
 
 def test_the_audit_commands_report_a_poison_event_and_go_on(tmp_path: Path) -> None:
@@ -83,3 +104,14 @@ def test_the_audit_commands_report_a_poison_event_and_go_on(tmp_path: Path) -> N
     restored = agora(tmp_path / "copy", "import", "bad", stdin=exported.stdout)
     assert restored.returncode == 1 and "Traceback" not in restored.stderr
     assert "line 2" in restored.stderr and "nested deeper than the limit" in restored.stderr
+
+
+async def test_only_a_file_from_before_the_limit_is_checked_on_every_read(tmp_path: Path) -> None:
+    async with SqliteEventStore(tmp_path / "new.db", blobs_dir=tmp_path / "b") as fresh:
+        await fresh.append("w", [MessagePosted(producer="a", payload=MessagePayload(text="x"))])
+        assert fresh.legacy_depth is False  # bounded on write: the fast read skips the check
+    as_written_before_schema_2(fresh)
+    async with SqliteEventStore(tmp_path / "new.db", blobs_dir=tmp_path / "b") as upgraded:
+        assert upgraded.legacy_depth is True
+    async with SqliteEventStore(tmp_path / "new.db", blobs_dir=tmp_path / "b") as again:
+        assert again.legacy_depth is True  # the flag is kept in the file
