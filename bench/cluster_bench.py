@@ -106,7 +106,10 @@ def start_node(store_url: str | None, workdir: Path) -> Node:
     """Start ``agora serve`` on ``store_url`` (None: SQLite in ``workdir``/data) and wait for
     its banner. Publish rate limits are lifted (a policy, not a capacity)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    config = "[server]\na2a_port = 0\n\n[limits]\npublish_rate = 1000000.0\n"
+    config = (
+        "[server]\na2a_port = 0\n\n[limits]\npublish_rate = 1000000.0\n"
+        "max_connections_per_agent = 1024\n"
+    )
     config += "publish_burst = 1000000\n"
     if store_url is not None:
         config += f'\n[storage]\nstore = "{store_url}"\n'

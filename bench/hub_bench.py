@@ -113,9 +113,11 @@ def start_hub(profile: Path | None = None) -> Target:
     argv += ["-m", "hub", "serve", "--host", "127.0.0.1", "--port", "0", "--no-a2a"]
     argv += ["--data", str(workdir / "data"), "--config", str(workdir / "agora.toml")]
     # Rate limits off the table: 64 publishers must not be throttled by the per-connection
-    # token bucket (its default, 2000 events/s, is a policy, not a capacity).
+    # token bucket (its default, 2000 events/s, is a policy, not a capacity), and one agent
+    # opens 100+ connections (the per-agent cap, 64 by default, is a policy too).
     (workdir / "agora.toml").write_text(
         "[limits]\npublish_rate = 1000000.0\npublish_burst = 1000000\n"
+        "max_connections_per_agent = 1024\n"
     )
     env = dict(os.environ, AGORA_SECRET=SECRET, PYTHONPATH=str(ROOT))
     env.pop("PYTHONASYNCIODEBUG", None)
