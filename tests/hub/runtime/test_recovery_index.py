@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
@@ -57,6 +58,11 @@ async def _old_data_dir(data: Path) -> None:
         )
         await store.append("bad", [poison])
         assert await store.load_snapshot("_agora", INDEX_NAME, 1) is None
+    # Written by the hub before schema 2 (which did not bound nesting): flagged when opened
+    # next, so readers check every page and the poison is found (hub/log/sqlite.py).
+    with sqlite3.connect(data / "agora.db") as conn:
+        conn.execute("PRAGMA user_version=1")
+    conn.close()
 
 
 def _agora(*args: str) -> subprocess.CompletedProcess[str]:
