@@ -3,7 +3,7 @@
 A :class:`Backdoor` is direct access to the rows of one hub's store (the SQLite file of a data
 directory, or a PostgreSQL schema): it reads the stored events and rewrites a workspace's log
 with the whole chain re-hashed by the hub's own code (so ``agora verify`` alone says ``ok``).
-``forget_audit`` also deletes the stored Merkle hashes and the kept checkpoints, as a careful
+``rewrite`` also deletes the stored Merkle hashes and the kept checkpoints, as a careful
 attacker would so that the hub, restarted, rebuilds them and signs the forged history.
 :meth:`Backdoor.copy` copies all of a hub's data (two hubs started on copies of one data
 directory, with the same key: a fork).
@@ -74,9 +74,16 @@ class Backdoor:
             )
         return [(int(p), decode_event(bytes(b))) for p, b in rows]
 
-    def rewrite(self, workspace: str, events: list[Event], *, forget_audit: bool = True) -> None:
+    def rewrite(
+        self,
+        workspace: str,
+        events: list[Event],
+        *,
+        forget: tuple[str, ...] = ("merkle_hashes", "checkpoints"),
+    ) -> None:
         """Replace the workspace's log by ``events``, renumbered from seq 1 with the whole
-        chain re-hashed, keeping the original positions (see the module docstring)."""
+        chain re-hashed, keeping the original positions (see the module docstring); the
+        workspace's rows of the derived tables ``forget`` are deleted too."""
         positions = [p for p, _ in self.events(workspace)]
         sealed: list[Event] = []
         prev = ""
@@ -95,9 +102,8 @@ class Backdoor:
             with sqlite3.connect(self.data / "agora.db") as conn:
                 conn.execute("DELETE FROM events WHERE workspace = ?", (workspace,))
                 conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
-                if forget_audit:
-                    for table in ("merkle_hashes", "checkpoints"):
-                        conn.execute(f"DELETE FROM {table} WHERE workspace = ?", (workspace,))
+                for table in forget:
+                    conn.execute(f"DELETE FROM {table} WHERE workspace = ?", (workspace,))
             conn.close()
             return
         s = f'"{self.schema}"'
@@ -116,11 +122,8 @@ class Backdoor:
                     last.hash,
                     last.position,
                 )
-                if forget_audit:
-                    for table in ("merkle_hashes", "checkpoints"):
-                        await conn.execute(
-                            f"DELETE FROM {s}.{table} WHERE workspace = $1", workspace
-                        )
+                for table in forget:
+                    await conn.execute(f"DELETE FROM {s}.{table} WHERE workspace = $1", workspace)
 
         pg_run(edit)
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import shutil
-import sqlite3
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -35,6 +33,7 @@ from hub.core.checkpoint import (
 from hub.core.events import Event, MessagePayload, decode_event, encode_event
 from tests.support.postgres import POSTGRES_DSN, pg_run, postgres_unavailable
 from tests.support.require import require
+from tests.support.tamper import Backdoor
 
 EVENTS = "".join(
     json.dumps({"kind": "messagePosted", "payload": {"text": f"message {i}"}}) + "\n"
@@ -85,95 +84,27 @@ class Site:
         assert code == 0, err
         return out
 
+    @property
+    def backdoor(self) -> Backdoor:
+        """The attacker's direct access to this hub's rows (tests/support/tamper.py)."""
+        return Backdoor(self.data, self.schema if self.kind == "postgres" else None)
+
     def copy(self, name: str) -> Site:
         """A copy of all of this hub's data (what an attacker edits)."""
         other = self.new(name)
-        shutil.copytree(self.data, other.data)
-        if self.kind == "postgres":
-            src, dst = self.schema, other.schema
-
-            async def clone(c: asyncpg.Connection) -> None:
-                await c.execute(f'CREATE SCHEMA "{dst}"')
-                tables = await c.fetch("SELECT tablename FROM pg_tables WHERE schemaname = $1", src)
-                for (table,) in tables:
-                    await c.execute(
-                        f'CREATE TABLE "{dst}"."{table}" (LIKE "{src}"."{table}" INCLUDING ALL)'
-                    )
-                    await c.execute(
-                        f'INSERT INTO "{dst}"."{table}" SELECT * FROM "{src}"."{table}"'
-                    )
-
-            pg_run(clone)
+        copied = self.backdoor.copy(other.data)
+        if copied.schema is not None:
+            other.schema = copied.schema  # dropped with the test's other schemas
         return other
-
-    # -- the attacker's access -----------------------------------------------------------------
 
     def events(self, workspace: str) -> list[tuple[int, Event]]:
         """(position, event) of every stored event, in seq order."""
-        if self.kind == "sqlite":
-            with sqlite3.connect(self.data / "agora.db") as conn:
-                rows = conn.execute(
-                    "SELECT position, body FROM events WHERE workspace = ? ORDER BY seq",
-                    (workspace,),
-                ).fetchall()
-            conn.close()
-        else:
-            rows = pg_run(
-                lambda c: c.fetch(
-                    f'SELECT position, body FROM "{self.schema}".events WHERE workspace = $1 '
-                    "ORDER BY seq",
-                    workspace,
-                )
-            )
-        return [(int(p), decode_event(bytes(b))) for p, b in rows]
+        return self.backdoor.events(workspace)
 
     def rewrite(self, workspace: str, events: list[Event], *, drop_hashes: bool = False) -> None:
-        """Replace the workspace's log by ``events``, renumbered from seq 1 with the whole
-        chain re-hashed (so the chain verifies), keeping the original positions."""
-        positions = [p for p, _ in self.events(workspace)]
-        sealed: list[Event] = []
-        prev = ""
-        for i, event in enumerate(events):
-            e = msgspec.structs.replace(
-                event, seq=i + 1, prev=prev or None, position=positions[i], hash=None
-            )
-            e = msgspec.structs.replace(e, hash=compute_hash(e))
-            sealed.append(e)
-            prev = e.hash or ""
-        rows = [
-            (e.position, e.workspace, e.seq, e.id, e.kind, e.timestamp, e.hash, encode_event(e))
-            for e in sealed
-        ]
-        if self.kind == "sqlite":
-            with sqlite3.connect(self.data / "agora.db") as conn:
-                conn.execute("DELETE FROM events WHERE workspace = ?", (workspace,))
-                conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
-                if drop_hashes:
-                    conn.execute("DELETE FROM merkle_hashes WHERE workspace = ?", (workspace,))
-            conn.close()
-            return
-        s = f'"{self.schema}"'
-        last = sealed[-1]
-
-        async def edit(conn: asyncpg.Connection) -> None:
-            async with conn.transaction():
-                await conn.execute(f"DELETE FROM {s}.events WHERE workspace = $1", workspace)
-                await conn.executemany(
-                    f"INSERT INTO {s}.events VALUES ($1, $2, $3, $4, $5, $6, $7, $8)", rows
-                )
-                await conn.execute(
-                    f"UPDATE {s}.heads SET seq = $2, hash = $3, position = $4 WHERE workspace = $1",
-                    workspace,
-                    last.seq,
-                    last.hash,
-                    last.position,
-                )
-                if drop_hashes:
-                    await conn.execute(
-                        f"DELETE FROM {s}.merkle_hashes WHERE workspace = $1", workspace
-                    )
-
-        pg_run(edit)
+        """Replace the workspace's log by ``events`` with the whole chain re-hashed (so the
+        chain verifies); ``drop_hashes`` also deletes its stored Merkle hashes."""
+        self.backdoor.rewrite(workspace, events, forget=("merkle_hashes",) if drop_hashes else ())
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
