@@ -135,7 +135,7 @@ class TokenSigner:
             sub=agent_id(agent, "agent"),
             iat=now,
             exp=now + ttl_seconds,
-            jti=secrets.token_urlsafe(16),
+            jti=_token_id(),
             workspaces=normalize_workspaces(workspaces),
             rights=normalize_rights(rights),
             backends=normalize_backends(backends),
@@ -300,3 +300,11 @@ def _create_secret(data_dir: Path) -> None:
 
 def _unauthorized(reason: TokenFailure, message: str) -> Unauthorized:
     return Unauthorized(message, reason=reason)
+
+
+def _token_id() -> str:
+    """A random ``jti``; never one starting with ``-``, which a shell command line
+    (``agora token revoke --token-id ID``) would take for an option."""
+    while (jti := secrets.token_urlsafe(16)).startswith("-"):
+        pass
+    return jti

@@ -104,7 +104,11 @@ def register(subparsers: Any) -> None:
             "the connections and streams using it within a second."
         ),
     )
-    revoke.add_argument("--token-id", metavar="ID", help="the token's id (jti; see inspect)")
+    revoke.add_argument(
+        "--token-id",
+        metavar="ID",
+        help="the token's id (jti; see inspect); write --token-id=ID for an id that starts with -",
+    )
     revoke.add_argument(
         "--agent", metavar="A", help="revoke every token of agent A issued until now"
     )

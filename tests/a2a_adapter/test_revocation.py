@@ -172,7 +172,7 @@ async def test_revoked_token_is_401_with_reason(served: Served) -> None:
     async with client(served, token) as http:
         ok = await http.post(JSONRPC_PATH, json=rpc("ListTasks", {}))
         assert ok.status_code == 200, ok.text
-        await revoke(served, "--token-id", jti(token))
+        await revoke(served, f"--token-id={jti(token)}")
         deadline = time.monotonic() + WAIT
         while (
             response := await http.post(JSONRPC_PATH, json=rpc("ListTasks", {}))

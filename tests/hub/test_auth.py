@@ -95,6 +95,17 @@ def test_token_ids_differ(signer: TokenSigner) -> None:
     assert a.token_id != b.token_id
 
 
+def test_token_ids_never_look_like_an_option(signer: TokenSigner) -> None:
+    # One random id in 64 began with "-", and `agora token revoke --token-id ID` then failed
+    # with "expected one argument" (CI saw it). 1,000 ids: without the rule, P(pass) ≈ 1e-7.
+    ids = [
+        signer.verify(signer.issue("a", ["w"], ["read"], ttl_seconds=60)).token_id
+        for _ in range(1000)
+    ]
+    assert not [i for i in ids if i.startswith("-")]
+    assert len(set(ids)) == 1000
+
+
 def test_lists_are_normalized(signer: TokenSigner) -> None:
     cap = signer.verify(
         signer.issue(

@@ -22,7 +22,7 @@ async def test_revocation_reaches_every_node(
     token = mint("mallory")
     async with peer(b.url, token) as victim, peer(a.url, mint("alice")) as bystander:
         assert (await victim.call("subscribe", workspace="w"))["op"] == "subscribed"
-        out = await agora("token", "revoke", "--token-id", token_id(token), "--json", store=store)
+        out = await agora("token", "revoke", f"--token-id={token_id(token)}", "--json", store=store)
         assert json.loads(out)["payload"]["tokenId"] == token_id(token)
         frames, code, reason = await closed_with(victim)
         assert (code, reason) == (4401, "unauthorized: revoked")

@@ -279,6 +279,16 @@ def test_revoke_and_list(data: Path, capsys: pytest.CaptureFixture[str]) -> None
     ]
 
 
+def test_revoke_an_id_that_starts_with_a_dash(
+    data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Tokens issued before ids avoided a leading "-" still exist; "--token-id=ID" names them.
+    code, out, err = run(capsys, revoke(data, "--token-id=-c1e3i9FH1aSEuPwsAmFKg"))
+    assert code == 0, err
+    code, out, err = run(capsys, ["token", "revoked", "--data", str(data)])
+    assert "tokenId=-c1e3i9FH1aSEuPwsAmFKg" in out
+
+
 def test_revoked_is_empty_at_first(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run(capsys, issue(data, "--agent", "bob", "--workspace", "w", "--rights", "read"))
     code, out, err = run(capsys, ["token", "revoked", "--data", str(data)])

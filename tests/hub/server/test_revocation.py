@@ -118,7 +118,7 @@ async def test_revoked_token_refused_at_hello_and_handshake(hub: HubProcess) -> 
     token = mint("mallory")
     other = mint("mallory")  # another token of the same agent, not revoked
     assert await welcomed(hub.url, token)
-    out = await agora("token", "revoke", "--token-id", token_id(token), store=data_store(hub))
+    out = await agora("token", "revoke", f"--token-id={token_id(token)}", store=data_store(hub))
     assert out.split()[0] == "1"  # seq 1 of the system workspace
 
     frame, code, reason = await until_refused(hub.url, token)
@@ -170,7 +170,7 @@ async def test_revocation_written_before_start_is_loaded(
 ) -> None:
     token = mint("mallory")
     data = tmp_path / "pre"
-    await agora("token", "revoke", "--token-id", token_id(token), store=["--data", str(data)])
+    await agora("token", "revoke", f"--token-id={token_id(token)}", store=["--data", str(data)])
     hub = start_hub(data_dir=data)
     frame, code, _ = await refusal(hub.url, token)  # at once: loaded before accepting
     assert frame["details"]["reason"] == "revoked" and code == UNAUTHORIZED
