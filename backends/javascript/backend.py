@@ -1,0 +1,540 @@
+"""The ``javascript`` backend: JavaScript and TypeScript modules on Deno, deny-by-default.
+
+`Deno <https://deno.com>`_ is a V8 runtime built to run untrusted code: without an
+``--allow-*`` flag a program reads no file, opens no socket, sees no environment variable and
+starts no process. The PyPI package ``deno`` ships the binary (:func:`find_deno`), so no Node
+and no download at run time are needed.
+
+What it runs (``language: javascript | typescript``):
+
+* ``source`` is an ES module (TypeScript is run natively, types stripped, not checked). Its
+  default export is called with the request's ``input`` (JSON; ``undefined`` without one) and
+  may be async; what it returns (resolves to), as JSON, is the result's ``value``. A default
+  export that is not a function is the value itself; no default export: no value. A value JSON
+  cannot hold (a ``BigInt``, a cycle) becomes its ``Deno.inspect`` text with a warning.
+* ``console.log``/``console.error`` (and ``Deno.stdout``/``Deno.stderr``) are stdout/stderr,
+  streamed and capped per the policy.
+* An uncaught exception (also an async one in the default export) is ``failed/exit`` with exit
+  code 1, its stack on stderr and a diagnostic; a syntax error is ``failed/compileFailed``.
+* ``import { readFile, writeFile, listFiles, deleteFile } from "agora:workspace"`` — the
+  workspace through the hub (``workspace="hostFunctions"``), exactly as the python backend's
+  host functions: each write is a ``fileWritten`` event caused by the execution, refused on a
+  ``read`` instance, paths checked by :mod:`backends.hostcalls`. The calls travel over the
+  run's channel (:mod:`backends.javascript.channel`).
+* No other module is importable: remote imports (``--no-remote``), ``npm:`` (``--no-npm``) and
+  local files (the source is a ``data:`` module, whose imports of ``file:`` need a read
+  permission it does not have) are refused; ``node:`` built-ins load but every operation of
+  theirs needs a permission too.
+
+Confinement — two walls:
+
+1. Deno's permissions: ``deno run --no-prompt --no-remote --no-npm --cached-only --no-config
+   --no-lock --import-map=…`` with only ``--allow-net=unix:<socket>`` and
+   ``--allow-read``/``--allow-write`` of that socket: ``Deno.readTextFile``, ``Deno.env``,
+   ``fetch``, ``Deno.Command``, ``Deno.dlopen`` … all throw ``NotCapable``.
+2. The process backend's bubblewrap sandbox (:mod:`backends.confine`): new user/PID/IPC/UTS/
+   network namespaces (the network is never enabled), uid 65534, a read-only view of ``/usr``
+   and the deno binary only — no ``/etc``, no workspace, no data directory — a private
+   ``/tmp`` (``DENO_DIR``), a per-run cgroup (memory, pids, cpu) where the host offers one.
+
+Limits: the wall-clock timeout kills the process (SIGKILL to bwrap, which takes the PID
+namespace and every worker with it; the cgroup is killed too); memory is V8's heap limit
+(``--max-old-space-size`` = the policy's ``memoryBytes``) plus, as the second wall, the run's
+cgroup at that size plus :data:`RUNTIME_OVERHEAD` (an ``ArrayBuffer`` is not on V8's heap) —
+without a cgroup memory controller ``RLIMIT_AS`` stands in, and ``enforcesMemory`` says which;
+output capped per stream. :attr:`capabilities` report only what holds here, found at
+:meth:`JavaScriptBackend.start`; without bwrap or the deno binary the instance is unavailable.
+
+Every run is a fresh ``deno`` process (cold): a warm pool measured no faster worth its
+complexity — see docs/execution.md ("javascript") and ``bench/sandbox_bench.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from backends.access import Access, DirectoryAccess, WorkspaceAccess, workspace_filesystem
+from backends.captured import captured_result
+from backends.cgroups import RunCgroup, RunLimits
+from backends.confine import Mount, Sandbox, bwrap_argv, launcher_argv
+from backends.javascript.bootstrap import RUNNER, SOCKET, WORKSPACE
+from backends.javascript.channel import HOST_FUNCTIONS, Channel, Report
+from backends.lifecycle import BackendLifecycle, elapsed_ms
+from backends.output import OutputChannel
+from backends.process import Confinement
+from backends.runs import Run, RunRegistry, TaskSet
+from hub.core.execution.capabilities import (
+    BackendCapabilities,
+    ExecutionIsolation,
+    ExecutionLanguage,
+)
+from hub.core.execution.errors import ExecutionFailed, InvalidRequest
+from hub.core.execution.policy import MIB, SandboxPolicy, strict_js
+from hub.core.execution.request import ExecutionRequest
+from hub.core.execution.result import (
+    Diagnostic,
+    ExecEvent,
+    ExecutionResult,
+    Stream,
+    classify,
+    signal_exit_code,
+)
+
+__all__ = [
+    "DEFAULT_MAX_MEMORY_BYTES",
+    "HOST_FUNCTIONS",
+    "RUNTIME_OVERHEAD",
+    "JavaScriptBackend",
+    "deno_argv",
+    "find_deno",
+]
+
+DEFAULT_MAX_MEMORY_BYTES: Final = 256 * MIB
+RUNTIME_OVERHEAD: Final = 192 * MIB  # deno's own RSS (binary, V8 isolate, code) beside the heap
+MIN_MEMORY_BYTES: Final = 16 * MIB
+DEFAULT_MAX_PIDS: Final = 64  # threads count: tokio, V8 platform workers, ...
+DEFAULT_MAX_OPEN_FILES: Final = 256
+MAX_FILE_BYTES: Final = 16 * MIB  # it writes no file; the bound is for DENO_DIR's caches
+READ_SIZE: Final = 64 * 1024
+SHELL: Final = "/bin/sh"
+STAGE: Final = "/opt/agora-js"  # the runner and the import map, inside the sandbox
+CHANNEL_DIR: Final = os.path.dirname(SOCKET)
+LANGUAGES: Final = frozenset({ExecutionLanguage.JAVASCRIPT, ExecutionLanguage.TYPESCRIPT})
+_OOM_MARKERS: Final = (b"Fatal JavaScript out of memory", b"JavaScript heap out of memory")
+SOCKET_PREFIX: Final = "agora-js-"
+
+
+def find_deno() -> str | None:
+    """The deno binary: the one the PyPI package ``deno`` ships, else one on ``PATH``."""
+    try:
+        import deno as deno_package
+
+        found = deno_package.find_deno_bin()
+    except (ImportError, OSError, RuntimeError):
+        found = None
+    if found and os.access(found, os.X_OK):
+        return os.path.realpath(found)
+    on_path = shutil.which("deno")
+    return os.path.realpath(on_path) if on_path else None
+
+
+def deno_argv(deno: str, heap_mib: int) -> list[str]:
+    """The ``deno run`` command line inside the sandbox: every permission denied but the
+    channel socket, no remote/npm modules, no config or lock file discovery. Pure."""
+    return [
+        deno,
+        "run",
+        "--no-prompt",
+        "--no-remote",
+        "--no-npm",
+        "--cached-only",
+        "--no-config",
+        "--no-lock",
+        f"--import-map={STAGE}/import_map.json",
+        f"--v8-flags=--max-old-space-size={heap_mib}",
+        f"--allow-net=unix:{SOCKET}",
+        f"--allow-read={SOCKET}",
+        f"--allow-write={SOCKET}",
+        f"{STAGE}/runner.js",
+    ]
+
+
+def _data_url(source: str) -> str:
+    import base64
+
+    return "data:text/javascript;base64," + base64.b64encode(source.encode()).decode()
+
+
+class JavaScriptBackend(BackendLifecycle):
+    """Runs JavaScript/TypeScript modules on Deno (see the module docstring).
+
+    ``access``: the instance's authority over the workspace (``read`` refuses
+    ``writeFile``/``deleteFile``). ``policy``: the widest policy it runs (default:
+    :func:`strict_js`, 5 s, network off, the workspace per ``access``, ``max_memory_bytes`` of
+    heap). ``deno``: the binary (default: :func:`find_deno`). ``max_pids``: the run's cgroup
+    pids limit when the policy sets none.
+    """
+
+    def __init__(
+        self,
+        name: str = "js",
+        *,
+        access: Access = "read-write",
+        policy: SandboxPolicy | None = None,
+        max_concurrent: int = 8,
+        max_memory_bytes: int = DEFAULT_MAX_MEMORY_BYTES,
+        max_pids: int = DEFAULT_MAX_PIDS,
+        max_host_calls: int = 1000,
+        host_call_timeout_s: float = 30.0,
+        deno: str | None = None,
+        bwrap: str | None = None,
+        cgroups: bool = True,
+    ) -> None:
+        self._name = name
+        self._access = access
+        if policy is None:
+            policy = strict_js().replace(
+                filesystem=workspace_filesystem(access), memory_bytes=max_memory_bytes
+            )
+        if policy.network != "disabled":
+            raise ValueError("a javascript backend runs without network (network='disabled')")
+        self._policy = policy
+        self._max_memory = max_memory_bytes
+        self._max_pids = max_pids
+        self._max_host_calls = max_host_calls
+        self._host_call_timeout_s = host_call_timeout_s
+        self._deno = deno if deno is not None else (find_deno() or "")
+        self._confinement = Confinement(bwrap, [self._deno] if self._deno else [], cgroups=cgroups)
+        self._registry = RunRegistry(name, max_concurrent)
+        self._stage: Path | None = None
+        self._started = False
+        self._problem = "not started"
+        self._caps = self._capabilities(memory=False, pids=False, cpu=False)
+
+    # -- CodeExecutor (the rest: BackendLifecycle) ----------------------------------------
+
+    @property
+    def access(self) -> Access:
+        return self._access
+
+    def _capabilities(self, *, memory: bool, pids: bool, cpu: bool) -> BackendCapabilities:
+        return BackendCapabilities(
+            isolation=ExecutionIsolation.NAMESPACE,
+            enforces_network=True,
+            enforces_filesystem=True,
+            enforces_environment=True,
+            enforces_timeout=True,
+            enforces_memory=memory,
+            enforces_pids=pids,
+            enforces_cpu=cpu,
+            supports_structured_output=True,
+            languages=LANGUAGES,
+            filesystem_modes=frozenset(
+                {"none", "workspaceReadOnly", "workspaceReadWrite", "paths"}
+            ),
+            workspace="hostFunctions",
+            host_functions=frozenset(HOST_FUNCTIONS),
+        )
+
+    def _readiness(self) -> tuple[bool, str]:
+        if self._started and self._problem:
+            return False, self._problem
+        return True, ""
+
+    async def start(self) -> None:
+        """Find deno, probe the confinement (bwrap, cgroups), stage the runner. Idempotent."""
+        if self._started:
+            return
+        self._started = True
+        if not self._deno or not os.access(self._deno, os.X_OK):
+            self._problem = (
+                "the deno binary is missing: `pip install deno` (the PyPI package ships it)"
+            )
+            return
+        await self._confinement.probe()
+        if self._confinement.problem:
+            self._problem = self._confinement.problem
+            return
+        self._stage = Path(await asyncio.to_thread(_stage_files))
+        groups = self._confinement.cgroups
+        controllers = groups.controllers if groups is not None else frozenset()
+        # Memory: a cgroup, else RLIMIT_AS (checked to let V8 start at all: it reserves
+        # address space far beyond its heap).
+        memory = "memory" in controllers or await self._rlimit_works()
+        self._caps = self._capabilities(
+            memory=memory, pids="pids" in controllers, cpu="cpu" in controllers
+        )
+        self._problem = ""
+
+    async def _rlimit_works(self) -> bool:
+        """Whether deno starts under the ``RLIMIT_AS`` this backend would set (no cgroup)."""
+        limit_kib = (self._max_memory + RUNTIME_OVERHEAD) // 1024
+        with contextlib.suppress(OSError):
+            proc = await asyncio.create_subprocess_exec(
+                SHELL,
+                "-c",
+                f'ulimit -v {limit_kib} && exec "$0" --version',
+                self._deno,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            async with asyncio.timeout(10):
+                return await proc.wait() == 0
+        return False
+
+    async def aclose(self) -> None:
+        await self._registry.aclose()
+        await asyncio.to_thread(self._confinement.close)
+        if self._stage is not None:
+            await asyncio.to_thread(shutil.rmtree, self._stage, True)
+            self._stage = None
+
+    async def _validate(self, request: ExecutionRequest) -> None:
+        _check_module_request(request)
+
+    async def execute(
+        self,
+        request: ExecutionRequest,
+        workdir: Path | None,
+        access: WorkspaceAccess | None = None,
+    ) -> AsyncGenerator[ExecEvent, None]:
+        """Run ``request``'s module (contract: :mod:`backends.base`). ``access``: the workspace
+        for ``agora:workspace`` (default: ``workdir`` through :class:`DirectoryAccess`)."""
+        await self._check_request(request)
+        _check_module_request(request)
+        if access is None and workdir is not None:
+            access = DirectoryAccess(workdir)
+        run = self._registry.admit(request.exec_id)
+        started = time.monotonic()
+        channel = Channel(
+            request,
+            access,
+            instance=self._name,
+            instance_access=self._access,
+            max_host_calls=self._max_host_calls,
+            host_call_timeout_s=self._host_call_timeout_s,
+        )
+        sockdir: Path | None = None
+        group: RunCgroup | None = None
+        proc: asyncio.subprocess.Process | None = None
+        tasks = TaskSet()
+        try:
+            sockdir = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix=SOCKET_PREFIX))
+            await channel.open(str(sockdir / os.path.basename(SOCKET)))
+            argv, group = self._command(request, sockdir)
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd="/",
+                    env=_ENV,
+                    start_new_session=True,
+                    limit=READ_SIZE,
+                )
+            except OSError as e:
+                raise ExecutionFailed(f"starting deno failed: {e}") from e
+            output = OutputChannel(request.effective_max_stdout, request.effective_max_stderr)
+            loop = asyncio.get_running_loop()
+            timer = loop.call_later(request.effective_timeout_ms / 1000, run.request_stop, "timeout")
+            run.on_stop = lambda _reason: _kill(proc, group)
+            if run.stop_reason is not None:
+                _kill(proc, group)
+            try:
+                assert proc.stdout is not None and proc.stderr is not None
+                tasks.create_task(_pump(proc.stdout, "stdout", output))
+                tasks.create_task(_pump(proc.stderr, "stderr", output))
+                while (chunk := await output.get()) is not None:
+                    yield chunk
+                returncode = await proc.wait()
+                failure = tasks.failure()
+                if failure is not None:
+                    raise ExecutionFailed(
+                        f"reading the program's output failed: {failure!r}"
+                    ) from failure
+            finally:
+                timer.cancel()
+                run.on_stop = None
+            oom = group is not None and group.memory_exceeded()
+            result = self._result(request, run, returncode, output, channel.report, started, oom)
+        finally:
+            await self._registry.close_run(run, _cleanup(proc, group, channel, sockdir, tasks))
+        yield result
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _command(self, request: ExecutionRequest, sockdir: Path) -> tuple[list[str], RunCgroup | None]:
+        """The launcher + bwrap + deno command line of one run, and its cgroup."""
+        confinement = self._confinement
+        assert self._stage is not None
+        memory = min(request.policy.memory_bytes or self._max_memory, self._max_memory)
+        memory = max(memory, MIN_MEMORY_BYTES)
+        group: RunCgroup | None = None
+        if confinement.cgroups is not None:
+            try:
+                group = confinement.cgroups.create(
+                    RunLimits(
+                        memory_bytes=memory + RUNTIME_OVERHEAD,
+                        pids=request.policy.pids or self._max_pids,
+                        cpus=request.policy.cpus,
+                    )
+                )
+            except OSError as e:
+                raise ExecutionFailed(f"creating the run's cgroup failed: {e}") from e
+        box = Sandbox(
+            mounts=(
+                Mount(self._stage, STAGE, False),
+                Mount(sockdir, CHANNEL_DIR, False),
+            ),
+            cwd="/tmp",
+            network=False,
+        )
+        # No /etc at all: deno needs none of it, and a sandbox should see nothing it needn't.
+        view = dataclasses.replace(confinement.view, etc="", network_etc="")
+        launcher = launcher_argv(
+            SHELL,
+            group.procs_files if group is not None else (),
+            open_files=DEFAULT_MAX_OPEN_FILES,
+            file_blocks=max(1, MAX_FILE_BYTES // max(1, confinement.file_block)),
+            memory_kib=(memory + RUNTIME_OVERHEAD) // 1024
+            if group is None or group.memory is None
+            else None,
+        )
+        heap_mib = max(1, memory // MIB)
+        return launcher + bwrap_argv(
+            confinement.bwrap, view, box, deno_argv(self._deno, heap_mib)
+        ), group
+
+    def _result(
+        self,
+        request: ExecutionRequest,
+        run: Run,
+        returncode: int | None,
+        output: OutputChannel,
+        report: Report,
+        started: float,
+        memory_exceeded: bool,
+    ) -> ExecutionResult:
+        code = signal_exit_code(returncode)
+        oom = memory_exceeded or any(m in output.kept("stderr") for m in _OOM_MARKERS)
+        outcome = classify(
+            code, cancelled=run.cancelled, timed_out=run.timed_out, memory_exceeded=oom
+        )
+        notes: list[Diagnostic] = []
+        value: object = msgspec.UNSET
+        stopped = run.stop_reason is not None
+        if oom and not stopped:
+            outcome = ("failed", "memoryLimit", code if code is not None else 137)
+            notes.append(
+                Diagnostic(
+                    level="error",
+                    code="memoryLimit",
+                    message=f"the program ran out of its memory limit "
+                    f"({min(request.policy.memory_bytes or self._max_memory, self._max_memory)}"
+                    " bytes of heap)",
+                )
+            )
+        elif not stopped and report.kind == "compile":
+            outcome = ("failed", "compileFailed", 1)
+            notes.append(Diagnostic(level="error", code="syntaxError", message=report.message))
+        elif not stopped and report.kind == "exception":
+            outcome = ("failed", "exit", 1)
+            notes.append(
+                Diagnostic(
+                    level="error", code="exception", message=f"{report.name}: {report.message}"
+                )
+            )
+        elif not stopped and report.kind == "result" and code == 0:
+            if report.repr is not None:
+                value = report.repr
+                notes.append(
+                    Diagnostic(
+                        level="warning",
+                        code="valueNotJson",
+                        message="the value is not JSON; its Deno.inspect text is returned",
+                    )
+                )
+            else:
+                value = report.value
+        notes += run.stop_notes(request.effective_timeout_ms, "deno was killed")
+        return captured_result(
+            output,
+            outcome,
+            duration_ms=elapsed_ms(started),
+            metadata=self._metadata(request),
+            notes=notes,
+            value=value,
+        )
+
+
+_ENV: Final = {
+    "PATH": "/usr/bin:/bin",
+    "HOME": "/tmp",
+    "DENO_DIR": "/tmp/deno",
+    "DENO_NO_UPDATE_CHECK": "1",
+    "DENO_NO_PROMPT": "1",
+    "NO_COLOR": "1",
+    "LANG": "C.UTF-8",
+}
+
+
+def _stage_files() -> str:
+    """The runner and the import map, in a directory bound read-only into every sandbox
+    (``agora:workspace`` is a ``data:`` module: nothing of it is read from a file)."""
+    stage = tempfile.mkdtemp(prefix="agora-js-stage-")
+    os.chmod(stage, 0o755)
+    Path(stage, "runner.js").write_text(RUNNER)
+    imports = {"imports": {"agora:workspace": _data_url(WORKSPACE)}}
+    Path(stage, "import_map.json").write_bytes(msgspec.json.encode(imports))
+    for name in ("runner.js", "import_map.json"):
+        os.chmod(Path(stage, name), 0o644)
+    return stage
+
+
+def _check_module_request(request: ExecutionRequest) -> None:
+    """A module has no stdin, argv or environment: refuse them rather than drop them."""
+    for field_name, present in (
+        ("stdin", request.stdin is not None),
+        ("argv", bool(request.argv)),
+        ("env", bool(request.env)),
+    ):
+        if present:
+            raise InvalidRequest(
+                f"the javascript sandbox takes no {field_name}: pass data as input",
+                field=field_name,
+            )
+    if not request.source:
+        raise InvalidRequest("a javascript execution needs source (an ES module)", field="source")
+
+
+def _kill(proc: asyncio.subprocess.Process | None, group: RunCgroup | None) -> None:
+    """SIGKILL bwrap's process group (the PID namespace, deno and its workers die with it) and
+    the run's cgroup."""
+    if proc is not None and proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    if group is not None:
+        group.kill()
+
+
+async def _pump(reader: asyncio.StreamReader, stream: Stream, output: OutputChannel) -> None:
+    try:
+        while data := await reader.read(READ_SIZE):
+            await output.feed(stream, data)
+    finally:
+        output.close(stream)
+
+
+async def _cleanup(
+    proc: asyncio.subprocess.Process | None,
+    group: RunCgroup | None,
+    channel: Channel,
+    sockdir: Path | None,
+    tasks: TaskSet,
+) -> None:
+    """Kill what is left of the run (cancelled mid-way), reap it, close the channel, drop the
+    socket directory and the cgroup."""
+    if proc is not None and proc.returncode is None:
+        _kill(proc, group)
+        await proc.wait()
+    await tasks.aclose()
+    await channel.aclose()
+    if group is not None:
+        await asyncio.to_thread(group.remove)
+    if sockdir is not None:
+        await asyncio.to_thread(shutil.rmtree, sockdir, True)
