@@ -37,7 +37,7 @@ NODE_ID_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,128}")
 records and the ``nodes`` table is keyed by."""
 
 
-BackendKind = Literal["process", "container", "wasm", "python", "rust"]
+BackendKind = Literal["process", "container", "wasm", "python", "rust", "javascript"]
 
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]  # 0: let the OS choose (tests)
 Seconds = Annotated[float, msgspec.Meta(gt=0, le=86400)]  # at most a day: a typo, not a plan

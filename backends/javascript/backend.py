@@ -119,10 +119,11 @@ SOCKET_PREFIX: Final = "agora-js-"
 
 def find_deno() -> str | None:
     """The deno binary: the one the PyPI package ``deno`` ships, else one on ``PATH``."""
+    found: str | None = None
     try:
-        import deno as deno_package
+        import deno as deno_package  # type: ignore[import-untyped]  # (ships no py.typed)
 
-        found = deno_package.find_deno_bin()
+        found = str(deno_package.find_deno_bin())
     except (ImportError, OSError, RuntimeError):
         found = None
     if found and os.access(found, os.X_OK):
@@ -331,7 +332,9 @@ class JavaScriptBackend(BackendLifecycle):
                 raise ExecutionFailed(f"starting deno failed: {e}") from e
             output = OutputChannel(request.effective_max_stdout, request.effective_max_stderr)
             loop = asyncio.get_running_loop()
-            timer = loop.call_later(request.effective_timeout_ms / 1000, run.request_stop, "timeout")
+            timer = loop.call_later(
+                request.effective_timeout_ms / 1000, run.request_stop, "timeout"
+            )
             run.on_stop = lambda _reason: _kill(proc, group)
             if run.stop_reason is not None:
                 _kill(proc, group)
@@ -358,7 +361,9 @@ class JavaScriptBackend(BackendLifecycle):
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _command(self, request: ExecutionRequest, sockdir: Path) -> tuple[list[str], RunCgroup | None]:
+    def _command(
+        self, request: ExecutionRequest, sockdir: Path
+    ) -> tuple[list[str], RunCgroup | None]:
         """The launcher + bwrap + deno command line of one run, and its cgroup."""
         confinement = self._confinement
         assert self._stage is not None
@@ -452,7 +457,7 @@ class JavaScriptBackend(BackendLifecycle):
             else:
                 value = report.value
         notes += run.stop_notes(request.effective_timeout_ms, "deno was killed")
-        return captured_result(
+        result = captured_result(
             output,
             outcome,
             duration_ms=elapsed_ms(started),
@@ -460,6 +465,9 @@ class JavaScriptBackend(BackendLifecycle):
             notes=notes,
             value=value,
         )
+        if report.skipped:
+            result = msgspec.structs.replace(result, skipped=list(report.skipped))
+        return result
 
 
 _ENV: Final = {

@@ -29,16 +29,20 @@ import base64
 import binascii
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import msgspec
 
 from backends.access import Access, WorkspaceAccess
 from backends.hostcalls import MAX_WRITE_BYTES, HostOp, check_host_path, serve_host_call
+from hub.core.events import SkippedWrite
+from hub.core.execution.errors import InvalidRequest
+from hub.core.execution.policy import normalise_workspace_path
 from hub.core.execution.request import ExecutionRequest
 
-__all__ = ["MAX_LINE", "HOST_FUNCTIONS", "Channel", "Report"]
+__all__ = ["HOST_FUNCTIONS", "MAX_LINE", "MAX_SKIPPED", "Channel", "Report"]
 
+MAX_SKIPPED: Final = 100
 MAX_LINE: Final = MAX_WRITE_BYTES * 4 // 3 + 64 * 1024  # a base64 write of the largest file
 HOST_FUNCTIONS: Final[dict[str, HostOp]] = {
     "readFile": "read",
@@ -68,7 +72,8 @@ class Report:
     message: str = ""
     host_calls: int = 0
     started: bool = False
-    notes: list[str] = field(default_factory=list)
+    skipped: list[SkippedWrite] = field(default_factory=list)
+    """Writes and deletes a ``read`` instance refused (at most :data:`MAX_SKIPPED`)."""
 
 
 class _Refused(Exception):
@@ -220,7 +225,21 @@ class Channel:
                 op, path, self._access, fs, data=data, timeout_s=self._timeout_s, function=function
             )
         except (OSError, ValueError, TypeError) as e:
+            if op in ("write", "delete") and self._instance_access != "read-write":
+                self._skip(op, message.get("path"))
             raise _Refused(_error_name(e), str(e)) from e
+
+    def _skip(self, op: HostOp, path: object) -> None:
+        """Record a write the read-only instance refused (``execFinished.skipped``)."""
+        skipped = self.report.skipped
+        if len(skipped) >= MAX_SKIPPED or not isinstance(path, str) or op == "read":
+            return
+        try:
+            normalised = normalise_workspace_path(path, "path")
+        except InvalidRequest:
+            return
+        kind: Literal["write", "delete"] = "write" if op == "write" else "delete"
+        skipped.append(SkippedWrite(path=normalised, mount_root=".", op=kind, reason="read-only"))
 
 
 def _content(function: str, message: dict[str, Any]) -> bytes:
