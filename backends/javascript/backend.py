@@ -202,6 +202,7 @@ class JavaScriptBackend(BackendLifecycle):
         self._registry = RunRegistry(name, max_concurrent)
         self._stage: Path | None = None
         self._started = False
+        self._start_lock: asyncio.Lock | None = None
         self._problem = "not started"
         self._caps = self._capabilities(memory=False, pids=False, cpu=False)
 
@@ -239,7 +240,14 @@ class JavaScriptBackend(BackendLifecycle):
         """Find deno, probe the confinement (bwrap, cgroups), stage the runner. Idempotent."""
         if self._started:
             return
-        self._started = True
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:  # concurrent first runs wait for one probe
+            if not self._started:
+                await self._start()
+                self._started = True
+
+    async def _start(self) -> None:
         if not self._deno or not os.access(self._deno, os.X_OK):
             self._problem = (
                 "the deno binary is missing: `pip install deno` (the PyPI package ships it)"
