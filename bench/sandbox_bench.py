@@ -1,4 +1,4 @@
-"""Sandbox latency: the in-process backends and the Rust pipeline beside the process floor.
+"""Sandbox latency: the in-process backends, Deno and the Rust pipeline beside the process floor.
 
     python bench/sandbox_bench.py [--runs N] [--quick] [--no-rust]
 
@@ -14,6 +14,11 @@ one warm-up run:
   thread; ``wasm  cold`` — the same with a module the cache has not seen (compilation
   included).
 * ``python  exec`` — a pydantic-monty snippet with ``input``/``value`` (pooled worker).
+* ``js  cold`` — a JavaScript module on the ``javascript`` backend (Deno): a fresh confined
+  ``deno`` process per run, what ships; ``js  ts cold`` — the same with a TypeScript module;
+  ``js  warm (in-deno part)`` — of those same runs, only the time from deno asking for its run
+  to its result (the channel's timestamps): what a pre-started warm worker would still cost,
+  so the gap to ``cold`` is the most a warm pool could save.
 * ``rust  cold`` — check + build + run of a source not in the build cache;
   ``rust  cached`` — the same source again (build cache hit: only the run).
 
@@ -41,6 +46,7 @@ from backends.base import (
     Source,
     collect,
 )
+from backends.javascript import JavaScriptBackend
 from backends.monty import PythonBackend
 from backends.process import ProcessBackend
 from backends.wasm import WasmBackend
@@ -124,6 +130,45 @@ async def bench(runs: int, rust: bool) -> list[tuple[str, list[float]]]:
                     ),
                     max(3, runs // 4),
                     warmup=0,
+                ),
+            )
+        )
+    async with JavaScriptBackend() as js:
+        ok, why = js.available()
+        if not ok:
+            raise RuntimeError(f"the javascript backend is unavailable: {why}")
+        js.timings.clear()
+        rows.append(
+            (
+                "js       cold (deno per run)",
+                await timed(
+                    lambda: one(
+                        js,
+                        language=ExecutionLanguage.JAVASCRIPT,
+                        payload=Source("export default (input) => ({ n: input.n * 2 });"),
+                        input={"n": 21},
+                    ),
+                    runs,
+                ),
+            )
+        )
+        rows.append(
+            ("js       warm (in-deno part)", [inside for _, inside in list(js.timings)[1:]])
+        )
+        rows.append(
+            (
+                "js       ts cold",
+                await timed(
+                    lambda: one(
+                        js,
+                        language=ExecutionLanguage.TYPESCRIPT,
+                        payload=Source(
+                            "export default (input: { n: number }): { n: number } => "
+                            "({ n: input.n * 2 });"
+                        ),
+                        input={"n": 21},
+                    ),
+                    runs,
                 ),
             )
         )

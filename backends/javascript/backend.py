@@ -45,13 +45,16 @@ without a cgroup memory controller ``RLIMIT_AS`` stands in, and ``enforcesMemory
 output capped per stream. :attr:`capabilities` report only what holds here, found at
 :meth:`JavaScriptBackend.start`; without bwrap or the deno binary the instance is unavailable.
 
-Every run is a fresh ``deno`` process (cold): a warm pool measured no faster worth its
-complexity — see docs/execution.md ("javascript") and ``bench/sandbox_bench.py``.
+Every run is a fresh ``deno`` process (cold, ~36 ms median here). A warm pool *would* be
+faster — ``bench/sandbox_bench.py`` measures the in-deno part of a run at ~1.6 ms, so a
+pre-started worker could save ~34 ms a run — but it is not built yet (docs/execution.md,
+"javascript": what it would take). :attr:`JavaScriptBackend.timings` holds the split.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import os
@@ -203,6 +206,9 @@ class JavaScriptBackend(BackendLifecycle):
         self._stage: Path | None = None
         self._started = False
         self._start_lock: asyncio.Lock | None = None
+        self.timings: collections.deque[tuple[float, float]] = collections.deque(maxlen=256)
+        """Per recent run, ``(ms until deno asked for its run, ms from there to its outcome)``:
+        the second is what a warm (pre-started) worker would cost (bench/sandbox_bench.py)."""
         self._problem = "not started"
         self._caps = self._capabilities(memory=False, pids=False, cpu=False)
 
@@ -362,6 +368,14 @@ class JavaScriptBackend(BackendLifecycle):
                 timer.cancel()
                 run.on_stop = None
             oom = group is not None and group.memory_exceeded()
+            report = channel.report
+            if report.started_at and report.ended_at:
+                self.timings.append(
+                    (
+                        (report.started_at - started) * 1000,
+                        (report.ended_at - report.started_at) * 1000,
+                    )
+                )
             result = self._result(request, run, returncode, output, channel.report, started, oom)
         finally:
             await self._registry.close_run(run, _cleanup(proc, group, channel, sockdir, tasks))

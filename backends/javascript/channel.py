@@ -28,6 +28,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import time
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -72,6 +73,10 @@ class Report:
     message: str = ""
     host_calls: int = 0
     started: bool = False
+    started_at: float = 0.0
+    """When the program asked for its run (``time.monotonic``): deno is up, the module next."""
+    ended_at: float = 0.0
+    """When it reported its outcome."""
     skipped: list[SkippedWrite] = field(default_factory=list)
     """Writes and deletes a ``read`` instance refused (at most :data:`MAX_SKIPPED`)."""
 
@@ -167,6 +172,7 @@ class Channel:
             if report.started:
                 raise _Refused("Error", "the run has already started")
             report.started = True
+            report.started_at = time.monotonic()
             request = self._request
             return {
                 "source": request.source or "",
@@ -176,6 +182,7 @@ class Channel:
             }
         if op == "result" or op == "error":
             if report.kind is None:
+                report.ended_at = time.monotonic()
                 self._record(op, message)
             return None
         if isinstance(op, str) and op in HOST_FUNCTIONS:
