@@ -57,6 +57,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import logging
 import os
 import shutil
 import signal
@@ -64,6 +65,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import AsyncGenerator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -108,6 +110,7 @@ __all__ = [
 DEFAULT_MAX_MEMORY_BYTES: Final = 256 * MIB
 RUNTIME_OVERHEAD: Final = 192 * MIB  # deno's own RSS (binary, V8 isolate, code) beside the heap
 MIN_MEMORY_BYTES: Final = 16 * MIB
+WARM_START_S: Final = 30.0  # a warm worker not up by then is dropped (the run goes cold)
 DEFAULT_MAX_PIDS: Final = 64  # threads count: tokio, V8 platform workers, ...
 DEFAULT_MAX_OPEN_FILES: Final = 256
 MAX_FILE_BYTES: Final = 16 * MIB  # it writes no file; the bound is for DENO_DIR's caches
@@ -118,6 +121,8 @@ CHANNEL_DIR: Final = os.path.dirname(SOCKET)
 LANGUAGES: Final = frozenset({ExecutionLanguage.JAVASCRIPT, ExecutionLanguage.TYPESCRIPT})
 _OOM_MARKERS: Final = (b"Fatal JavaScript out of memory", b"JavaScript heap out of memory")
 SOCKET_PREFIX: Final = "agora-js-"
+
+log = logging.getLogger(__name__)
 
 
 def find_deno() -> str | None:
@@ -162,6 +167,25 @@ def _data_url(source: str) -> str:
     return "data:text/javascript;base64," + base64.b64encode(source.encode()).decode()
 
 
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What a deno process is started with: V8's heap limit and its cgroup's limits."""
+
+    memory: int
+    pids: int
+    cpus: float | None
+
+
+@dataclass(slots=True)
+class _Worker:
+    """One confined deno process and its channel (warm: started before its run is known)."""
+
+    proc: asyncio.subprocess.Process
+    group: RunCgroup | None
+    channel: Channel
+    sockdir: Path
+
+
 class JavaScriptBackend(BackendLifecycle):
     """Runs JavaScript/TypeScript modules on Deno (see the module docstring).
 
@@ -186,6 +210,7 @@ class JavaScriptBackend(BackendLifecycle):
         deno: str | None = None,
         bwrap: str | None = None,
         cgroups: bool = True,
+        warm_workers: int = 2,
     ) -> None:
         self._name = name
         self._access = access
@@ -206,6 +231,16 @@ class JavaScriptBackend(BackendLifecycle):
         self._stage: Path | None = None
         self._started = False
         self._start_lock: asyncio.Lock | None = None
+        self._warm_workers = warm_workers
+        self._warm_shape = _Shape(
+            memory=max(
+                min(policy.memory_bytes or max_memory_bytes, max_memory_bytes), MIN_MEMORY_BYTES
+            ),
+            pids=max_pids,
+            cpus=None,
+        )
+        self._idle: list[_Worker] = []
+        self._filling = 0
         self.timings: collections.deque[tuple[float, float]] = collections.deque(maxlen=256)
         """Per recent run, ``(ms until deno asked for its run, ms from there to its outcome)``:
         the second is what a warm (pre-started) worker would cost (bench/sandbox_bench.py)."""
@@ -217,6 +252,11 @@ class JavaScriptBackend(BackendLifecycle):
     @property
     def access(self) -> Access:
         return self._access
+
+    @property
+    def idle_workers(self) -> int:
+        """How many warm workers are started and waiting for a run."""
+        return len(self._idle)
 
     def _capabilities(self, *, memory: bool, pids: bool, cpu: bool) -> BackendCapabilities:
         return BackendCapabilities(
@@ -235,6 +275,7 @@ class JavaScriptBackend(BackendLifecycle):
             ),
             workspace="hostFunctions",
             host_functions=frozenset(HOST_FUNCTIONS),
+            pooled=self._warm_workers > 0,
         )
 
     def _readiness(self) -> tuple[bool, str]:
@@ -273,6 +314,7 @@ class JavaScriptBackend(BackendLifecycle):
             memory=memory, pids="pids" in controllers, cpu="cpu" in controllers
         )
         self._problem = ""
+        self._refill()
 
     async def _rlimit_works(self) -> bool:
         """Whether deno starts under the ``RLIMIT_AS`` this backend would set (no cgroup)."""
@@ -292,7 +334,11 @@ class JavaScriptBackend(BackendLifecycle):
         return False
 
     async def aclose(self) -> None:
-        await self._registry.aclose()
+        """Stop every run, the warm workers, remove the staged files. Idempotent."""
+        await self._registry.aclose()  # waits for pending refills too
+        idle, self._idle = self._idle, []
+        for worker in idle:
+            await _cleanup(worker, TaskSet())
         await asyncio.to_thread(self._confinement.close)
         if self._stage is not None:
             await asyncio.to_thread(shutil.rmtree, self._stage, True)
@@ -307,43 +353,25 @@ class JavaScriptBackend(BackendLifecycle):
         workdir: Path | None,
         access: WorkspaceAccess | None = None,
     ) -> AsyncGenerator[ExecEvent, None]:
-        """Run ``request``'s module (contract: :mod:`backends.base`). ``access``: the workspace
-        for ``agora:workspace`` (default: ``workdir`` through :class:`DirectoryAccess`)."""
+        """Run ``request``'s module (contract: :mod:`backends.base`), on a warm worker when one
+        of its shape is idle. ``access``: the workspace for ``agora:workspace`` (default:
+        ``workdir`` through :class:`DirectoryAccess`)."""
         await self._check_request(request)
         _check_module_request(request)
         if access is None and workdir is not None:
             access = DirectoryAccess(workdir)
         run = self._registry.admit(request.exec_id)
         started = time.monotonic()
-        channel = Channel(
-            request,
-            access,
-            instance=self._name,
-            instance_access=self._access,
-            max_host_calls=self._max_host_calls,
-            host_call_timeout_s=self._host_call_timeout_s,
-        )
-        sockdir: Path | None = None
-        group: RunCgroup | None = None
-        proc: asyncio.subprocess.Process | None = None
+        worker: _Worker | None = None
         tasks = TaskSet()
         try:
-            sockdir = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix=SOCKET_PREFIX))
-            await channel.open(str(sockdir / os.path.basename(SOCKET)))
-            argv, group = self._command(request, sockdir)
-            try:
-                proc = await asyncio.create_subprocess_exec(
-                    *argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    cwd="/",
-                    env=_ENV,
-                    start_new_session=True,
-                    limit=READ_SIZE,
-                )
-            except OSError as e:
-                raise ExecutionFailed(f"starting deno failed: {e}") from e
+            shape = self._shape(request)
+            worker = self._checkout(shape)
+            warm = worker is not None
+            if worker is None:
+                worker = await self._spawn(shape)
+            worker.channel.assign(request, access)
+            proc, group, channel = worker.proc, worker.group, worker.channel
             output = OutputChannel(request.effective_max_stdout, request.effective_max_stderr)
             loop = asyncio.get_running_loop()
             timer = loop.call_later(
@@ -376,29 +404,116 @@ class JavaScriptBackend(BackendLifecycle):
                         (report.ended_at - report.started_at) * 1000,
                     )
                 )
-            result = self._result(request, run, returncode, output, channel.report, started, oom)
+            result = self._result(request, run, returncode, output, report, started, oom, warm=warm)
         finally:
-            await self._registry.close_run(run, _cleanup(proc, group, channel, sockdir, tasks))
+            try:
+                await self._registry.close_run(run, _cleanup(worker, tasks))
+            finally:
+                # After the run, not during it: a deno booting beside it would slow it down.
+                self._refill()
         yield result
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _command(
-        self, request: ExecutionRequest, sockdir: Path
-    ) -> tuple[list[str], RunCgroup | None]:
-        """The launcher + bwrap + deno command line of one run, and its cgroup."""
+    def _shape(self, request: ExecutionRequest) -> _Shape:
+        """The limits a run's deno is started with (fixed at spawn: V8's heap flag, the
+        cgroup)."""
+        memory = min(request.policy.memory_bytes or self._max_memory, self._max_memory)
+        return _Shape(
+            memory=max(memory, MIN_MEMORY_BYTES),
+            pids=request.policy.pids or self._max_pids,
+            cpus=request.policy.cpus,
+        )
+
+    def _checkout(self, shape: _Shape) -> _Worker | None:
+        """An idle warm worker of ``shape`` that is still alive, or ``None``."""
+        while self._idle and shape == self._warm_shape:
+            worker = self._idle.pop()
+            if worker.proc.returncode is None:
+                return worker
+            self._registry.spawn(_cleanup(worker, TaskSet()))
+        return None
+
+    def _refill(self) -> None:
+        """Start warm workers until ``warm_workers`` are idle or on their way."""
+        while not self._registry.closed and len(self._idle) + self._filling < self._warm_workers:
+            self._filling += 1
+            self._registry.spawn(self._fill_one())
+
+    async def _fill_one(self) -> None:
+        """Start one warm worker and add it to the pool once deno is up and waiting."""
+        worker: _Worker | None = None
+        try:
+            worker = await self._spawn(self._warm_shape)
+            exited = asyncio.ensure_future(worker.proc.wait())
+            ready = asyncio.ensure_future(worker.channel.ready.wait())
+            try:
+                await asyncio.wait(
+                    {exited, ready}, timeout=WARM_START_S, return_when="FIRST_COMPLETED"
+                )
+            finally:
+                exited.cancel()
+                ready.cancel()
+            if not worker.channel.ready.is_set():
+                raise ExecutionFailed(f"deno did not get ready within {WARM_START_S} s")
+        except Exception as e:  # a pool that cannot fill runs cold
+            log.warning("javascript backend %s: a warm worker failed to start: %s", self._name, e)
+            if worker is not None:
+                await _cleanup(worker, TaskSet())
+            return
+        finally:
+            self._filling -= 1
+        if self._registry.closed:
+            await _cleanup(worker, TaskSet())
+        else:
+            self._idle.append(worker)
+
+    async def _spawn(self, shape: _Shape) -> _Worker:
+        """Start one confined deno with its channel (not yet given a run). Raises
+        :class:`ExecutionFailed`."""
+        channel = Channel(
+            instance=self._name,
+            instance_access=self._access,
+            max_host_calls=self._max_host_calls,
+            host_call_timeout_s=self._host_call_timeout_s,
+        )
+        sockdir = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix=SOCKET_PREFIX))
+        group: RunCgroup | None = None
+        try:
+            await channel.open(str(sockdir / os.path.basename(SOCKET)))
+            argv, group = self._command(shape, sockdir)
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd="/",
+                env=_ENV,
+                start_new_session=True,
+                limit=READ_SIZE,
+            )
+        except BaseException as e:
+            await channel.aclose()
+            if group is not None:
+                await asyncio.to_thread(group.remove)
+            await asyncio.to_thread(shutil.rmtree, sockdir, True)
+            if isinstance(e, OSError):
+                raise ExecutionFailed(f"starting deno failed: {e}") from e
+            raise
+        return _Worker(proc=proc, group=group, channel=channel, sockdir=sockdir)
+
+    def _command(self, shape: _Shape, sockdir: Path) -> tuple[list[str], RunCgroup | None]:
+        """The launcher + bwrap + deno command line of one worker, and its cgroup."""
         confinement = self._confinement
         assert self._stage is not None
-        memory = min(request.policy.memory_bytes or self._max_memory, self._max_memory)
-        memory = max(memory, MIN_MEMORY_BYTES)
         group: RunCgroup | None = None
         if confinement.cgroups is not None:
             try:
                 group = confinement.cgroups.create(
                     RunLimits(
-                        memory_bytes=memory + RUNTIME_OVERHEAD,
-                        pids=request.policy.pids or self._max_pids,
-                        cpus=request.policy.cpus,
+                        memory_bytes=shape.memory + RUNTIME_OVERHEAD,
+                        pids=shape.pids,
+                        cpus=shape.cpus,
                     )
                 )
             except OSError as e:
@@ -418,11 +533,11 @@ class JavaScriptBackend(BackendLifecycle):
             group.procs_files if group is not None else (),
             open_files=DEFAULT_MAX_OPEN_FILES,
             file_blocks=max(1, MAX_FILE_BYTES // max(1, confinement.file_block)),
-            memory_kib=(memory + RUNTIME_OVERHEAD) // 1024
+            memory_kib=(shape.memory + RUNTIME_OVERHEAD) // 1024
             if group is None or group.memory is None
             else None,
         )
-        heap_mib = max(1, memory // MIB)
+        heap_mib = max(1, shape.memory // MIB)
         return launcher + bwrap_argv(
             confinement.bwrap, view, box, deno_argv(self._deno, heap_mib)
         ), group
@@ -436,6 +551,8 @@ class JavaScriptBackend(BackendLifecycle):
         report: Report,
         started: float,
         memory_exceeded: bool,
+        *,
+        warm: bool,
     ) -> ExecutionResult:
         code = signal_exit_code(returncode)
         oom = memory_exceeded or any(m in output.kept("stderr") for m in _OOM_MARKERS)
@@ -483,7 +600,7 @@ class JavaScriptBackend(BackendLifecycle):
             output,
             outcome,
             duration_ms=elapsed_ms(started),
-            metadata=self._metadata(request),
+            metadata=self._metadata(request, warm=warm),
             notes=notes,
             value=value,
         )
@@ -550,21 +667,18 @@ async def _pump(reader: asyncio.StreamReader, stream: Stream, output: OutputChan
         output.close(stream)
 
 
-async def _cleanup(
-    proc: asyncio.subprocess.Process | None,
-    group: RunCgroup | None,
-    channel: Channel,
-    sockdir: Path | None,
-    tasks: TaskSet,
-) -> None:
-    """Kill what is left of the run (cancelled mid-way), reap it, close the channel, drop the
-    socket directory and the cgroup."""
-    if proc is not None and proc.returncode is None:
-        _kill(proc, group)
-        await proc.wait()
-    await tasks.aclose()
-    await channel.aclose()
-    if group is not None:
-        await asyncio.to_thread(group.remove)
-    if sockdir is not None:
-        await asyncio.to_thread(shutil.rmtree, sockdir, True)
+async def _cleanup(worker: _Worker | None, tasks: TaskSet) -> None:
+    """Kill what is left of a worker (a run cancelled mid-way, an idle worker at close), reap
+    it, close its channel, drop its socket directory and cgroup."""
+    try:
+        await tasks.aclose()
+    finally:
+        if worker is not None:
+            proc, group = worker.proc, worker.group
+            if proc.returncode is None:
+                _kill(proc, group)
+                await proc.wait()
+            await worker.channel.aclose()
+            if group is not None:
+                await asyncio.to_thread(group.remove)
+            await asyncio.to_thread(shutil.rmtree, worker.sockdir, True)

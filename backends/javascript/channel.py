@@ -8,6 +8,9 @@ hold their own connection. The socket is the only thing the Deno permissions ope
 speaks the protocol itself gets no more than the host functions give — every request is
 checked here, as the calls of the ``agora:workspace`` module are.
 
+A channel can be opened before its run is known (a warm worker: deno started, connected and
+waiting); :meth:`Channel.assign` gives it the run, and the waiting ``start`` is answered.
+
 Requests (``{"id": n, "op": ...}``), each answered ``{"id": n, "ok": value}`` or
 ``{"id": n, "error": {"name", "message"}}``:
 
@@ -92,8 +95,6 @@ class Channel:
 
     def __init__(
         self,
-        request: ExecutionRequest,
-        access: WorkspaceAccess | None,
         *,
         instance: str,
         instance_access: Access,
@@ -101,8 +102,11 @@ class Channel:
         host_call_timeout_s: float,
         max_connections: int = 8,
     ) -> None:
-        self._request = request
-        self._access = access
+        self._request: ExecutionRequest | None = None
+        self._access: WorkspaceAccess | None = None
+        self._assigned = asyncio.Event()
+        self.ready = asyncio.Event()
+        """Set when deno is up and has asked for its run (a warm worker is warm from then)."""
         self._instance = instance
         self._instance_access = instance_access
         self._max_host_calls = max_host_calls
@@ -112,6 +116,12 @@ class Channel:
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[Any]] = set()
         self.report = Report()
+
+    def assign(self, request: ExecutionRequest, access: WorkspaceAccess | None) -> None:
+        """Give the channel its run: a ``start`` waiting for one (a warm worker's) goes on."""
+        self._request = request
+        self._access = access
+        self._assigned.set()
 
     async def open(self, path: str) -> None:
         """Listen on ``path`` (a fresh socket in a private directory)."""
@@ -172,8 +182,11 @@ class Channel:
             if report.started:
                 raise _Refused("Error", "the run has already started")
             report.started = True
+            self.ready.set()
+            await self._assigned.wait()  # a warm worker waits here for its run
             report.started_at = time.monotonic()
             request = self._request
+            assert request is not None
             return {
                 "source": request.source or "",
                 "language": str(request.language),
@@ -209,6 +222,8 @@ class Channel:
 
     async def _host_call(self, function: str, message: dict[str, Any]) -> Any:
         report = self.report
+        if self._request is None:
+            raise _Refused("Error", "no run has been assigned yet")
         report.host_calls += 1
         if report.host_calls > self._max_host_calls:
             raise _Refused(

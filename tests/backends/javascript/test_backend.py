@@ -36,7 +36,7 @@ from tests.backends.helpers import (
     new_request,
     until_running,
 )
-from tests.backends.rigs import Listener
+from tests.backends.rigs import Listener, processes_with
 from tests.backends.test_monty import RecordingAccess
 from tests.support.hub import HubProcess, HubStarter
 from tests.support.peer import exec_peer, of_exec, of_kind
@@ -441,3 +441,48 @@ async def test_a_read_only_instance_refuses_and_skips_through_the_hub(hub: HubPr
     assert not [e for e in log if e["kind"] == "fileWritten"]
     finished = of_kind(of_exec(log, "ro1"), "execFinished")[0]
     assert finished["payload"]["skipped"] == result["skipped"]
+
+
+# -- the warm pool -----------------------------------------------------------------------------
+
+
+async def _until_idle(backend: JavaScriptBackend, count: int) -> None:
+    async with asyncio.timeout(BOUND_S):
+        while True:
+            if backend.idle_workers >= count:
+                return
+            await asyncio.sleep(0.01)
+
+
+async def test_warm_workers_run_default_shaped_requests(tmp_path: Path) -> None:
+    made = await _started(JavaScriptBackend(warm_workers=1))
+    try:
+        assert made.capabilities.pooled
+        await _until_idle(made, 1)
+        warm, _ = await run(made, "export default (i) => i * 2;", input=21)
+        assert warm.value == 42 and warm.metadata is not None and warm.metadata.warm
+        await _until_idle(made, 1)  # refilled
+        # Another heap size than the pool's: a fresh deno started for it.
+        other = made.default_policy.replace(memory_bytes=64 * MIB)
+        cold, _ = await run(made, "export default (i) => i * 2;", input=21, policy=other)
+        assert cold.value == 42 and cold.metadata is not None and not cold.metadata.warm
+        # A warm worker is a fresh process per run: nothing survives from the last one.
+        await run(made, "globalThis.kept = 1; export default 0;")
+        await _until_idle(made, 1)
+        second, _ = await run(made, "export default typeof globalThis.kept;")
+        assert second.value == "undefined"
+        stage = str(made._stage)
+    finally:
+        await made.aclose()
+    assert processes_with(stage) == []  # the idle workers are gone with the backend
+
+
+async def test_cold_only_backend_is_not_pooled() -> None:
+    made = await _started(JavaScriptBackend(warm_workers=0))
+    try:
+        assert not made.capabilities.pooled
+        result, _ = await run(made, "export default 1;")
+        assert result.value == 1 and result.metadata is not None and not result.metadata.warm
+        assert made.idle_workers == 0
+    finally:
+        await made.aclose()
