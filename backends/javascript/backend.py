@@ -64,10 +64,10 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -407,7 +407,7 @@ class JavaScriptBackend(BackendLifecycle):
             result = self._result(request, run, returncode, output, report, started, oom, warm=warm)
         finally:
             try:
-                await self._registry.close_run(run, _cleanup(worker, tasks))
+                await self._registry.close_run(run, _cleanup(worker, tasks, self._registry.spawn))
             finally:
                 # After the run, not during it: a deno booting beside it would slow it down.
                 self._refill()
@@ -667,9 +667,15 @@ async def _pump(reader: asyncio.StreamReader, stream: Stream, output: OutputChan
         output.close(stream)
 
 
-async def _cleanup(worker: _Worker | None, tasks: TaskSet) -> None:
+async def _cleanup(
+    worker: _Worker | None,
+    tasks: TaskSet,
+    defer: Callable[[Coroutine[Any, Any, None]], object] | None = None,
+) -> None:
     """Kill what is left of a worker (a run cancelled mid-way, an idle worker at close), reap
-    it, close its channel, drop its socket directory and cgroup."""
+    it, close its channel, drop its socket directory and cgroup. With ``defer`` (the run's
+    registry), removing the emptied cgroup and directory — milliseconds on a v1 memory
+    cgroup — is left to a background task once the program is reaped and gone."""
     try:
         await tasks.aclose()
     finally:
@@ -679,6 +685,13 @@ async def _cleanup(worker: _Worker | None, tasks: TaskSet) -> None:
                 _kill(proc, group)
                 await proc.wait()
             await worker.channel.aclose()
-            if group is not None:
-                await asyncio.to_thread(group.remove)
-            await asyncio.to_thread(shutil.rmtree, worker.sockdir, True)
+            if defer is not None and (group is None or not group.pids()):
+                defer(_remove(group, worker.sockdir))
+            else:
+                await _remove(group, worker.sockdir)
+
+
+async def _remove(group: RunCgroup | None, sockdir: Path) -> None:
+    if group is not None:
+        await asyncio.to_thread(group.remove)
+    await asyncio.to_thread(shutil.rmtree, sockdir, True)
