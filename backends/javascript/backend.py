@@ -45,10 +45,14 @@ without a cgroup memory controller ``RLIMIT_AS`` stands in, and ``enforcesMemory
 output capped per stream. :attr:`capabilities` report only what holds here, found at
 :meth:`JavaScriptBackend.start`; without bwrap or the deno binary the instance is unavailable.
 
-Every run is a fresh ``deno`` process (cold, ~36 ms median here). A warm pool *would* be
-faster — ``bench/sandbox_bench.py`` measures the in-deno part of a run at ~1.6 ms, so a
-pre-started worker could save ~34 ms a run — but it is not built yet (docs/execution.md,
-"javascript": what it would take). :attr:`JavaScriptBackend.timings` holds the split.
+Warm pool (``warm_workers``, default 2), shipped because it measures faster
+(``bench/sandbox_bench.py``: ≈ 10 ms a warm run against ≈ 36 ms cold): a warm worker is a
+confined deno started ahead with the instance's own limits (heap, cgroup), up and waiting on its
+channel for ``start``; a request with those limits takes one, any other shape (another
+``memoryBytes``, ``pids``, ``cpus``) starts a deno of its own. Every worker serves exactly one
+run and exits (no state crosses runs); the pool is refilled after each run, not during it (a
+deno booting beside a run slows it on a small machine). :attr:`JavaScriptBackend.timings` holds
+the split of recent runs (until deno asked for its run, and from there to its outcome).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The backend conformance suite, part 1: the :class:`~backends.base.CodeExecutor` contract on
-every backend — ``process``, ``container``, ``wasm``, ``python``, ``rust`` and ``mock``.
+every backend — ``process``, ``container``, ``wasm``, ``python``, ``rust``, ``javascript`` and
+``mock``.
 
 Each backend gets the same behaviours written in its own language (a :class:`Dialect`: shell,
 WebAssembly text, Python, Rust, the mock's script), and each case checks what the backend
