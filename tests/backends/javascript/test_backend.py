@@ -383,12 +383,78 @@ access = "read"
 
 
 @pytest.fixture
-def hub(tmp_path: Path) -> Iterator[HubProcess]:
-    starter = HubStarter(tmp_path)
+def starter(tmp_path: Path) -> Iterator[HubStarter]:
+    made = HubStarter(tmp_path)
     try:
-        yield starter.start(HUB_BACKENDS)
+        yield made
     finally:
-        starter.close()
+        made.close()
+
+
+@pytest.fixture
+def hub(starter: HubStarter) -> HubProcess:
+    return starter.start(HUB_BACKENDS)
+
+
+SLOW_ABC = (
+    "const pause = () => new Promise((done) => setTimeout(done, 200));\n"
+    "export default async () => {\n"
+    "  console.log('a'); await pause(); console.log('b'); await pause(); console.log('c');\n"
+    "  return 'abc';\n"
+    "};\n"
+)
+
+
+async def test_journal_get_exec_and_dispose_through_the_hub(hub: HubProcess) -> None:
+    async with exec_peer(hub.url) as p:
+        result = await p.run(backend="js", language="javascript", source=SLOW_ABC, execId="j")
+        full, end = await p.stream("w", "j", "full")
+        after1, _ = await p.stream("w", "j", 1)
+        tail, tail_end = await p.stream("w", "j", "tail")
+        disposed = await p.call("dispose", workspace="w", execId="j")
+        gone = await p.call("execResult", workspace="w", execId="j")
+    assert (result["status"], result["value"], result["stdout"]) == (
+        "completed",
+        "abc",
+        "a\nb\nc\n",
+    )
+    kinds = [f["event"]["kind"] for f in full]
+    assert kinds == ["execRequested", "execStarted", *["execOutput"] * 3, "execFinished"]
+    assert (end["op"], end["status"]) == ("execEnd", "completed")
+    assert [f["event"]["payload"].get("n") for f in after1] == [2, 3, None]
+    assert tail == [] and tail_end["status"] == "completed"
+    assert disposed["op"] == "disposed" and gone["code"] == "notFound"
+
+
+async def test_a_sigkilled_hub_is_reconciled_and_leaves_no_deno(
+    starter: HubStarter, hub: HubProcess
+) -> None:
+    source = (
+        "console.log('before');\n"
+        "export default async () => { await new Promise((done) => setTimeout(done, 4000)); };\n"
+    )
+    async with exec_peer(hub.url) as p:
+        accepted = await p.exec(backend="js", language="javascript", source=source, execId="k")
+        assert accepted["op"] == "execAccepted", accepted
+        async with asyncio.timeout(BOUND_S):
+            while True:
+                if of_kind(of_exec(await p.log(), "k"), "execOutput"):
+                    break
+                await asyncio.sleep(0.05)
+    # This hub's sandboxes (the run's and the warm workers'): bwrap and deno.
+    first = {line.split(":")[0] for line in processes_with("agora-js-")}
+    assert first
+    hub.kill()  # SIGKILL: no execFinished; --die-with-parent takes bwrap and deno down
+    again = starter.start(HUB_BACKENDS, data_dir=hub.data_dir)
+    async with exec_peer(again.url) as p:
+        result = (await p.call("execResult", workspace="w", execId="k"))["result"]
+    assert (result["status"], result["reason"]) == ("failed", "interrupted")
+    assert result["stdout"] == "before\n"
+    async with asyncio.timeout(BOUND_S):
+        while True:
+            if not first & {line.split(":")[0] for line in processes_with("agora-js-")}:
+                break
+            await asyncio.sleep(0.05)
 
 
 async def test_write_file_from_js_is_an_event_another_agent_sees(hub: HubProcess) -> None:
