@@ -115,7 +115,9 @@ DEFAULT_MAX_MEMORY_BYTES: Final = 256 * MIB
 RUNTIME_OVERHEAD: Final = 192 * MIB  # deno's own RSS (binary, V8 isolate, code) beside the heap
 MIN_MEMORY_BYTES: Final = 16 * MIB
 WARM_START_S: Final = 30.0  # a warm worker not up by then is dropped (the run goes cold)
-DEFAULT_MAX_PIDS: Final = 64  # threads count: tokio, V8 platform workers, ...
+# Threads count against it (tokio's and V8's, one set per core, and each Web Worker's); no
+# process can be started at all (no --allow-run).
+DEFAULT_MAX_PIDS: Final = 256
 DEFAULT_MAX_OPEN_FILES: Final = 256
 MAX_FILE_BYTES: Final = 16 * MIB  # it writes no file; the bound is for DENO_DIR's caches
 READ_SIZE: Final = 64 * 1024
@@ -559,7 +561,14 @@ class JavaScriptBackend(BackendLifecycle):
         warm: bool,
     ) -> ExecutionResult:
         code = signal_exit_code(returncode)
-        oom = memory_exceeded or any(m in output.kept("stderr") for m in _OOM_MARKERS)
+        # V8's own heap limit aborts deno (a signal, e.g. SIGTRAP: 133): its message counts only
+        # then, not when a program merely prints it.
+        v8_oom = (
+            code is not None
+            and code > 128
+            and any(m in output.kept("stderr") for m in _OOM_MARKERS)
+        )
+        oom = memory_exceeded or v8_oom
         outcome = classify(
             code, cancelled=run.cancelled, timed_out=run.timed_out, memory_exceeded=oom
         )

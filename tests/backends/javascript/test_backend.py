@@ -290,6 +290,37 @@ export default async () => ({{
     assert await listener.settled() == 0
 
 
+async def test_a_web_worker_has_no_permission_either(backend: JavaScriptBackend) -> None:
+    worker = (
+        'const code = \'try { await Deno.readTextFile("/etc/passwd"); postMessage("read"); }'
+        " catch (e) { postMessage(e.name); }';\n"
+        "export default async () => {\n"
+        "  const w = new Worker('data:text/javascript,' + encodeURIComponent(code),"
+        " { type: 'module' });\n"
+        "  const got = await new Promise((done) => { w.onmessage = (e) => done(e.data); });\n"
+        "  w.terminate();\n"
+        "  return got;\n"
+        "};\n"
+    )
+    result, _ = await run(backend, worker)
+    assert (result.status, result.value) == ("completed", "NotCapable"), result.stderr
+    # Asking for more for a worker is refused outright (an unstable API, not enabled).
+    widened = (
+        "new Worker('data:text/javascript,1', { type: 'module', deno: { permissions:"
+        " { read: true } } });\nexport default 1;\n"
+    )
+    refused, _ = await run(backend, widened)
+    assert refused.status == "failed" and not refused.has_value
+    assert b"--unstable-worker-options" in refused.stderr
+
+
+async def test_printing_the_oom_message_is_not_a_memory_limit(backend: JavaScriptBackend) -> None:
+    result, _ = await run(
+        backend, "console.error('Fatal JavaScript out of memory'); export default 1;"
+    )
+    assert (result.status, result.reason, result.value) == ("completed", "exit", 1)
+
+
 async def test_an_infinite_loop_is_stopped_at_the_timeout(backend: JavaScriptBackend) -> None:
     async with asyncio.timeout(BOUND_S):
         result, _ = await run(backend, "export default () => { while (true) {} };", timeout_ms=800)
