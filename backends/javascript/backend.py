@@ -46,7 +46,7 @@ output capped per stream. :attr:`capabilities` report only what holds here, foun
 :meth:`JavaScriptBackend.start`; without bwrap or the deno binary the instance is unavailable.
 
 Warm pool (``warm_workers``, default 2), shipped because it measures faster
-(``bench/sandbox_bench.py``: ≈ 10 ms a warm run against ≈ 36 ms cold): a warm worker is a
+(``bench/sandbox_bench.py``: 5-10 ms a warm run against 35-65 ms cold): a warm worker is a
 confined deno started ahead with the instance's own limits (heap, cgroup), up and waiting on its
 channel for ``start``; a request with those limits takes one, any other shape (another
 ``memoryBytes``, ``pids``, ``cpus``) starts a deno of its own. Every worker serves exactly one
