@@ -177,7 +177,12 @@ async def _serve_a2a(
     try:
         # -- the MCP door at /mcp of the same port (docs/mcp.md); moves to hub/http/ --
         async with McpHttp(
-            hub_url, signer, hub.revocations, limits=hub.workspaces.limits, host=config.server.host
+            hub_url,
+            signer,
+            hub.revocations,
+            limits=hub.workspaces.limits,
+            settings=config.mcp,
+            host=config.server.host,
         ) as mcp_door:
             await serve_a2a(
                 hub.workspaces,

@@ -15,8 +15,8 @@ Sessions: each MCP session (``Mcp-Session-Id``) is bound to the token id that op
 request of the session with another token is answered 404, as if the session did not exist),
 and acts through its own hub connection (:func:`hub.client.connect` with that token), opened by
 the session's first request and closed when the session ends (the client's ``DELETE``, the
-idle timeout :data:`SESSION_IDLE_S`, or shutdown). At most ``max_sessions``
-(:data:`MAX_SESSIONS`) are open at once; one more is refused with 503. A request body over
+idle timeout ``[mcp] session_idle_s``, or shutdown). At most ``[mcp] max_sessions`` are open
+at once; one more is refused with 503. A request body over
 ``max_event_bytes`` plus :data:`BODY_RESERVE` is refused with 413 before it is read whole.
 
 ``?workspace=W`` on the endpoint URL sets the session's default workspace (a token naming a
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from types import TracebackType
 from typing import Any, Final, Self
 
@@ -40,6 +40,7 @@ from starlette.requests import Request
 
 from hub.auth import TokenSigner
 from hub.client import connect
+from hub.config import McpConfig
 from hub.core.capability import Capability
 from hub.core.errors import BadRequest, Unauthorized
 from hub.core.validation import DEFAULT_LIMITS, Limits, validate_workspace
@@ -47,17 +48,13 @@ from hub.mcp.server import Ctx, build_server
 from hub.mcp.tools import DEFAULT_BACKENDS, AgentLink
 from hub.revocations import Revocations
 
-__all__ = ["BODY_RESERVE", "MAX_SESSIONS", "MCP_PATH", "SESSION_IDLE_S", "McpHttp"]
+__all__ = ["BODY_RESERVE", "MCP_PATH", "McpHttp"]
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 MCP_PATH: Final = "/mcp"
-MAX_SESSIONS: Final = 256
-"""MCP sessions open at once on one hub (each holds a hub connection)."""
-SESSION_IDLE_S: Final = 30 * 60
-"""An MCP session with no request in flight (and no open stream) this long is closed."""
 BODY_RESERVE: Final = 64 * 1024
 """Bytes a request body may exceed ``max_event_bytes`` by: the JSON-RPC envelope around a tool
 call whose arguments make one event."""
@@ -77,22 +74,21 @@ class McpHttp:
         revocations: Revocations,
         *,
         limits: Limits = DEFAULT_LIMITS,
-        max_sessions: int = MAX_SESSIONS,
-        idle_timeout: float = SESSION_IDLE_S,
-        backends: Mapping[str, str] = DEFAULT_BACKENDS,
+        settings: McpConfig | None = None,
         host: str = "127.0.0.1",
     ) -> None:
+        settings = settings or McpConfig()
         self.hub_url = hub_url
         self.verify = revocations.verifier(signer.verify)
         self.limits = limits
-        self.backends = dict(backends)
+        self.backends = {**DEFAULT_BACKENDS, **settings.backends}
         self.server = build_server(self._open)
         self.manager = StreamableHTTPSessionManager(
             app=self.server,
             security_settings=_security(host),
             max_request_body_size=limits.max_event_bytes + BODY_RESERVE,
-            session_idle_timeout=idle_timeout,
-            max_sessions=max_sessions,
+            session_idle_timeout=settings.session_idle_s,
+            max_sessions=settings.max_sessions,
         )
         self._stack = contextlib.AsyncExitStack()
 

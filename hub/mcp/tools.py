@@ -35,7 +35,7 @@ from backends.code_tool import (
 )
 from hub.client import Session, Workspace
 from hub.core.decoding import check_value_depth
-from hub.core.errors import AgoraError, BadRequest, NotFound, TooLarge
+from hub.core.errors import AgoraError, BadRequest, Forbidden, NotFound, TooLarge
 from hub.core.events import Event
 from hub.core.execution.errors import ExecutionError
 from hub.core.validation import DEFAULT_LIMITS, Limits, validate_workspace
@@ -459,7 +459,18 @@ async def code_exec(link: AgentLink, arguments: dict[str, Any]) -> dict[str, Any
     else:
         given["source"] = parsed.code
         given["input"] = parsed.input
-    handle = await ws.runtime.exec(backend=backend, timeout_ms=timeout_s * 1000, **given)
+    # No timeout_secs: the instance's own default. A given one is clamped to the instance's
+    # ceiling as CodeTool does: the hub names its limit when it refuses one above it (the
+    # refused request wrote nothing), and the call is sent once more at that limit.
+    timeout_ms = timeout_s * 1000 if "timeout_secs" in arguments else None
+    try:
+        handle = await ws.runtime.exec(backend=backend, timeout_ms=timeout_ms, **given)
+    except Forbidden as e:
+        limit = e.details.get("limit")
+        field = str(e.details.get("field", ""))
+        if not field.endswith("timeoutMs") or not isinstance(limit, int) or limit < 1:
+            raise
+        handle = await ws.runtime.exec(backend=backend, timeout_ms=limit, **given)
     result = await handle.result()
     if result.status == "completed":
         status = "success"

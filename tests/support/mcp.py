@@ -28,9 +28,18 @@ from mcp_types import CallToolResult
 from tests.support.hub import HubProcess
 from tests.support.paths import REPO
 
-__all__ = ["MCP_PATH", "mcp_http", "mcp_stdio", "mcp_url", "structured", "tool_error"]
+__all__ = ["MAX_SESSIONS", "MCP_HUB_CONFIG", "MCP_PATH", "mcp_http", "mcp_stdio", "mcp_url", "structured", "tool_error"]
 
 MCP_PATH = "/mcp"
+MAX_SESSIONS = 4
+MCP_HUB_CONFIG = f"""
+[server]
+presence_grace_s = 0   # memberLeft at once: a test sees a session's hub connection end
+
+[mcp]
+max_sessions = {MAX_SESSIONS}
+"""
+"""An agora.toml for hubs under MCP tests: a small session cap, presence without grace."""
 
 
 def mcp_url(hub: HubProcess) -> str:

@@ -10,15 +10,18 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.hub import HubProcess, HubStarter
+from tests.support.mcp import MCP_HUB_CONFIG
 
 _names = itertools.count()
 
 
+
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubProcess]:
-    """A real ``agora serve`` with its HTTP port (``/mcp``) on a free port."""
+    """A real ``agora serve`` with its HTTP port (``/mcp``) on a free port, ``[mcp]
+    max_sessions`` = :data:`tests.support.mcp.MAX_SESSIONS`, no presence grace."""
     starter = HubStarter(tmp_path_factory.mktemp("mcp-hub"))
-    yield starter.start(a2a_port=0)
+    yield starter.start(MCP_HUB_CONFIG, a2a_port=0)
     starter.close()
 
 
