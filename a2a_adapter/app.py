@@ -47,7 +47,7 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from starlette.applications import Starlette
 
-from a2a_adapter.auth import ASGIApp, AgoraContextBuilder, BearerAuth
+from a2a_adapter.auth import AgoraContextBuilder, ASGIApp, BearerAuth
 from a2a_adapter.bridge import Bridge
 from a2a_adapter.handler import AgoraRequestHandler
 from a2a_adapter.limits import BodyLimits

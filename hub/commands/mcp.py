@@ -38,9 +38,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--url", default="ws://127.0.0.1:8765", help="the hub (default: ws://127.0.0.1:8765)"
     )
-    parser.add_argument(
-        "--token", default=None, help=f"a capability token (default: ${TOKEN_ENV})"
-    )
+    parser.add_argument("--token", default=None, help=f"a capability token (default: ${TOKEN_ENV})")
     parser.add_argument(
         "--workspace", default=None, help="the workspace tool calls use when they name none"
     )

@@ -82,7 +82,8 @@ class McpHttp:
         self.signer = signer
         self.verify = revocations.verifier(signer.verify)
         self.limits = limits
-        self.backends = {**DEFAULT_BACKENDS, **settings.backends}
+        self.backends = dict(DEFAULT_BACKENDS)
+        self.backends.update(settings.backends.items())
         self.server = build_server(self._open)
         self.manager = StreamableHTTPSessionManager(
             app=self.server,
@@ -120,7 +121,9 @@ class McpHttp:
             return
         token = _bearer(scope)
         if token is None:
-            await _unauthorized(send, "invalid_request", "an Authorization: Bearer token is required")
+            await _unauthorized(
+                send, "invalid_request", "an Authorization: Bearer token is required"
+            )
             return
         try:
             capability = self.verify(token)

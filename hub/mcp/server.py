@@ -144,7 +144,9 @@ def build_server(opener: LinkOpener) -> Server[Any]:
 
     async def call_tool(ctx: Ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         if params.name not in TOOLS:
-            raise MCPError(INVALID_PARAMS, f"unknown tool {params.name!r}", {"agoraCode": "notFound"})
+            raise MCPError(
+                INVALID_PARAMS, f"unknown tool {params.name!r}", {"agoraCode": "notFound"}
+            )
         try:
             link, _ = await state(ctx)
             result = await run_tool(link, params.name, params.arguments)

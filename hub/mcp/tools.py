@@ -87,9 +87,8 @@ class AgentLink:
         Raises ``BadRequest`` when none of those exists."""
         if name is None:
             name = self.default_workspace
-        if name is None:
-            if len(self.token_workspaces) == 1 and self.token_workspaces[0] != "*":
-                name = self.token_workspaces[0]
+        if name is None and len(self.token_workspaces) == 1 and self.token_workspaces[0] != "*":
+            name = self.token_workspaces[0]
         if name is None:
             raise BadRequest(
                 "name a workspace: this connection has no default one", field="workspace"
@@ -186,9 +185,7 @@ class WaitForEvent(_Args, frozen=True):
             "live). Omitted: only events appended after the call starts.",
         ),
     ] = None
-    correlation_id: Annotated[str | None, msgspec.Meta(description="Only this work item.")] = (
-        None
-    )
+    correlation_id: Annotated[str | None, msgspec.Meta(description="Only this work item.")] = None
     kinds: Annotated[
         Annotated[list[str], msgspec.Meta(max_length=64)] | None,
         msgspec.Meta(description="Only these event kinds."),
@@ -210,15 +207,14 @@ class WorkspaceStateArgs(_Args, frozen=True):
 class Timeline(_Args, frozen=True):
     after_seq: Annotated[int, msgspec.Meta(ge=0, description="Events after this seq.")] = 0
     limit: Annotated[
-        int, msgspec.Meta(ge=1, description=f"At most this many (clamped to {MAX_TIMELINE_EVENTS}).")
+        int,
+        msgspec.Meta(ge=1, description=f"At most this many (clamped to {MAX_TIMELINE_EVENTS})."),
     ] = 100
     kinds: Annotated[
         Annotated[list[str], msgspec.Meta(max_length=64)] | None,
         msgspec.Meta(description="Only these event kinds."),
     ] = None
-    correlation_id: Annotated[str | None, msgspec.Meta(description="Only this work item.")] = (
-        None
-    )
+    correlation_id: Annotated[str | None, msgspec.Meta(description="Only this work item.")] = None
 
 
 def _schema(cls: type[msgspec.Struct]) -> dict[str, Any]:
@@ -578,7 +574,9 @@ def _field(e: msgspec.ValidationError) -> str:
     return text[at + 3 : text.find("`", at + 1)] if at >= 0 else "arguments"
 
 
-async def run_tool(link: AgentLink, name: str, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
+async def run_tool(
+    link: AgentLink, name: str, arguments: Mapping[str, Any] | None
+) -> dict[str, Any]:
     """Run tool ``name`` on ``arguments``. Raises :class:`AgoraError` (``notFound`` for an
     unknown tool, ``badRequest``/``tooLarge`` for bad arguments, whatever the hub refused)."""
     spec = TOOLS.get(name)
@@ -608,4 +606,3 @@ def error_json(error: AgoraError) -> dict[str, Any]:
     """The structured content of a tool error: ``{"error": {code, message, details}}``."""
     details = msgspec.to_builtins(error.details, str_keys=True, enc_hook=repr)
     return {"error": {"code": error.code, "message": error.message, "details": details}}
-

@@ -28,7 +28,16 @@ from mcp_types import CallToolResult
 from tests.support.hub import HubProcess
 from tests.support.paths import REPO
 
-__all__ = ["MAX_SESSIONS", "MCP_HUB_CONFIG", "MCP_PATH", "mcp_http", "mcp_stdio", "mcp_url", "structured", "tool_error"]
+__all__ = [
+    "MAX_SESSIONS",
+    "MCP_HUB_CONFIG",
+    "MCP_PATH",
+    "mcp_http",
+    "mcp_stdio",
+    "mcp_url",
+    "structured",
+    "tool_error",
+]
 
 MCP_PATH = "/mcp"
 MAX_SESSIONS = 4

@@ -19,7 +19,9 @@ from tests.support.mcp import mcp_stdio, structured
 from tests.support.paths import REPO
 
 
-def agora_mcp(*argv: str, token: str | None = None, stdin: str = "") -> subprocess.CompletedProcess[str]:
+def agora_mcp(
+    *argv: str, token: str | None = None, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     env.pop("AGORA_TOKEN", None)
     if token is not None:

@@ -15,7 +15,6 @@ from tests.support.mcp import MCP_HUB_CONFIG
 _names = itertools.count()
 
 
-
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubProcess]:
     """A real ``agora serve`` with its HTTP port (``/mcp``) on a free port, ``[mcp]

@@ -122,9 +122,7 @@ async def test_bad_bearer_is_401(hub: HubProcess, authorization: str | None, err
         _refused(query, "invalid_request")
 
 
-async def test_revoked_token_is_401_even_mid_session(
-    hub: HubProcess, workspace: str
-) -> None:
+async def test_revoked_token_is_401_even_mid_session(hub: HubProcess, workspace: str) -> None:
     token = hub.token("mallory")
     async with httpx2.AsyncClient(timeout=WAIT) as client, _raw_session(client, hub, token) as sid:
         await _revoke(hub, token)

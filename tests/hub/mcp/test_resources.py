@@ -9,16 +9,16 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Final
 
-import msgspec
 import mcp_types as types
+import msgspec
 import pytest
 from mcp import ClientSession
 from mcp.client.session import IncomingMessage
 from mcp.shared.exceptions import MCPError
 
 from hub.client import connect
-from hub.mcp.resources import file_uri, parse_uri, timeline_uri
 from hub.core.errors import BadRequest
+from hub.mcp.resources import file_uri, parse_uri, timeline_uri
 from tests.support.hub import HubProcess
 from tests.support.mcp import mcp_http, mcp_stdio
 
@@ -27,6 +27,7 @@ WAIT: Final = 20.0
 # resources/subscribe is the handshake era's (2025-11-25, what ClientSession.initialize
 # speaks); the SDK warns that 2026-07-28 replaces it with subscriptions/listen.
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.MCPDeprecationWarning")
+
 
 @contextlib.asynccontextmanager
 async def _session(
@@ -37,7 +38,9 @@ async def _session(
             await updates.put(message.params.uri)
 
     if transport == "stdio":
-        async with mcp_stdio(hub, hub.token("alice"), workspace=workspace, message_handler=handler) as s:
+        async with mcp_stdio(
+            hub, hub.token("alice"), workspace=workspace, message_handler=handler
+        ) as s:
             yield s
     else:
         token = hub.token("alice", workspaces=(workspace,))  # its one workspace: the default
