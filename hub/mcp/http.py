@@ -17,7 +17,7 @@ and acts through its own hub connection (:func:`hub.client.connect` with that to
 the session's first request and closed when the session ends (the client's ``DELETE``, the
 idle timeout ``[mcp] session_idle_s``, or shutdown). At most ``[mcp] max_sessions`` are open
 at once; one more is refused with 503. A request body over
-``max_event_bytes`` plus :data:`BODY_RESERVE` is refused with 413 before it is read whole.
+``max_event_bytes`` plus :data:`~hub.mcp.server.MESSAGE_RESERVE` is refused with 413 before it is read whole.
 
 ``?workspace=W`` on the endpoint URL sets the session's default workspace (a token naming a
 single workspace makes that one the default anyway).
@@ -44,20 +44,17 @@ from hub.config import McpConfig
 from hub.core.capability import Capability
 from hub.core.errors import BadRequest, Unauthorized
 from hub.core.validation import DEFAULT_LIMITS, Limits, validate_workspace
-from hub.mcp.server import Ctx, build_server
+from hub.mcp.server import MESSAGE_RESERVE, Ctx, build_server
 from hub.mcp.tools import DEFAULT_BACKENDS, AgentLink
 from hub.revocations import Revocations
 
-__all__ = ["BODY_RESERVE", "MCP_PATH", "McpHttp"]
+__all__ = ["MCP_PATH", "McpHttp"]
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 MCP_PATH: Final = "/mcp"
-BODY_RESERVE: Final = 64 * 1024
-"""Bytes a request body may exceed ``max_event_bytes`` by: the JSON-RPC envelope around a tool
-call whose arguments make one event."""
 
 _SCOPE_KEY: Final = "agora.mcp"
 
@@ -88,7 +85,7 @@ class McpHttp:
         self.manager = StreamableHTTPSessionManager(
             app=self.server,
             security_settings=_security(host),
-            max_request_body_size=limits.max_event_bytes + BODY_RESERVE,
+            max_request_body_size=limits.max_event_bytes + MESSAGE_RESERVE,
             session_idle_timeout=settings.session_idle_s,
             max_sessions=settings.max_sessions,
         )

@@ -20,10 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Final
+from typing import Any, BinaryIO, Final, cast
 
+import anyio
+import anyio.to_thread
 import mcp_types as types
 import msgspec
 from mcp.server.connection import Connection
@@ -236,8 +239,46 @@ async def _shared(link: AgentLink) -> AsyncIterator[AgentLink]:
     yield link  # the process owns it: the connection does not close it
 
 
-async def serve_stdio(link: AgentLink) -> None:
-    """Serve MCP on stdin/stdout until stdin closes, every call through ``link``."""
+MESSAGE_RESERVE: Final = 64 * 1024
+"""Bytes an MCP message may exceed ``max_event_bytes`` by (the JSON-RPC envelope around the
+arguments of one event); the HTTP door uses the same bound for a request body."""
+
+
+class BoundedLines:
+    """stdin as lines of at most ``limit`` bytes, read in a worker thread (the SDK's own
+    reader has no bound: one endless line would fill the memory). A longer line is skipped to
+    its end and stands as ``TOO_LONG`` (not JSON-RPC: the SDK logs and drops it)."""
+
+    TOO_LONG: Final = "message too long"
+
+    def __init__(self, stream: BinaryIO, limit: int) -> None:
+        self.stream = stream
+        self.limit = limit
+
+    def _line(self) -> str | None:
+        data = self.stream.readline(self.limit + 1)
+        if not data:
+            return None
+        if len(data) > self.limit and not data.endswith(b"\n"):
+            while (more := self.stream.readline(self.limit)) and not more.endswith(b"\n"):
+                pass
+            return self.TOO_LONG
+        return data.decode("utf-8", "replace")
+
+    def __aiter__(self) -> BoundedLines:
+        return self
+
+    async def __anext__(self) -> str:
+        line = await anyio.to_thread.run_sync(self._line, abandon_on_cancel=True)
+        if line is None:
+            raise StopAsyncIteration
+        return line
+
+
+async def serve_stdio(link: AgentLink, stdin: BinaryIO | None = None) -> None:
+    """Serve MCP on stdin/stdout until stdin closes, every call through ``link``; a message
+    is at most ``max_event_bytes`` + :data:`MESSAGE_RESERVE` bytes."""
     server = build_server(lambda ctx: _shared(link))
-    async with stdio_server() as (read_stream, write_stream):
+    lines = BoundedLines(stdin or sys.stdin.buffer, link.limits.max_event_bytes + MESSAGE_RESERVE)
+    async with stdio_server(stdin=cast(Any, lines)) as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())

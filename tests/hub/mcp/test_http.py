@@ -15,6 +15,8 @@ from typing import Any, Final
 
 import httpx2
 import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
 
 from hub.auth import TokenSigner
 from hub.client import connect
@@ -204,3 +206,23 @@ async def test_each_session_is_one_hub_connection_of_its_agent(
     messages = [(k, p) for k, p, _ in seen if k == "messagePosted"]
     assert messages == [("messagePosted", "carol"), ("messagePosted", "dave")]
     assert ("memberJoined", "carol", None) in seen
+
+
+async def test_the_2026_protocol_without_a_session(hub: HubProcess, workspace: str) -> None:
+    """A client speaking 2026-07-28 (``server/discover``, no ``initialize``) gets the tools;
+    each request runs on its own hub connection with the request's token."""
+    headers = {"Authorization": f"Bearer {hub.token('frank', workspaces=(workspace,))}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=WAIT) as client,
+        streamable_http_client(mcp_url(hub), http_client=client) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.discover()
+        assert session.protocol_version == "2026-07-28"
+        posted = structured(await session.call_tool("post_message", {"text": "modern"}))
+        assert posted["workspace"] == workspace
+    async with connect(hub.url, hub.token("observer", rights=("read",))) as observer:
+        events = await observer.workspace(workspace).events()
+    assert [(e.kind, e.producer) for e in events if e.kind == "messagePosted"] == [
+        ("messagePosted", "frank")
+    ]
