@@ -16,8 +16,8 @@ request of the session with another token is answered 404, as if the session did
 and acts through its own hub connection (:func:`hub.client.connect` with that token), opened by
 the session's first request and closed when the session ends (the client's ``DELETE``, the
 idle timeout ``[mcp] session_idle_s``, or shutdown). At most ``[mcp] max_sessions`` are open
-at once; one more is refused with 503. A request body over
-``max_event_bytes`` plus :data:`~hub.mcp.server.MESSAGE_RESERVE` is refused with 413 before it is read whole.
+at once; one more is refused with 503. A request body over ``max_event_bytes`` plus
+:data:`~hub.mcp.server.MESSAGE_RESERVE` is refused with 413 before it is read whole.
 
 ``?workspace=W`` on the endpoint URL sets the session's default workspace (a token naming a
 single workspace makes that one the default anyway).
