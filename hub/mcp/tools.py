@@ -162,15 +162,23 @@ class RequestWork(_Args, frozen=True):
     consumer: Consumer = None
 
 
+Topic = Annotated[
+    str | None,
+    msgspec.Meta(description="The item's topic, carried on the event (default: none)."),
+]
+
+
 class WorkStep(_Args, frozen=True):
     correlation_id: Cid
     payload: Payload_ = None
+    topic: Topic = None
 
 
 class AddressedWorkStep(_Args, frozen=True):
     correlation_id: Cid
     payload: Payload_ = None
     consumer: Consumer = None
+    topic: Topic = None
 
 
 class ListOpenWork(_Args, frozen=True):
@@ -322,34 +330,44 @@ async def request_work(link: AgentLink, a: RequestWork) -> dict[str, Any]:
 
 
 async def claim_work(link: AgentLink, a: WorkStep) -> dict[str, Any]:
-    return _ack(await link.workspace(a.workspace).claim_work(a.correlation_id, a.payload))
+    ws = link.workspace(a.workspace)
+    return _ack(await ws.claim_work(a.correlation_id, a.payload, topic=a.topic))
 
 
 async def publish_work(link: AgentLink, a: AddressedWorkStep) -> dict[str, Any]:
     ws = link.workspace(a.workspace)
-    return _ack(await ws.publish_work(a.correlation_id, a.payload, consumer=a.consumer))
+    return _ack(
+        await ws.publish_work(a.correlation_id, a.payload, consumer=a.consumer, topic=a.topic)
+    )
 
 
 async def request_feedback(link: AgentLink, a: AddressedWorkStep) -> dict[str, Any]:
     ws = link.workspace(a.workspace)
-    return _ack(await ws.request_feedback(a.correlation_id, a.payload, consumer=a.consumer))
+    return _ack(
+        await ws.request_feedback(a.correlation_id, a.payload, consumer=a.consumer, topic=a.topic)
+    )
 
 
 async def provide_feedback(link: AgentLink, a: AddressedWorkStep) -> dict[str, Any]:
     ws = link.workspace(a.workspace)
-    return _ack(await ws.provide_feedback(a.correlation_id, a.payload, consumer=a.consumer))
+    return _ack(
+        await ws.provide_feedback(a.correlation_id, a.payload, consumer=a.consumer, topic=a.topic)
+    )
 
 
 async def block_work(link: AgentLink, a: WorkStep) -> dict[str, Any]:
-    return _ack(await link.workspace(a.workspace).signal_blocked(a.correlation_id, a.payload))
+    ws = link.workspace(a.workspace)
+    return _ack(await ws.signal_blocked(a.correlation_id, a.payload, topic=a.topic))
 
 
 async def complete_work(link: AgentLink, a: WorkStep) -> dict[str, Any]:
-    return _ack(await link.workspace(a.workspace).signal_completed(a.correlation_id, a.payload))
+    ws = link.workspace(a.workspace)
+    return _ack(await ws.signal_completed(a.correlation_id, a.payload, topic=a.topic))
 
 
 async def cancel_work(link: AgentLink, a: WorkStep) -> dict[str, Any]:
-    return _ack(await link.workspace(a.workspace).cancel_work(a.correlation_id, a.payload))
+    ws = link.workspace(a.workspace)
+    return _ack(await ws.cancel_work(a.correlation_id, a.payload, topic=a.topic))
 
 
 _FINISHED: Final = frozenset({"completed", "cancelled"})

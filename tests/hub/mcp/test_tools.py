@@ -94,7 +94,7 @@ async def test_work_item_verbs(hub: HubProcess, workspace: str) -> None:
         await _call(bob, "request_feedback", correlationId=cid, consumer="alice")
         await _call(alice, "provide_feedback", correlationId=cid, payload="looks good")
         await _call(bob, "block_work", correlationId=cid, payload="waiting for CI")
-        await _call(bob, "complete_work", correlationId=cid)
+        await _call(bob, "complete_work", correlationId=cid, topic="review")
         assert (await _call(alice, "list_open_work"))["items"] == []
         other = (await _call(alice, "request_work", topic="docs"))["correlationId"]
         await _call(alice, "cancel_work", correlationId=other)
@@ -114,6 +114,7 @@ async def test_work_item_verbs(hub: HubProcess, workspace: str) -> None:
         ("workCancelled", "alice"),
         ("messagePosted", "alice"),
     ]
+    assert (events[0].topic, events[1].topic, events[6].topic) == ("review", None, "review")
 
 
 async def test_wait_state_and_timeline(hub: HubProcess, workspace: str) -> None:
