@@ -14,7 +14,6 @@ the timeline URI on every event. A connection holds at most :data:`MAX_SUBSCRIPT
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
@@ -221,7 +220,3 @@ class Watchers:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-
-def blob_text(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
