@@ -23,9 +23,9 @@ import contextlib
 import ipaddress
 import logging
 import socket
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from types import TracebackType
-from typing import Final, Self
+from typing import Any, Final, Self
 
 import uvicorn
 from a2a.server.routes import (
@@ -47,7 +47,7 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from starlette.applications import Starlette
 
-from a2a_adapter.auth import AgoraContextBuilder, BearerAuth
+from a2a_adapter.auth import AgoraContextBuilder, ASGIApp, BearerAuth
 from a2a_adapter.bridge import Bridge
 from a2a_adapter.handler import AgoraRequestHandler
 from a2a_adapter.limits import BodyLimits
@@ -154,10 +154,12 @@ def create_app(
     revocations: Revocations,
     *,
     limits: Limits = DEFAULT_LIMITS,
-) -> BodyLimits:
+    mounts: Mapping[str, ASGIApp] | None = None,
+) -> ASGIApp:
     """The ASGI app: the SDK's card, JSON-RPC and REST routes (their output made exact:
     :mod:`a2a_adapter.responses`) behind bearer authentication, behind the body limits (size
-    before reading, nesting before parsing)."""
+    before reading, nesting before parsing). ``mounts``: other doors by path prefix (``/mcp``),
+    each with its own auth and limits."""
     builder = AgoraContextBuilder()
     routes = [
         *create_agent_card_routes(handler.card, cache_control=CARD_CACHE_CONTROL),
@@ -169,12 +171,30 @@ def create_app(
     authenticated = BearerAuth(
         ExactResponses(Starlette(routes=routes)), signer, {AGENT_CARD_WELL_KNOWN_PATH}, revocations
     )
-    return BodyLimits(
+    a2a = BodyLimits(
         authenticated,
         max_body_bytes=limits.max_event_bytes,
         max_depth=limits.max_depth,
         jsonrpc_paths=frozenset({JSONRPC_PATH, JSONRPC_PATH + "/"}),
     )
+    # -- other doors on this port (MCP at /mcp); the integrator moves this to hub/http/ --
+    return _PathMounts(dict(mounts), a2a) if mounts else a2a
+
+
+class _PathMounts:
+    """``/prefix`` and ``/prefix/…`` go to that door (path unchanged), the rest to ``default``."""
+
+    def __init__(self, mounts: dict[str, ASGIApp], default: ASGIApp) -> None:
+        self.mounts = mounts
+        self.default = default
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope.get("path", "") if scope["type"] in ("http", "websocket") else ""
+        for prefix, app in self.mounts.items():
+            if path == prefix or path.startswith(prefix + "/"):
+                await app(scope, receive, send)
+                return
+        await self.default(scope, receive, send)
 
 
 class _Server(uvicorn.Server):
@@ -220,7 +240,9 @@ class A2AService:
         shutdown_timeout: float = 3.0,
         bridge: bool = True,
         revocations: Revocations | None = None,
+        mounts: Mapping[str, ASGIApp] | None = None,
     ) -> None:
+        self.mounts = mounts  # other doors on this port (create_app)
         self.workspaces = workspaces
         self.revocations = revocations or Revocations(workspaces)
         self._own_revocations = revocations is None
@@ -291,7 +313,13 @@ class A2AService:
             runtime=self.runtime,
             blocking_timeout=self.blocking_timeout,
         )
-        app = create_app(self.handler, self.signer, self.revocations, limits=self.workspaces.limits)
+        app = create_app(
+            self.handler,
+            self.signer,
+            self.revocations,
+            limits=self.workspaces.limits,
+            mounts=self.mounts,
+        )
         server_config = uvicorn.Config(
             app,
             log_config=None,
@@ -357,6 +385,7 @@ async def serve_a2a(
     runtime: A2ARuntime | None = None,
     on_ready: Callable[[str], None] | None = None,
     revocations: Revocations | None = None,
+    mounts: Mapping[str, ASGIApp] | None = None,
 ) -> None:
     """Serve A2A on ``host:port`` (default ``config.server.host``/``a2a_port``) until ``stop``
     is set or the task is cancelled; once listening, set ``ready`` and call ``on_ready`` with
@@ -370,6 +399,7 @@ async def serve_a2a(
         port=port,
         runtime=runtime,
         revocations=revocations,
+        mounts=mounts,
     ) as service:
         if ready is not None:
             ready.set()

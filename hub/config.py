@@ -163,6 +163,18 @@ class A2AConfig(_Section, frozen=True):
     peers: tuple[PeerConfig, ...] = ()
 
 
+class McpConfig(_Section, frozen=True):
+    """``[mcp]``: the MCP door at ``/mcp`` of the HTTP port (docs/mcp.md)."""
+
+    max_sessions: Positive = 256  # MCP sessions open at once (each holds a hub connection)
+    session_idle_s: Seconds = 1800.0  # a session with no request or stream this long is closed
+    # code_exec's language (rust, python, wasm, shell) -> backend instance id, over the
+    # defaults (the instance named after the kind; shell: process).
+    backends: dict[Literal["rust", "python", "wasm", "shell"], str] = msgspec.field(
+        default_factory=dict
+    )
+
+
 class HubConfig(_Section, frozen=True):
     """The whole configuration; every field has a default, so ``HubConfig()`` is valid."""
 
@@ -176,6 +188,7 @@ class HubConfig(_Section, frozen=True):
     cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)
     auth: AuthConfig = msgspec.field(default_factory=AuthConfig)
     audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
+    mcp: McpConfig = msgspec.field(default_factory=McpConfig)
 
     def with_overrides(
         self,

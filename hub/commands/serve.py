@@ -122,7 +122,7 @@ async def serve_command(args: argparse.Namespace) -> int:
     def ready(url: str) -> None:
         print(f"agora serving {url} (data {data_dir})", flush=True)
         if not args.no_a2a:  # the A2A listener, same loop, same Workspaces (docs/a2a.md)
-            hub.spawn(_serve_a2a(hub, signer, config, stop), name="agora-a2a")
+            hub.spawn(_serve_a2a(hub, signer, config, stop, url), name="agora-a2a")
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -165,22 +165,35 @@ def with_cluster_env(config: HubConfig, env: Mapping[str, str]) -> HubConfig:
     return config.with_overrides(source=source, **values)
 
 
-async def _serve_a2a(hub: Hub, signer: TokenSigner, config: HubConfig, stop: asyncio.Event) -> None:
+async def _serve_a2a(
+    hub: Hub, signer: TokenSigner, config: HubConfig, stop: asyncio.Event, hub_url: str
+) -> None:
     from a2a_adapter.app import serve_a2a
+    from hub.mcp.http import MCP_PATH, McpHttp
 
     def ready(url: str) -> None:
         print(f"agora A2A on {url}", flush=True)
 
     try:
-        await serve_a2a(
-            hub.workspaces,
+        # -- the MCP door at /mcp of the same port (docs/mcp.md); moves to hub/http/ --
+        async with McpHttp(
+            hub_url,
             signer,
-            config,
-            stop=stop,
-            on_ready=ready,
-            runtime=hub.runtime,
-            revocations=hub.revocations,
-        )
+            hub.revocations,
+            limits=hub.workspaces.limits,
+            settings=config.mcp,
+            host=config.server.host,
+        ) as mcp_door:
+            await serve_a2a(
+                hub.workspaces,
+                signer,
+                config,
+                stop=stop,
+                on_ready=ready,
+                runtime=hub.runtime,
+                revocations=hub.revocations,
+                mounts={MCP_PATH: mcp_door.app},
+            )
     except OSError as e:  # the WebSocket hub keeps serving without A2A
         logging.getLogger("agora.server").error("A2A listener not started: %s", e)
     except Exception:  # Hub.spawn: must not raise
