@@ -53,12 +53,28 @@ async function generate(file, root) {
   });
 }
 
+// The event kinds as a runtime value (types alone cannot tell a client which kinds it knows).
+async function kinds() {
+  const events = JSON.parse(await readFile(path.join(schemas, "events.json"), "utf8"));
+  const names = Object.keys(events.discriminator.mapping).sort();
+  const lines = names.map((k) => `  ${JSON.stringify(k)},`).join("\n");
+  return (
+    BANNER.replace("%s", "events.json") +
+    "\n\n/** Every event kind of schemas/events.json. */\n" +
+    `export const EVENT_KINDS: readonly string[] = [\n${lines}\n];\n`
+  );
+}
+
 const check = process.argv.includes("--check");
-let stale = [];
+const stale = [];
 await mkdir(out, { recursive: true });
-for (const [file, root] of Object.entries(SOURCES)) {
-  const target = path.join(out, file.replace(/\.json$/, ".ts"));
-  const text = await generate(file, root);
+const targets = Object.entries(SOURCES).map(([file, root]) => [
+  path.join(out, file.replace(/\.json$/, ".ts")),
+  () => generate(file, root),
+]);
+targets.push([path.join(out, "kinds.ts"), kinds]);
+for (const [target, make] of targets) {
+  const text = await make();
   if (check) {
     const current = await readFile(target, "utf8").catch(() => "");
     if (current !== text) stale.push(path.relative(pkg, target));
