@@ -525,7 +525,11 @@ export class Session {
     const handlers = [...this.#handlers.values()];
     this.#handlers.clear();
     this.#once.clear();
-    for (const handler of handlers) handler.fail(error);
+    for (const handler of handlers) {
+      // Feeds are registered under their subscribe's rid too; they end below, cleanly when
+      // the user closed the session (iterations stop instead of throwing).
+      if (!(handler instanceof WorkspaceFeed)) handler.fail(error);
+    }
     for (const feed of [...this.#feeds.values()]) feed.fail(clean ? null : error);
     this.#feeds.clear();
   }

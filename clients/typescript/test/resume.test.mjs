@@ -8,9 +8,16 @@ import { connect } from "../dist/index.js";
 import { name, startHub } from "./support/hub.mjs";
 
 const FAST = { backoff: { initial: 0.05, maximum: 0.5, giveUpAfter: 60 } };
-// The reader comes back a second after the writer: the events written meanwhile are only in
-// the log, so the reader must resume from the seq it holds to get them.
-const SLOW = { backoff: { initial: 1.5, maximum: 1.5, jitter: 0, giveUpAfter: 60 } };
+
+/** Options whose sockets go to a closed port while `gate.away` is set: the reader stays away
+ * until the writer has written, so those events are only in the log and the reader must
+ * resume from the seq it holds to get them. */
+async function gated(gate) {
+  const { WebSocket } = await import("ws");
+  const factory = (url, protocols, maxPayload) =>
+    new WebSocket(gate.away ? "ws://127.0.0.1:9" : url, protocols, { maxPayload });
+  return { ...FAST, socketFactory: factory };
+}
 
 async function collect(sub, count, seen) {
   for await (const ev of sub) {
@@ -23,7 +30,8 @@ async function collect(sub, count, seen) {
 for (const signal of ["SIGKILL", "SIGTERM"]) {
   test(`subscribe resumes across a hub restart (${signal}): no gap, no duplicate`, { timeout: 60_000 }, async () => {
     const hub = await startHub();
-    const reader = await connect(hub.url, hub.token("reader"), SLOW);
+    const gate = { away: false };
+    const reader = await connect(hub.url, hub.token("reader"), await gated(gate));
     const writer = await connect(hub.url, hub.token("writer"), FAST);
     try {
       const room = name("resume");
@@ -36,6 +44,7 @@ for (const signal of ["SIGKILL", "SIGTERM"]) {
       // Wait until the reader has some (not necessarily all) of them, then crash the hub.
       const until = Date.now() + 10_000;
       while (seen.length < 10 && Date.now() < until) await new Promise((r) => setTimeout(r, 10));
+      gate.away = true;
       await hub.stop(signal);
       // Publishes sent while the hub is down wait for the reconnect and are sent then.
       const pending = [];
@@ -43,6 +52,7 @@ for (const signal of ["SIGKILL", "SIGTERM"]) {
       await hub.restart();
       acks.push(...(await Promise.all(pending)));
       assert.equal(reader.reconnects, 0, "the reader is still away while the writer writes");
+      gate.away = false;
       for (let i = 0; i < 20; i += 1) acks.push(await ws.postMessage(`after ${i}`));
       await done;
       sub.close();

@@ -91,3 +91,22 @@ test("typed errors: forbidden workspace, bad path, and every wire code known", a
     await session.close();
   }
 });
+
+test("close ends iterating subscribers cleanly; calls after it are SessionClosed", async () => {
+  const session = await connect(hub.url, hub.token("alice"));
+  const ws = session.workspace(name());
+  await ws.postMessage("one");
+  const sub = ws.subscribe(0);
+  const seen = [];
+  const reading = (async () => {
+    for await (const ev of sub) seen.push(ev.kind);
+    return "ended";
+  })();
+  const until = Date.now() + 5000;
+  while (!seen.includes("messagePosted") && Date.now() < until) {
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  await session.close();
+  assert.equal(await reading, "ended");
+  await assert.rejects(ws.postMessage("two"), (e) => e.name === "SessionClosed");
+});
