@@ -68,7 +68,8 @@ def test_node_suite(node: str) -> None:
     )
     summary = "\n".join(line for line in proc.stdout.splitlines() if line.startswith("# "))
     failures = re.findall(r"^not ok .*$", proc.stdout, re.M)
-    assert proc.returncode == 0, f"{failures}\n{summary}\n{proc.stdout[-6000:]}{proc.stderr[-3000:]}"
+    tail = f"{proc.stdout[-6000:]}{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, f"{failures}\n{summary}\n{tail}"
     assert "# fail 0" in summary and "# pass 0" not in summary, summary
 
 
