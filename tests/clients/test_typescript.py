@@ -113,7 +113,9 @@ async def test_agent_script_serves_a_python_agents_item(node: str, hub: HubProce
 
 
 def test_agent_script_reports_typed_errors(node: str, hub: HubProcess) -> None:
-    code, out = run_agent(node, hub.url, hub.token("ts"), "w", "write-file", {"path": "../x"})
+    code, out = run_agent(
+        node, hub.url, hub.token("ts"), "w", "write-file", {"path": "../x", "text": "t"}
+    )
     assert code == 1 and out["error"] == "badRequest", out
     code, out = run_agent(node, hub.url, "bogus", "w", "post", {"text": "x"})
     assert code == 1 and out["error"] == "unauthorized", out

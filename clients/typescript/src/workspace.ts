@@ -259,7 +259,7 @@ export class Workspace {
   /** Write `path` (a string as UTF-8 text, bytes as base64). `baseRev`: the rev this write
    * replaces (0: the file must not exist; omitted: no check). Rejects with `Conflict` (stale
    * `baseRev`, `details.rev`), `BadRequest` (bad path), `TooLarge`. */
-  writeFile(
+  async writeFile(
     path: string,
     content: string | Uint8Array,
     baseRev?: number,
@@ -267,7 +267,8 @@ export class Workspace {
   ): Promise<AgoraEvent> {
     const payload: Record<string, unknown> = { path };
     if (typeof content === "string") payload.text = content;
-    else payload.base64 = bytesToBase64(content);
+    else if (content instanceof Uint8Array) payload.base64 = bytesToBase64(content);
+    else throw new BadRequest("content is a string or a Uint8Array", { field: "content" });
     if (baseRev !== undefined) payload.baseRev = baseRev;
     if (mediaType !== undefined) payload.mediaType = mediaType;
     return this.#emit({ kind: "fileWritten", payload } as unknown as EventDraft);

@@ -153,3 +153,17 @@ test("exec: streaming output, the result, kill and dispose", { timeout: 60_000 }
     await runner.close();
   }
 });
+
+test("invalid drafts are refused before sending: nothing is written", async () => {
+  const alice = await session("alice");
+  try {
+    const ws = alice.workspace(name());
+    await assert.rejects(ws.writeFile("a.txt", undefined), (e) => e.details.field === "content");
+    await assert.rejects(ws.publish({ kind: "messagePosted", seq: 3 }), (e) => e.details.field === "seq");
+    await assert.rejects(ws.publishBatch([]), (e) => e.details.field === "events");
+    assert.throws(() => ws.subscribe(-1), (e) => e.details.field === "afterSeq");
+    assert.deepEqual(await ws.events(0), []);
+  } finally {
+    await alice.close();
+  }
+});
