@@ -16,6 +16,7 @@ import pytest
 
 from hub.client import connect
 from hub.core.errors import ERROR_TABLE
+from hub.core.events import WorkPublished
 from tests.support.hub import HubProcess, HubStarter
 from tests.support.node import CLIENT_DIR, build, node_env, require_node, run_agent
 
@@ -105,6 +106,7 @@ async def test_agent_script_serves_a_python_agents_item(node: str, hub: HubProce
         assert code == 0, out
         assert out["correlationId"] == cid and out["feedback"] == {"answer": "yes"}
         published = await ws.wait_for_kind(cid, "workPublished", timeout=30)
+        assert isinstance(published, WorkPublished)
         assert published.producer == "ts" and published.payload == {"ok": True, "by": "ts"}
         assert await ws.read_file("src/hello.txt") == "hello from ts"
         state = await ws.state()
