@@ -55,6 +55,19 @@ def test_generated_types_match_schemas(node: str) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+def test_readme_quick_start_type_checks(node: str) -> None:
+    """examples/quickstart.ts (the README's example) against the built declarations."""
+    _, npm = require_node()
+    proc = subprocess.run(
+        [npm, "run", "--silent", "typecheck-examples"],
+        cwd=CLIENT_DIR,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_node_suite(node: str) -> None:
     """``node --test`` over clients/typescript/test/*.test.mjs (each starts its own hubs)."""
     tests = sorted(str(p.relative_to(CLIENT_DIR)) for p in (CLIENT_DIR / "test").glob("*.test.mjs"))
