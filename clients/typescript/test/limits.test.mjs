@@ -83,3 +83,36 @@ test("rateLimited publishes are retried after retryAfterMs; or refused", { timeo
     await hub.close();
   }
 });
+
+test("the same close again and again ends the session (no silent endless reconnect)", { timeout: 60_000 }, async () => {
+  const hub = await startHub("[limits]\nmax_connections_per_agent = 1\n");
+  const first = await connect(hub.url, hub.token("solo"));
+  const second = await connect(hub.url, hub.token("solo"), {
+    backoff: { initial: 0.02, maximum: 0.1, giveUpAfter: 30 },
+    maxIdenticalCloses: 3,
+  });
+  try {
+    // Every connection of the second session gets welcome, then busy and 1013.
+    const sub = second.workspace(name()).subscribe(0);
+    await assert.rejects(
+      (async () => {
+        for await (const _ of sub) {
+          // nothing arrives
+        }
+      })(),
+      (e) => {
+        assert.equal(e.code, "unavailable");
+        assert.equal(e.details.closeCode, 1013);
+        assert.equal(e.details.repeats, 3);
+        return true;
+      },
+    );
+    assert.equal(second.closed, true);
+    // The first session is untouched.
+    assert.equal((await first.workspace(name()).postMessage("still")).seq, 1);
+  } finally {
+    await first.close();
+    await second.close();
+    await hub.close();
+  }
+});
