@@ -15,6 +15,12 @@ const PYTHON = process.env.PYTHON || "python3";
 const BANNER = /agora serving (ws:\/\/\S+) \(data (.*)\)/;
 const BANNER_TIMEOUT_MS = 60_000;
 
+// Hubs still running when this process exits (a test that crashed) are killed with it.
+const running = new Set();
+process.on("exit", () => {
+  for (const proc of running) proc.kill("SIGKILL");
+});
+
 function b64url(data) {
   return Buffer.from(data).toString("base64url");
 }
@@ -59,6 +65,8 @@ export class Hub {
     env.PYTHONPATH = [REPO, process.env.PYTHONPATH].filter(Boolean).join(path.delimiter);
     const proc = spawn(PYTHON, argv, { cwd: REPO, env, stdio: ["ignore", "pipe", "pipe"] });
     this.proc = proc;
+    running.add(proc);
+    proc.once("exit", () => running.delete(proc));
     proc.stderr.on("data", (chunk) => {
       this.stderr = (this.stderr + chunk.toString()).slice(-6000);
     });
