@@ -134,3 +134,17 @@ def test_agent_script_reports_typed_errors(node: str, hub: HubProcess) -> None:
     assert code == 1 and out["error"] == "badRequest", out
     code, out = run_agent(node, hub.url, "bogus", "w", "post", {"text": "x"})
     assert code == 1 and out["error"] == "unauthorized", out
+
+
+def test_agent_script_single_verbs(node: str, hub: HubProcess) -> None:
+    token = hub.token("ts")
+    code, item = run_agent(node, hub.url, token, "v", "request-work", {"topic": "t"})
+    assert code == 0, item
+    cid = item["correlationId"]
+    code, found = run_agent(node, hub.url, token, "v", "wait-work", {"topic": "t"})
+    assert code == 0 and found["correlationId"] == cid, found
+    for action in ("claim", "publish-work", "complete"):
+        code, ev = run_agent(node, hub.url, token, "v", action, {"correlationId": cid})
+        assert code == 0 and ev["correlationId"] == cid and ev["producer"] == "ts", ev
+    code, ev = run_agent(node, hub.url, token, "v", "cancel", {"correlationId": cid})
+    assert code == 1 and ev["error"] == "conflict", ev  # completed is terminal

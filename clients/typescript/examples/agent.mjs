@@ -14,6 +14,9 @@
 //                 file, optionally ask for feedback and wait for it, publish `result`,
 //                 complete it                          -> {correlationId, claimed, published,
 //                                                          completed, file?, feedback?}
+//   wait-work     {topic?, timeout?}                  -> the open needWork event
+//   claim | publish-work | request-feedback | provide-feedback | block | complete | cancel
+//                 {correlationId, payload?}           -> the stored event
 //   wait-kind     {correlationId, kind, timeout?, afterSeq?} -> the event
 //   write-file    {path, text, baseRev?}              -> {seq, rev}
 //   read-file     {path}                              -> {text} or {base64}
@@ -61,6 +64,22 @@ async function run(ws) {
     }
     case "serve-work":
       return serveWork(ws);
+    case "wait-work":
+      return ws.waitForWork(args.topic, { timeout: args.timeout ?? 30 });
+    case "claim":
+      return ws.claimWork(args.correlationId, args.payload);
+    case "publish-work":
+      return ws.publishWork(args.correlationId, args.payload);
+    case "request-feedback":
+      return ws.requestFeedback(args.correlationId, args.payload);
+    case "provide-feedback":
+      return ws.provideFeedback(args.correlationId, args.payload);
+    case "block":
+      return ws.signalBlocked(args.correlationId, args.payload);
+    case "complete":
+      return ws.signalCompleted(args.correlationId, args.payload);
+    case "cancel":
+      return ws.cancelWork(args.correlationId, args.payload);
     case "wait-kind":
       return ws.waitForKind(args.correlationId, args.kind, {
         timeout: args.timeout ?? 30,
