@@ -117,6 +117,7 @@ export class WorkspaceFeed implements Handler {
   confirmed = false;
   wanted: number | null = null; // a rewind asked for while a subscribe is pending
   failures = 0;
+  retriedBusy = false;
 
   constructor(
     readonly session: Session,
@@ -259,6 +260,7 @@ export class WorkspaceFeed implements Handler {
   onReply(frame: Frame): void {
     if (frame.op !== "subscribed" || frame.rid !== this.rid) return;
     this.confirmed = true;
+    this.retriedBusy = false;
     const head = typeof frame.head === "number" ? frame.head : 0;
     this.head = head;
     const after = this.after ?? head;
@@ -277,6 +279,14 @@ export class WorkspaceFeed implements Handler {
   }
 
   onRefused(error: AgoraError): void {
+    if (error instanceof Busy && !this.retriedBusy && this.session.dropIdleFeed(this)) {
+      // Too many subscriptions on this connection: an idle feed made room; try once more.
+      this.retriedBusy = true;
+      this.session.forget(this.rid ?? -1);
+      this.rid = null;
+      this.subscribe(this.after);
+      return;
+    }
     const serverError = error instanceof Unavailable || error instanceof Internal;
     if (error instanceof Busy || !this.confirmed || !serverError) {
       this.fail(error);

@@ -140,6 +140,8 @@ export class Session {
   #run: Promise<void> | null = null;
   #wakeClose: (() => void) | null = null;
   #refreshTimer: ReturnType<typeof setTimeout> | null = null;
+  #inbox: unknown[] = []; // frames read, not yet dispatched (see #receive)
+  #pumping = false;
 
   constructor(url: string, token: string, options: SessionOptions = {}) {
     this.url = url;
@@ -295,6 +297,18 @@ export class Session {
   /** @internal */
   existingFeed(workspace: string): WorkspaceFeed | undefined {
     return this.#feeds.get(workspace);
+  }
+
+  /** @internal Unsubscribe the oldest followed workspace no one is reading (the hub limits
+   * subscriptions per connection); false if there is none. */
+  dropIdleFeed(except: WorkspaceFeed): boolean {
+    for (const feed of this.#feeds.values()) {
+      if (feed !== except && feed.readers.size === 0 && feed.confirmed) {
+        feed.leave();
+        return true;
+      }
+    }
+    return false;
   }
 
   /** @internal */
@@ -492,10 +506,21 @@ export class Session {
         this.#detach();
         resolve(closed);
       };
-      this.#wakeClose = () => end({ code: 1000, reason: "closed by the client" });
-      socket.onmessage = (ev) => this.#dispatch(ev.data);
+      this.#wakeClose = () => {
+        this.#inbox = [];
+        end({ code: 1000, reason: "closed by the client" });
+      };
+      socket.onmessage = (ev) => this.#receive(ev.data);
       socket.onerror = () => undefined;
-      socket.onclose = (ev) => end({ code: ev.code, reason: ev.reason ?? "" });
+      socket.onclose = (ev) => {
+        // Every frame read before the close is dispatched before the connection ends.
+        const closed = { code: ev.code, reason: ev.reason ?? "" };
+        const finish = (): void => {
+          if (this.#inbox.length && !ended && nextTask !== null) nextTask(finish);
+          else end(closed);
+        };
+        finish();
+      };
       this.#attach(socket);
     });
   }
@@ -536,6 +561,31 @@ export class Session {
 
   // -- frames ------------------------------------------------------------------------------
 
+  /** Queue a frame read from the socket. `ws` hands over every frame of one TCP read in one
+   * go; dispatching them one task at a time lets subscribers run between events (as a
+   * browser's WebSocket does by itself). Without it a burst (a catch-up) runs through a feed's
+   * window before its readers get to run, every reader rewinds, and each rewind's
+   * resubscribe brings the same burst again: a livelock (the Python client yields per frame
+   * for the same reason). */
+  #receive(data: unknown): void {
+    if (nextTask === null) {
+      this.#dispatch(data);
+      return;
+    }
+    this.#inbox.push(data);
+    if (!this.#pumping) {
+      this.#pumping = true;
+      nextTask(this.#pump);
+    }
+  }
+
+  #pump = (): void => {
+    const data = this.#inbox.shift();
+    if (data !== undefined) this.#dispatch(data);
+    if (this.#inbox.length && nextTask !== null) nextTask(this.#pump);
+    else this.#pumping = false;
+  };
+
   #dispatch(data: unknown): void {
     const frame = parseFrame(data);
     if (frame === null) return; // not a JSON object: nothing to route it to
@@ -564,6 +614,16 @@ export class Session {
     handler.onReply(frame);
   }
 }
+
+/** Run `fn` in a later task of the event loop (`setImmediate`: after pending I/O and every
+ * microtask); null where there is none (browsers, whose WebSocket dispatches each message as
+ * a task of its own). */
+const nextTask: ((fn: () => void) => void) | null =
+  typeof (globalThis as { setImmediate?: unknown }).setImmediate === "function"
+    ? (fn) => {
+        (globalThis as unknown as { setImmediate: (f: () => void) => void }).setImmediate(fn);
+      }
+    : null;
 
 function parseFrame(data: unknown): Frame | null {
   const text = messageText(data);

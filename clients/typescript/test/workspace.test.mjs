@@ -167,3 +167,53 @@ test("invalid drafts are refused before sending: nothing is written", async () =
     await alice.close();
   }
 });
+
+test("a subscriber behind the window is replayed from the log (rewind)", { timeout: 30_000 }, async () => {
+  const alice = await connect(hub.url, hub.token("alice"), { history: 8 });
+  try {
+    const ws = alice.workspace(name());
+    const live = ws.subscribe(); // keeps the feed going while the old reader lags
+    await live.head();
+    const acks = [];
+    for (let i = 0; i < 40; i += 1) acks.push(await ws.postMessage(`m${i}`));
+    const all = [];
+    for await (const ev of ws.subscribe(0)) {
+      all.push(ev.seq);
+      if (ev.seq >= acks.at(-1).seq) break;
+    }
+    assert.deepEqual(all, all.map((_, i) => i + 1));
+    live.close();
+  } finally {
+    await alice.close();
+  }
+});
+
+test("pipelined publishes from one session are appended in the order sent", { timeout: 30_000 }, async () => {
+  const alice = await session("alice");
+  try {
+    const ws = alice.workspace(name());
+    const acks = await Promise.all([...Array(50).keys()].map((i) => ws.postMessage(`p${i}`)));
+    const seqs = acks.map((a) => a.seq);
+    assert.deepEqual(seqs, [...seqs].sort((a, b) => a - b));
+    assert.equal(new Set(seqs).size, 50);
+  } finally {
+    await alice.close();
+  }
+});
+
+test("over max_subscriptions an idle followed workspace makes room", { timeout: 60_000 }, async () => {
+  const small = await startHub("[limits]\nmax_subscriptions = 2\n");
+  const alice = await connect(small.url, small.token("alice"));
+  try {
+    const names = [name(), name(), name()];
+    for (const n of names) await alice.workspace(n).postMessage("x");
+    // Each head() follows the workspace and leaves its feed idle but subscribed.
+    assert.ok((await alice.workspace(names[0]).head()) >= 1);
+    assert.ok((await alice.workspace(names[1]).head()) >= 1);
+    const events = await alice.workspace(names[2]).events(0);
+    assert.equal(events[0].payload.text, "x");
+  } finally {
+    await alice.close();
+    await small.close();
+  }
+});
