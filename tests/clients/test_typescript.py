@@ -55,11 +55,13 @@ def test_generated_types_match_schemas(node: str) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-def test_readme_quick_start_type_checks(node: str) -> None:
-    """examples/quickstart.ts (the README's example) against the built declarations."""
+@pytest.mark.parametrize("script", ["typecheck-examples", "format-check"])
+def test_typescript_checks(node: str, script: str) -> None:
+    """examples/quickstart.ts (the README's example) type-checks against the built
+    declarations; the sources are formatted (prettier, like ruff format for the Python)."""
     _, npm = require_node()
     proc = subprocess.run(
-        [npm, "run", "--silent", "typecheck-examples"],
+        [npm, "run", "--silent", script],
         cwd=CLIENT_DIR,
         capture_output=True,
         text=True,

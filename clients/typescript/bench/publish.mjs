@@ -21,4 +21,6 @@ for (let i = 0; i < count; i += 1) {
   latencies.push(performance.now() - start);
 }
 await session.close();
-process.stdout.write(`${JSON.stringify({ client: "typescript", n: count, latenciesMs: latencies })}\n`);
+process.stdout.write(
+  `${JSON.stringify({ client: "typescript", n: count, latenciesMs: latencies })}\n`,
+);

@@ -44,7 +44,10 @@ async function serveWork(ws) {
   }
   if (args.feedback) {
     const asked = await ws.requestFeedback(cid, { question: "ok?" });
-    const answer = await ws.waitForFeedback(cid, { timeout: args.timeout ?? 30, afterSeq: asked.seq });
+    const answer = await ws.waitForFeedback(cid, {
+      timeout: args.timeout ?? 30,
+      afterSeq: asked.seq,
+    });
     out.feedback = answer.payload;
   }
   out.published = (await ws.publishWork(cid, args.result ?? { ok: true })).seq;

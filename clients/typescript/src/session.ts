@@ -458,8 +458,7 @@ export class Session {
         if (socket !== null) this.#reconnects += 1;
       }
     } catch (e) {
-      const error =
-        e instanceof AgoraError ? e : new Internal(`client failure: ${String(e)}`, {});
+      const error = e instanceof AgoraError ? e : new Internal(`client failure: ${String(e)}`, {});
       this.#fail(error, false);
     }
   }

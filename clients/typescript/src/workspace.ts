@@ -11,7 +11,14 @@
  */
 
 import { Backoff, sleep } from "./backoff.js";
-import { BadRequest, Internal, NotFound, RateLimited, WaitTimeout } from "./errors.js";
+import {
+  BadRequest,
+  Internal,
+  NotFound,
+  RateLimited,
+  SessionClosed,
+  WaitTimeout,
+} from "./errors.js";
 import { Runtime } from "./exec.js";
 import { type AgoraEvent, Subscription } from "./feed.js";
 import type { StoredEvent } from "./generated/events.js";
@@ -161,7 +168,7 @@ export class Workspace {
   /** Send a publish; on `rateLimited` wait what the hub asked for (with backoff and jitter)
    * and send it again, at most `RATE_LIMIT_RETRIES` times. */
   async #publish(frame: Record<string, unknown>): Promise<Frame> {
-    for (let attempt = 0; ; ) {
+    for (let attempt = 0; ;) {
       try {
         return await this.session.request(frame);
       } catch (e) {
@@ -251,7 +258,7 @@ export class Workspace {
     } finally {
       sub.close();
     }
-    throw new Internal("the session closed while reading the history");
+    throw new SessionClosed("the session closed while reading the history");
   }
 
   // -- files -------------------------------------------------------------------------------
@@ -447,7 +454,7 @@ export class Workspace {
       }
       if (found !== null) return found;
       if (timedOut) throw new WaitTimeout(`no ${what} in ${timeout} s`);
-      throw new Internal(`the session closed while waiting for ${what}`);
+      throw new SessionClosed(`the session closed while waiting for ${what}`);
     } finally {
       if (timer !== null) clearTimeout(timer);
       sub.close();

@@ -28,55 +28,66 @@ async function collect(sub, count, seen) {
 }
 
 for (const signal of ["SIGKILL", "SIGTERM"]) {
-  test(`subscribe resumes across a hub restart (${signal}): no gap, no duplicate`, { timeout: 60_000 }, async () => {
-    const hub = await startHub();
-    const gate = { away: false };
-    const reader = await connect(hub.url, hub.token("reader"), await gated(gate));
-    const writer = await connect(hub.url, hub.token("writer"), FAST);
-    try {
-      const room = name("resume");
-      const ws = writer.workspace(room);
-      const seen = [];
-      const sub = reader.workspace(room).subscribe(0);
-      const done = collect(sub, 60, seen);
-      const acks = [];
-      for (let i = 0; i < 30; i += 1) acks.push(await ws.postMessage(`before ${i}`));
-      // Wait until the reader has some (not necessarily all) of them, then crash the hub.
-      const until = Date.now() + 10_000;
-      while (seen.length < 10 && Date.now() < until) await new Promise((r) => setTimeout(r, 10));
-      gate.away = true;
-      await hub.stop(signal);
-      // Publishes sent while the hub is down wait for the reconnect and are sent then.
-      const pending = [];
-      for (let i = 0; i < 10; i += 1) pending.push(ws.postMessage(`during ${i}`));
-      await hub.restart();
-      acks.push(...(await Promise.all(pending)));
-      assert.equal(reader.reconnects, 0, "the reader is still away while the writer writes");
-      gate.away = false;
-      for (let i = 0; i < 20; i += 1) acks.push(await ws.postMessage(`after ${i}`));
-      await done;
-      sub.close();
+  test(
+    `subscribe resumes across a hub restart (${signal}): no gap, no duplicate`,
+    { timeout: 60_000 },
+    async () => {
+      const hub = await startHub();
+      const gate = { away: false };
+      const reader = await connect(hub.url, hub.token("reader"), await gated(gate));
+      const writer = await connect(hub.url, hub.token("writer"), FAST);
+      try {
+        const room = name("resume");
+        const ws = writer.workspace(room);
+        const seen = [];
+        const sub = reader.workspace(room).subscribe(0);
+        const done = collect(sub, 60, seen);
+        const acks = [];
+        for (let i = 0; i < 30; i += 1) acks.push(await ws.postMessage(`before ${i}`));
+        // Wait until the reader has some (not necessarily all) of them, then crash the hub.
+        const until = Date.now() + 10_000;
+        while (seen.length < 10 && Date.now() < until) await new Promise((r) => setTimeout(r, 10));
+        gate.away = true;
+        await hub.stop(signal);
+        // Publishes sent while the hub is down wait for the reconnect and are sent then.
+        const pending = [];
+        for (let i = 0; i < 10; i += 1) pending.push(ws.postMessage(`during ${i}`));
+        await hub.restart();
+        acks.push(...(await Promise.all(pending)));
+        assert.equal(reader.reconnects, 0, "the reader is still away while the writer writes");
+        gate.away = false;
+        for (let i = 0; i < 20; i += 1) acks.push(await ws.postMessage(`after ${i}`));
+        await done;
+        sub.close();
 
-      assert.ok(reader.reconnects >= 1 && writer.reconnects >= 1);
-      const seqs = seen.map((e) => e.seq);
-      assert.equal(new Set(seqs).size, seqs.length, "no duplicate");
-      assert.deepEqual(seqs, [...seqs].sort((a, b) => a - b), "in order");
-      // Exactly the acknowledged events, in log order: every ack's id is there once.
-      assert.deepEqual(
-        seen.map((e) => e.id),
-        [...acks].sort((a, b) => a.seq - b.seq).map((a) => a.id),
-      );
-      // No gap: the seqs between the reader's events are the hub's own (presence) events.
-      const all = await writer.workspace(room).events(0);
-      const messages = all.filter((e) => e.kind === "messagePosted").map((e) => e.seq);
-      assert.deepEqual(seqs, messages);
-      assert.deepEqual(all.map((e) => e.seq), all.map((_, i) => i + 1));
-    } finally {
-      await reader.close();
-      await writer.close();
-      await hub.close();
-    }
-  });
+        assert.ok(reader.reconnects >= 1 && writer.reconnects >= 1);
+        const seqs = seen.map((e) => e.seq);
+        assert.equal(new Set(seqs).size, seqs.length, "no duplicate");
+        assert.deepEqual(
+          seqs,
+          [...seqs].sort((a, b) => a - b),
+          "in order",
+        );
+        // Exactly the acknowledged events, in log order: every ack's id is there once.
+        assert.deepEqual(
+          seen.map((e) => e.id),
+          [...acks].sort((a, b) => a.seq - b.seq).map((a) => a.id),
+        );
+        // No gap: the seqs between the reader's events are the hub's own (presence) events.
+        const all = await writer.workspace(room).events(0);
+        const messages = all.filter((e) => e.kind === "messagePosted").map((e) => e.seq);
+        assert.deepEqual(seqs, messages);
+        assert.deepEqual(
+          all.map((e) => e.seq),
+          all.map((_, i) => i + 1),
+        );
+      } finally {
+        await reader.close();
+        await writer.close();
+        await hub.close();
+      }
+    },
+  );
 }
 
 test("a publish retried with the same id is acknowledged as a duplicate, same seq", async () => {

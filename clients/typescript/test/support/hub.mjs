@@ -9,7 +9,13 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 
-export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "..");
+export const REPO = path.resolve(
+  path.dirname(fileURLToPath(import.meta.url)),
+  "..",
+  "..",
+  "..",
+  "..",
+);
 export const SECRET = "agora-ts-test-secret-0123456789-abcdefghijklmnop";
 const PYTHON = process.env.PYTHON || "python3";
 const BANNER = /agora serving (ws:\/\/\S+) \(data (.*)\)/;
@@ -26,19 +32,29 @@ function b64url(data) {
 }
 
 /** A capability token (HS256 JWT) signed with `secret`, as `agora token issue` mints it. */
-export function mint(agent, {
-  workspaces = ["*"],
-  rights = ["read", "write"],
-  backends = [],
-  ttl = 3600,
-  secret = SECRET,
-} = {}) {
+export function mint(
+  agent,
+  {
+    workspaces = ["*"],
+    rights = ["read", "write"],
+    backends = [],
+    ttl = 3600,
+    secret = SECRET,
+  } = {},
+) {
   const now = Math.floor(Date.now() / 1000);
   const header = b64url(JSON.stringify({ alg: "HS256", typ: "JWT" }));
-  const claims = b64url(JSON.stringify({
-    sub: agent, iat: now, exp: now + ttl, jti: randomBytes(12).toString("base64url").replace(/^-/, "x"),
-    workspaces, rights, backends,
-  }));
+  const claims = b64url(
+    JSON.stringify({
+      sub: agent,
+      iat: now,
+      exp: now + ttl,
+      jti: randomBytes(12).toString("base64url").replace(/^-/, "x"),
+      workspaces,
+      rights,
+      backends,
+    }),
+  );
   const signature = createHmac("sha256", secret).update(`${header}.${claims}`).digest("base64url");
   return `${header}.${claims}.${signature}`;
 }
@@ -55,7 +71,16 @@ export class Hub {
   }
 
   async start() {
-    const argv = ["-m", "hub", "serve", "--port", String(this.port), "--data", this.data, "--no-a2a"];
+    const argv = [
+      "-m",
+      "hub",
+      "serve",
+      "--port",
+      String(this.port),
+      "--data",
+      this.data,
+      "--no-a2a",
+    ];
     if (this.config !== undefined) {
       const file = path.join(this.root, "agora.toml");
       await writeFile(file, this.config);
@@ -72,7 +97,10 @@ export class Hub {
     });
     const url = await new Promise((resolve, reject) => {
       let out = "";
-      const timer = setTimeout(() => reject(new Error(`no banner: ${this.stderr}`)), BANNER_TIMEOUT_MS);
+      const timer = setTimeout(
+        () => reject(new Error(`no banner: ${this.stderr}`)),
+        BANNER_TIMEOUT_MS,
+      );
       proc.stdout.on("data", (chunk) => {
         out += chunk.toString();
         const m = BANNER.exec(out);
