@@ -397,9 +397,10 @@ export class Session {
       void (async () => {
         try {
           await this.refresh(await provider());
-        } catch (e) {
+        } catch {
+          // Try again shortly; if the token ends first the hub closes with 4401 and the
+          // session fails with Unauthorized on its own.
           if (!this.closed) this.#scheduleRefreshRetry();
-          void e; // the session fails on its own when the token ends (4401)
         }
       })();
     }, wait);
