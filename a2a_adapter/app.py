@@ -23,7 +23,7 @@ import contextlib
 import ipaddress
 import logging
 import socket
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from types import TracebackType
 from typing import Final, Self
 
@@ -47,7 +47,7 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from starlette.applications import Starlette
 
-from a2a_adapter.auth import AgoraContextBuilder, BearerAuth
+from a2a_adapter.auth import AgoraContextBuilder, ASGIApp, BearerAuth, Receive, Scope, Send
 from a2a_adapter.bridge import Bridge
 from a2a_adapter.handler import AgoraRequestHandler
 from a2a_adapter.limits import BodyLimits
@@ -154,7 +154,8 @@ def create_app(
     revocations: Revocations,
     *,
     limits: Limits = DEFAULT_LIMITS,
-) -> BodyLimits:
+    mounts: Sequence[tuple[str, ASGIApp]] = (),  # viewer mount (integrator: move to hub/http)
+) -> ASGIApp:
     """The ASGI app: the SDK's card, JSON-RPC and REST routes (their output made exact:
     :mod:`a2a_adapter.responses`) behind bearer authentication, behind the body limits (size
     before reading, nesting before parsing)."""
@@ -169,12 +170,28 @@ def create_app(
     authenticated = BearerAuth(
         ExactResponses(Starlette(routes=routes)), signer, {AGENT_CARD_WELL_KNOWN_PATH}, revocations
     )
-    return BodyLimits(
+    a2a = BodyLimits(
         authenticated,
         max_body_bytes=limits.max_event_bytes,
         max_depth=limits.max_depth,
         jsonrpc_paths=frozenset({JSONRPC_PATH, JSONRPC_PATH + "/"}),
     )
+    return _by_prefix(mounts, a2a) if mounts else a2a  # viewer mount (integrator: hub/http)
+
+
+def _by_prefix(mounts: Sequence[tuple[str, ASGIApp]], default: ASGIApp) -> ASGIApp:
+    """Viewer mount (integrator: move to hub/http): each ``(prefix, app)`` answers its own
+    paths (``prefix`` and below, with its own auth), ahead of the A2A app's ``BearerAuth``."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope.get("path", "")
+        for prefix, mounted in mounts:
+            if path == prefix or path.startswith(prefix + "/"):
+                await mounted(scope, receive, send)
+                return
+        await default(scope, receive, send)
+
+    return app
 
 
 class _Server(uvicorn.Server):
@@ -220,7 +237,9 @@ class A2AService:
         shutdown_timeout: float = 3.0,
         bridge: bool = True,
         revocations: Revocations | None = None,
+        mounts: Sequence[tuple[str, ASGIApp]] = (),  # viewer mount (integrator: hub/http)
     ) -> None:
+        self.mounts = tuple(mounts)
         self.workspaces = workspaces
         self.revocations = revocations or Revocations(workspaces)
         self._own_revocations = revocations is None
@@ -291,7 +310,13 @@ class A2AService:
             runtime=self.runtime,
             blocking_timeout=self.blocking_timeout,
         )
-        app = create_app(self.handler, self.signer, self.revocations, limits=self.workspaces.limits)
+        app = create_app(
+            self.handler,
+            self.signer,
+            self.revocations,
+            limits=self.workspaces.limits,
+            mounts=self.mounts,  # viewer mount (integrator: hub/http)
+        )
         server_config = uvicorn.Config(
             app,
             log_config=None,
@@ -357,6 +382,7 @@ async def serve_a2a(
     runtime: A2ARuntime | None = None,
     on_ready: Callable[[str], None] | None = None,
     revocations: Revocations | None = None,
+    mounts: Sequence[tuple[str, ASGIApp]] = (),  # viewer mount (integrator: hub/http)
 ) -> None:
     """Serve A2A on ``host:port`` (default ``config.server.host``/``a2a_port``) until ``stop``
     is set or the task is cancelled; once listening, set ``ready`` and call ``on_ready`` with
@@ -370,6 +396,7 @@ async def serve_a2a(
         port=port,
         runtime=runtime,
         revocations=revocations,
+        mounts=mounts,  # viewer mount (integrator: hub/http)
     ) as service:
         if ready is not None:
             ready.set()

@@ -122,7 +122,7 @@ async def serve_command(args: argparse.Namespace) -> int:
     def ready(url: str) -> None:
         print(f"agora serving {url} (data {data_dir})", flush=True)
         if not args.no_a2a:  # the A2A listener, same loop, same Workspaces (docs/a2a.md)
-            hub.spawn(_serve_a2a(hub, signer, config, stop), name="agora-a2a")
+            hub.spawn(_serve_a2a(hub, signer, config, stop, url), name="agora-a2a")
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -165,11 +165,17 @@ def with_cluster_env(config: HubConfig, env: Mapping[str, str]) -> HubConfig:
     return config.with_overrides(source=source, **values)
 
 
-async def _serve_a2a(hub: Hub, signer: TokenSigner, config: HubConfig, stop: asyncio.Event) -> None:
+async def _serve_a2a(
+    hub: Hub, signer: TokenSigner, config: HubConfig, stop: asyncio.Event, ws_url: str
+) -> None:
     from a2a_adapter.app import serve_a2a
+    from hub.viewer import create_viewer_app  # viewer mount (integrator: hub/http)
+
+    viewer = create_viewer_app(hub.workspaces, signer, hub.revocations, ws_url=ws_url)
 
     def ready(url: str) -> None:
         print(f"agora A2A on {url}", flush=True)
+        print(f"agora viewer on {url}/ui/", file=sys.stderr, flush=True)
 
     try:
         await serve_a2a(
@@ -180,6 +186,7 @@ async def _serve_a2a(hub: Hub, signer: TokenSigner, config: HubConfig, stop: asy
             on_ready=ready,
             runtime=hub.runtime,
             revocations=hub.revocations,
+            mounts=[("/ui", viewer)],  # viewer mount (integrator: hub/http)
         )
     except OSError as e:  # the WebSocket hub keeps serving without A2A
         logging.getLogger("agora.server").error("A2A listener not started: %s", e)
