@@ -5,7 +5,9 @@ import { readFileSync, readdirSync, statSync, writeFileSync, existsSync } from "
 import { join, relative, sep } from "node:path";
 import { fileURLToPath } from "node:url";
 
-const web = fileURLToPath(new URL("..", import.meta.url));
+// Arguments (tests): the web directory and the output file; default this web/ and
+// hub/viewer/static/build.json.
+const web = process.argv[2] ?? fileURLToPath(new URL("..", import.meta.url));
 const TOP = ["index.html", "package.json", "package-lock.json", "tsconfig.json", "vite.config.ts"];
 
 function walk(dir) {
@@ -30,7 +32,7 @@ for (const path of files) {
 }
 const sourceHash = outer.digest("hex");
 writeFileSync(
-  join(web, "..", "hub", "viewer", "static", "build.json"),
+  process.argv[3] ?? join(web, "..", "hub", "viewer", "static", "build.json"),
   JSON.stringify({ sourceHash, files: files.length }, null, 2) + "\n",
 );
 console.log(`stamped build.json: ${sourceHash}`);
