@@ -76,6 +76,7 @@ async def test_live_session_filter_time_travel_diff_and_execution(
             )
             assert result["status"] == "completed", result
             await expect(timeline.locator(".row[data-kind=execFinished]")).to_have_count(1)
+            await expect(page.get_by_test_id("state-view")).to_be_visible()
             await browser.shot("timeline")
 
             # Filter: bob's events only, then a text search.

@@ -20,6 +20,7 @@ type WsRoute = Extract<Route, { page: "workspace" }>;
 
 const ROW_HEIGHT = 24;
 const STATE_DEBOUNCE_MS = 120;
+const STATE_MAX_WAIT_MS = 500;
 
 export function WorkspacePage(props: {
   conn: Connection;
@@ -336,18 +337,23 @@ interface ViewProps {
   go: (changes: Partial<WsRoute>) => void;
 }
 
-/** The state at `seq`, fetched (debounced) when the seq changes. */
+/** The state at `seq`, fetched when the seq changes: debounced while the slider moves or
+ * live events stream in, but at least every STATE_MAX_WAIT_MS so a busy log still updates. */
 function useStateAt(conn: Connection, workspace: string, seq: number) {
   const [state, setState] = useState<WorkspaceState | null>(null);
   const [error, setError] = useState("");
+  const lastFetch = useRef(0);
   useEffect(() => {
     let live = true;
+    const since = performance.now() - lastFetch.current;
+    const delay = Math.max(0, Math.min(STATE_DEBOUNCE_MS, STATE_MAX_WAIT_MS - since));
     const timer = setTimeout(() => {
+      lastFetch.current = performance.now();
       conn
         .state(workspace, { atSeq: seq })
         .then((r) => live && (setState(r.state), setError("")))
         .catch((e: AgoraError) => live && setError(`${e.code}: ${e.message}`));
-    }, STATE_DEBOUNCE_MS);
+    }, delay);
     return () => {
       live = false;
       clearTimeout(timer);
