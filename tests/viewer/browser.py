@@ -42,7 +42,7 @@ async def open_browser(tmp_path: Path) -> AsyncIterator[Browser]:
 
     expect.set_options(timeout=TIMEOUT_MS)
     shots = Path(os.environ.get("AGORA_SCREENSHOT_DIR") or tmp_path / "screenshots")
-    shots.mkdir(parents=True, exist_ok=True)
+    os.makedirs(shots, exist_ok=True)
     async with async_playwright() as pw:
         chromium = await pw.chromium.launch(
             executable_path=executable, headless=True, args=["--disable-gpu"]

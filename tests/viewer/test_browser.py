@@ -62,8 +62,9 @@ async def test_live_session_filter_time_travel_diff_and_execution(
         await expect(timeline.locator(".row[data-kind=fileWritten]")).to_have_count(1)
 
         # Two agents work while the page watches: every event appears live.
-        async with open_peer(ExecPeer, hub.url, hub.token("bob", [WS], ["read", "write", "exec"],
-                                                          backends=["*"])) as bob:
+        async with open_peer(
+            ExecPeer, hub.url, hub.token("bob", [WS], ["read", "write", "exec"], backends=["*"])
+        ) as bob:
             await acked(alice, {"kind": "needWork", "correlationId": "task-1"})
             await acked(bob, {"kind": "workClaimed", "correlationId": "task-1"})
             await acked(bob, message("on it", correlationId="task-1"))
@@ -120,9 +121,7 @@ async def test_live_session_filter_time_travel_diff_and_execution(
 
             # The execution: command, output, result.
             await page.get_by_test_id("tab-exec").click()
-            await expect(page.get_by_test_id("exec-command")).to_have_text(
-                "echo hello-from-exec"
-            )
+            await expect(page.get_by_test_id("exec-command")).to_have_text("echo hello-from-exec")
             await expect(page.get_by_test_id("exec-output")).to_contain_text("hello-from-exec")
             await expect(page.get_by_test_id("exec-result")).to_contain_text("completed")
             await browser.shot("execution")

@@ -3,6 +3,7 @@ deep links, and the read-only JSON endpoints with bearer tokens and read rights.
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import httpx
@@ -101,4 +102,4 @@ async def test_verify_and_export_read_the_stored_log(hub: HubProcess) -> None:
     assert 'filename="demo.jsonl"' in export.headers["content-disposition"]
     lines = export.text.splitlines()
     assert [json.loads(line) for line in lines] == stored[:3]
-    assert all(json.loads(b)["prev"] == json.loads(a)["hash"] for a, b in zip(lines, lines[1:]))
+    assert all(json.loads(b)["prev"] == json.loads(a)["hash"] for a, b in itertools.pairwise(lines))
