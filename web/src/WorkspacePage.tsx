@@ -35,12 +35,15 @@ export function WorkspacePage(props: {
   const [loaded, setLoaded] = useState(false);
   const go = (changes: Partial<WsRoute>) => props.navigate({ ...route, ...changes });
 
-  // Follow the whole log; events are batched per animation frame so a catch-up of 100,000
-  // events renders a handful of times, not 100,000.
+  // Catch up on the log over HTTP (JSON Lines, chunk by chunk), then follow it live over the
+  // WebSocket from the last seq read. Events are batched per animation frame, so 100,000 of
+  // them render a handful of times, not 100,000.
   useEffect(() => {
     let buffer: AgoraEvent[] = [];
     let frame = 0;
     let head = Infinity;
+    let active = true;
+    let subscribed = false;
     const flush = () => {
       frame = 0;
       timeline.append(buffer);
@@ -48,19 +51,28 @@ export function WorkspacePage(props: {
       if (timeline.head >= head) setLoaded(true);
       setVersion(timeline.version);
     };
-    conn
-      .subscribe(route.workspace, 0, (event) => {
-        buffer.push(event);
-        if (!frame) frame = requestAnimationFrame(flush);
+    const take = (events: AgoraEvent[]) => {
+      for (const e of events) buffer.push(e);
+      if (!frame && active) frame = requestAnimationFrame(flush);
+    };
+    api
+      .catchUp(props.token, route.workspace, take)
+      .catch(() => 0) // no HTTP catch-up (an older hub): the subscription replays it all
+      .then((last) => {
+        if (!active) return;
+        subscribed = true;
+        return conn.subscribe(route.workspace, last, (event) => take([event]));
       })
       .then((h) => {
+        if (h === undefined) return;
         head = h;
-        if (timeline.head >= h) setLoaded(true);
+        if (!frame) flush(); // says live when the log was already read to the head
       })
       .catch((e: AgoraError) => setError(`${e.code}: ${e.message}`));
     return () => {
+      active = false;
       if (frame) cancelAnimationFrame(frame);
-      if (conn.isOpen) conn.unsubscribe(route.workspace).catch(() => undefined);
+      if (subscribed && conn.isOpen) conn.unsubscribe(route.workspace).catch(() => undefined);
     };
   }, [conn, route.workspace]);
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { AgoraError, Connection, fileText, type SocketLike } from "./protocol";
+import { AgoraError, Connection, api, fileText, type SocketLike } from "./protocol";
 
 class FakeSocket implements SocketLike {
   readyState = 1;
@@ -93,5 +93,33 @@ describe("Connection", () => {
   it("decodes base64 file content as UTF-8", () => {
     expect(fileText({ rev: 1, sha256: "", size: 2, producer: "a", seq: 1, base64: "w6k=" })).toBe("é");
     expect(fileText(null)).toBeNull();
+  });
+});
+
+describe("api.catchUp", () => {
+  it("reads JSON Lines split anywhere across chunks", async () => {
+    const text = [1, 2, 3].map((seq) => JSON.stringify({ seq, kind: "m", payload: { t: "é\n" } })).join("\n") + "\n";
+    const bytes = new TextEncoder().encode(text);
+    const cuts = [0, 5, 31, 32, bytes.length - 1, bytes.length];
+    const chunks = cuts.slice(1).map((end, i) => bytes.slice(cuts[i], end));
+    const body = new ReadableStream<Uint8Array>({
+      start(controller) {
+        for (const c of chunks) controller.enqueue(c);
+        controller.close();
+      },
+    });
+    const seen: number[] = [];
+    const original = globalThis.fetch;
+    globalThis.fetch = (async () => new Response(body, { status: 200 })) as typeof fetch;
+    try {
+      const last = await api.catchUp("t", "w", (events) => seen.push(...events.map((e) => e.seq)));
+      expect(last).toBe(3);
+      expect(seen).toEqual([1, 2, 3]);
+      globalThis.fetch = (async () =>
+        new Response(JSON.stringify({ code: "forbidden", message: "no" }), { status: 403 })) as typeof fetch;
+      await expect(api.catchUp("t", "w", () => undefined)).rejects.toMatchObject({ code: "forbidden" });
+    } finally {
+      globalThis.fetch = original;
+    }
   });
 });

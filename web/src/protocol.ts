@@ -339,6 +339,46 @@ export const api = {
       `/ui/api/w/${encodeURIComponent(workspace)}/verify`,
       token,
     ),
+  /** The stored log up to the head, read as JSON Lines over HTTP and handed over a chunk at a
+   * time: the fast catch-up (one response instead of one WebSocket message per event, which
+   * costs Chromium about 70 µs each). Resolves with the last seq read; the caller then
+   * subscribes after it. */
+  async catchUp(
+    token: string,
+    workspace: string,
+    onEvents: (events: AgoraEvent[]) => void,
+  ): Promise<number> {
+    const response = await fetch(`/ui/api/w/${encodeURIComponent(workspace)}/export`, {
+      headers: { Authorization: `Bearer ${token}` },
+    });
+    if (!response.ok || !response.body) {
+      let body: { code?: string; message?: string } = {};
+      try {
+        body = (await response.json()) as typeof body;
+      } catch {
+        /* not JSON */
+      }
+      throw new AgoraError(body.code ?? `http${response.status}`, body.message ?? "");
+    }
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let rest = "";
+    let last = 0;
+    for (;;) {
+      const { done, value } = await reader.read();
+      rest += decoder.decode(value, { stream: !done });
+      const cut = done ? rest.length : rest.lastIndexOf("\n") + 1;
+      const lines = rest.slice(0, cut).split("\n");
+      rest = rest.slice(cut);
+      const events: AgoraEvent[] = [];
+      for (const line of lines) if (line) events.push(JSON.parse(line) as AgoraEvent);
+      if (events.length > 0) {
+        last = events[events.length - 1]!.seq;
+        onEvents(events);
+      }
+      if (done) return last;
+    }
+  },
   async export(token: string, workspace: string): Promise<Blob> {
     const response = await fetch(`/ui/api/w/${encodeURIComponent(workspace)}/export`, {
       headers: { Authorization: `Bearer ${token}` },
