@@ -77,7 +77,10 @@ async def test_live_session_filter_time_travel_diff_and_execution(
             )
             assert result["status"] == "completed", result
             await expect(timeline.locator(".row[data-kind=execFinished]")).to_have_count(1)
-            await expect(page.get_by_test_id("state-view")).to_be_visible()
+            head = int((await page.get_by_test_id("head").inner_text()).split()[1])
+            state_view = page.get_by_test_id("state-view")
+            await expect(state_view).to_have_attribute("data-seq", str(head))
+            await expect(page.get_by_test_id("members")).to_contain_text("auditor")
             await browser.shot("timeline")
 
             # Filter: bob's events only, then a text search.
