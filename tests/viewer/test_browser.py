@@ -100,7 +100,16 @@ async def test_live_session_filter_time_travel_diff_and_execution(
             content = page.get_by_test_id("file-content")
             await expect(content).to_contain_text("version 2")
             board = page.get_by_test_id("board")
-            await expect(board.get_by_test_id("item-task-1")).to_contain_text("owner bob")
+            card = board.get_by_test_id("item-task-1")
+            await expect(card).to_contain_text("owner bob")
+            steps = card.get_by_test_id("lifecycle-task-1").locator("li")
+            await expect(steps).to_have_count(4)  # needWork, workClaimed, a message, completed
+            await expect(steps.first).to_contain_text("needWork")
+            await expect(steps.last).to_contain_text("completed")
+            await card.click()  # the item's events only
+            await expect(page.get_by_test_id("filter-item")).to_have_value("task-1")
+            await expect(rows).to_have_count(4)
+            await page.get_by_test_id("filter-item").select_option("")
             slider = page.get_by_test_id("seq-slider")
             await slider.focus()
             await slider.press("Home")

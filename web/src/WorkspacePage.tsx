@@ -33,6 +33,11 @@ export function WorkspacePage(props: {
   const [version, setVersion] = useState(0);
   const [error, setError] = useState("");
   const [loaded, setLoaded] = useState(false);
+  const [filter, setFilterState] = useState<Filter>(NO_FILTER);
+  const setFilter = (next: Filter) => {
+    setFilterState(next);
+    timeline.setFilter(next);
+  };
   const go = (changes: Partial<WsRoute>) => props.navigate({ ...route, ...changes });
 
   // Catch up on the log over HTTP (JSON Lines, chunk by chunk), then follow it live over the
@@ -105,6 +110,8 @@ export function WorkspacePage(props: {
         <TimelinePane
           timeline={timeline}
           version={version}
+          filter={filter}
+          setFilter={setFilter}
           selected={seq}
           onSelect={(e) => {
             const exec = execIdOf(e);
@@ -142,6 +149,7 @@ export function WorkspacePage(props: {
               timeline={timeline}
               version={version}
               go={go}
+              showItem={(correlationId) => setFilter({ ...NO_FILTER, correlationId })}
             />
           )}
         </section>
@@ -163,21 +171,18 @@ const TAB_NAMES: Record<Tab, string> = {
 function TimelinePane(props: {
   timeline: Timeline;
   version: number;
+  filter: Filter;
+  setFilter: (filter: Filter) => void;
   selected: number;
   onSelect: (event: AgoraEvent) => void;
 }) {
-  const { timeline } = props;
-  const [filter, setFilter] = useState<Filter>(NO_FILTER);
+  const { timeline, filter } = props;
   const [scrollTop, setScrollTop] = useState(0);
   const [viewport, setViewport] = useState(600);
   const [stick, setStick] = useState(true); // follow the newest event
   const box = useRef<HTMLDivElement>(null);
 
-  const update = (changes: Partial<Filter>) => {
-    const next = { ...filter, ...changes };
-    setFilter(next);
-    timeline.setFilter(next);
-  };
+  const update = (changes: Partial<Filter>) => props.setFilter({ ...filter, ...changes });
 
   useEffect(() => {
     const el = box.current;
@@ -347,6 +352,7 @@ interface ViewProps {
   timeline: Timeline;
   version: number;
   go: (changes: Partial<WsRoute>) => void;
+  showItem: (correlationId: string) => void;
 }
 
 /** The state at `seq`, fetched when the seq changes: debounced while the slider moves or
@@ -492,14 +498,18 @@ function StateTab(props: ViewProps & { state: WorkspaceState }) {
                     class="card"
                     key={id}
                     data-testid={`item-${id}`}
-                    title="show this item's events"
+                    title="show this item's events in the timeline"
+                    onClick={() => props.showItem(id)}
                   >
                     <b>{id}</b>
                     <div>owner {item.owner ?? "—"}</div>
-                    <div class="muted">
-                      seq {item.openedSeq}–{item.updatedSeq}, last {item.lastKind} by{" "}
-                      {item.lastProducer}
-                    </div>
+                    <ol class="lifecycle" data-testid={`lifecycle-${id}`}>
+                      {props.timeline.lifecycle(id, state.seq).map((step) => (
+                        <li key={step.seq}>
+                          {step.kind} <span class="muted">#{step.seq} {step.producer}</span>
+                        </li>
+                      ))}
+                    </ol>
                   </div>
                 ))}
               </div>
@@ -730,8 +740,10 @@ function TasksTab(props: { state: WorkspaceState }) {
 function VerifyTab(props: ViewProps) {
   const [result, setResult] = useState<string>("checking…");
   const [note, setNote] = useState<string>("");
+  const [round, setRound] = useState(0); // the check reads the whole chain: on demand only
   useEffect(() => {
     let live = true;
+    setResult("checking…");
     api
       .verify(props.token, props.route.workspace)
       .then(
@@ -751,10 +763,13 @@ function VerifyTab(props: ViewProps) {
     return () => {
       live = false;
     };
-  }, [props.head]);
+  }, [round]);
   return (
     <div class="verify" data-testid="verify-view">
       <p data-testid="verify-result">{result}</p>
+      <button type="button" data-testid="verify-again" onClick={() => setRound(round + 1)}>
+        Check again
+      </button>
       <pre>{note}</pre>
     </div>
   );

@@ -42,6 +42,22 @@ describe("Timeline", () => {
     expect(t.size).toBe(4);
   });
 
+  it("tells a work item's lifecycle up to a seq", () => {
+    const t = new Timeline();
+    t.append([
+      ev(1, "needWork", "alice", { correlationId: "t1" }),
+      ev(2, "messagePosted", "bob"),
+      ev(3, "workClaimed", "bob", { correlationId: "t1" }),
+      ev(4, "completed", "bob", { correlationId: "t1" }),
+    ]);
+    expect(t.lifecycle("t1", 3)).toEqual([
+      { kind: "needWork", seq: 1, producer: "alice" },
+      { kind: "workClaimed", seq: 3, producer: "bob" },
+    ]);
+    expect(t.lifecycle("t1", 4)).toHaveLength(3);
+    expect(t.lifecycle("nope", 4)).toEqual([]);
+  });
+
   it("applies the filter to live events without a re-scan", () => {
     const t = new Timeline();
     t.setFilter({ ...NO_FILTER, producer: "bob" });

@@ -72,6 +72,8 @@ export class Timeline {
   readonly producers = new Map<string, number>();
   readonly correlations = new Map<string, number>();
   readonly executions = new Map<string, number>();
+  /** Each work item's events (indexes into `events`), for its lifecycle. */
+  readonly byCorrelation = new Map<string, number[]>();
   private searchText: (string | undefined)[] = [];
   private filter: Filter = NO_FILTER;
   private view: number[] | null = null; // null: no filter, every event
@@ -90,7 +92,12 @@ export class Timeline {
       this.events.push(event);
       bump(this.kinds, event.kind);
       bump(this.producers, event.producer);
-      if (event.correlationId) bump(this.correlations, event.correlationId);
+      if (event.correlationId) {
+        bump(this.correlations, event.correlationId);
+        const list = this.byCorrelation.get(event.correlationId);
+        if (list) list.push(index);
+        else this.byCorrelation.set(event.correlationId, [index]);
+      }
       const exec = execIdOf(event);
       if (exec) bump(this.executions, exec);
       if (this.view !== null && this.matches(index)) this.view.push(index);
@@ -138,6 +145,17 @@ export class Timeline {
       } else hi = mid - 1;
     }
     return found;
+  }
+
+  /** A work item's steps up to `seq`: the kind, seq and producer of each of its events. */
+  lifecycle(correlationId: string, seq: number): { kind: string; seq: number; producer: string }[] {
+    const steps = [];
+    for (const i of this.byCorrelation.get(correlationId) ?? []) {
+      const e = this.events[i]!;
+      if (e.seq > seq) break;
+      steps.push({ kind: e.kind, seq: e.seq, producer: e.producer });
+    }
+    return steps;
   }
 
   private matches(index: number): boolean {
