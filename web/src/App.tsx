@@ -3,7 +3,7 @@
 
 import { useEffect, useState } from "preact/hooks";
 import { AgoraError, Connection, api } from "./protocol";
-import { parseRoute, routeUrl, type Route } from "./route";
+import { parseRoute, resolveWsUrl, routeUrl, type Route } from "./route";
 import { WorkspacesPage } from "./WorkspacesPage";
 import { WorkspacePage } from "./WorkspacePage";
 
@@ -45,8 +45,8 @@ export function App() {
     if (wsUrl) return;
     api
       .config()
-      .then((c) => setWsUrl((old) => old || c.wsUrl))
-      .catch(() => setWsUrl(`ws://${location.hostname}:8765`));
+      .then((c) => setWsUrl((old) => old || resolveWsUrl(c.wsUrl, location.hostname)))
+      .catch(() => setWsUrl(resolveWsUrl(null, location.hostname)));
   }, []);
 
   const signIn = async (tokenValue: string, url: string) => {

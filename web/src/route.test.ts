@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { parseRoute, routeUrl } from "./route";
+import { parseRoute, resolveWsUrl, routeUrl } from "./route";
 
 describe("routes", () => {
   it("parses a deep link to the state at a seq", () => {
@@ -35,5 +35,15 @@ describe("routes", () => {
     expect(parseRoute("/ui/", "")).toEqual({ page: "signin" });
     expect(parseRoute("/ui/workspaces", "")).toEqual({ page: "workspaces" });
     expect(routeUrl({ page: "workspace", workspace: "w", seq: null, tab: "state", file: null, exec: null, from: null })).toBe("/ui/w/w");
+  });
+});
+
+describe("resolveWsUrl", () => {
+  it("keeps a real address and replaces an unspecified one by the page's host", () => {
+    expect(resolveWsUrl("ws://127.0.0.1:8765", "example.org")).toBe("ws://127.0.0.1:8765");
+    expect(resolveWsUrl("ws://0.0.0.0:9000", "hub.example")).toBe("ws://hub.example:9000");
+    expect(resolveWsUrl("ws://[::]:9000", "hub.example")).toBe("ws://hub.example:9000");
+    expect(resolveWsUrl(null, "h")).toBe("ws://h:8765");
+    expect(resolveWsUrl("not a url", "h")).toBe("not a url");
   });
 });

@@ -63,3 +63,17 @@ export function routeUrl(route: Route): string {
   const query = params.toString();
   return `${BASE}/w/${encodeURIComponent(route.workspace)}${query ? `?${query}` : ""}`;
 }
+
+/** The WebSocket URL to offer at sign-in: the hub's own (from /ui/config.json), with an
+ * unspecified bind address (0.0.0.0, ::) replaced by the host the page was loaded from, since
+ * a browser cannot connect to those; without a configured URL, port 8765 on that host. */
+export function resolveWsUrl(configured: string | null, pageHost: string): string {
+  if (!configured) return `ws://${pageHost}:8765`;
+  try {
+    const url = new URL(configured);
+    if (url.hostname === "0.0.0.0" || url.hostname === "[::]") url.hostname = pageHost;
+    return url.toString().replace(/\/$/, "");
+  } catch {
+    return configured;
+  }
+}
