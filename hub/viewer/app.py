@@ -10,8 +10,9 @@ paths; until the one HTTP port lands the mount is a few lines in ``a2a_adapter/a
   ``head`` and ``lastActivity`` (epoch ms; 0 for a workspace without events);
 - ``GET /ui/api/w/{workspace}/verify`` (bearer, ``read``): the store's hash-chain check of the
   workspace (``ok, checked, head, error?``), as ``agora verify`` runs it;
-- ``GET /ui/api/w/{workspace}/export`` (bearer, ``read``): the stored envelopes as JSON Lines,
-  byte for byte what ``agora export`` writes (up to the head when the request came);
+- ``GET /ui/api/w/{workspace}/export[?tail=N]`` (bearer, ``read``): the stored envelopes as JSON
+  Lines, byte for byte what ``agora export`` writes (up to the head when the request came;
+  with ``tail``, only the last N: the page's catch-up is bounded);
 - ``GET /ui/assets/…``: the hashed bundle files (immutable);
 - every other ``GET /ui/…``: ``index.html``, so a deep link (``/ui/w/demo?seq=123``) opens the
   page that then routes on its own.
@@ -135,10 +136,11 @@ def create_viewer_app(
 
     async def export(request: Request) -> Response:
         _, workspace = readable(request)
+        tail = _tail(request.query_params.get("tail"))
         head = await workspaces.head(workspace)
 
         async def lines() -> AsyncIterator[bytes]:
-            after = 0
+            after = 0 if tail is None else max(0, head - tail)
             while after < head:
                 page = await store.read_raw(workspace, after_seq=after, limit=EXPORT_PAGE)
                 page = [(seq, raw) for seq, raw in page if seq <= head]
@@ -204,6 +206,15 @@ def create_viewer_app(
         Route(PREFIX + "/{rest:path}", index),
     ]
     return Starlette(routes=routes)
+
+
+def _tail(text: str | None) -> int | None:
+    """``?tail=N``: only the last N events (1 ≤ N ≤ 10^9); absent: all of them."""
+    if text is None:
+        return None
+    if not text.isdigit() or not 1 <= int(text) <= 10**9:
+        raise BadRequest("tail must be an integer from 1 to 10^9", field="tail")
+    return int(text)
 
 
 async def _not_found(_: Request) -> Response:

@@ -13,7 +13,15 @@ import {
   type WorkspaceState,
 } from "./protocol";
 import { TABS, type Route, type Tab } from "./route";
-import { NO_FILTER, Timeline, execIdOf, summary, visibleRange, type Filter } from "./timeline";
+import {
+  MAX_CATCH_UP,
+  NO_FILTER,
+  Timeline,
+  execIdOf,
+  summary,
+  visibleRange,
+  type Filter,
+} from "./timeline";
 import { formatTime } from "./WorkspacesPage";
 
 type WsRoute = Extract<Route, { page: "workspace" }>;
@@ -61,7 +69,7 @@ export function WorkspacePage(props: {
       if (!frame && active) frame = requestAnimationFrame(flush);
     };
     api
-      .catchUp(props.token, route.workspace, take)
+      .catchUp(props.token, route.workspace, take, MAX_CATCH_UP)
       .catch(() => 0) // no HTTP catch-up (an older hub): the subscription replays it all
       .then((last) => {
         if (!active) return;
@@ -104,6 +112,12 @@ export function WorkspacePage(props: {
         <button type="button" data-testid="export" onClick={() => void exportLog()}>
           Export JSONL
         </button>
+        {timeline.first > 1 && (
+          <span class="muted" data-testid="bounded">
+            timeline from seq {timeline.first} (the last {MAX_CATCH_UP.toLocaleString("en")}{" "}
+            events at opening; the state views reach every seq)
+          </span>
+        )}
         {error && <span class="error">{error}</span>}
       </div>
       <div class="panes">

@@ -110,9 +110,14 @@ describe("api.catchUp", () => {
     });
     const seen: number[] = [];
     const original = globalThis.fetch;
-    globalThis.fetch = (async () => new Response(body, { status: 200 })) as typeof fetch;
+    const urls: string[] = [];
+    globalThis.fetch = (async (url: string) => {
+      urls.push(url);
+      return new Response(body, { status: 200 });
+    }) as typeof fetch;
     try {
-      const last = await api.catchUp("t", "w", (events) => seen.push(...events.map((e) => e.seq)));
+      const last = await api.catchUp("t", "w", (events) => seen.push(...events.map((e) => e.seq)), 5);
+      expect(urls).toEqual(["/ui/api/w/w/export?tail=5"]);
       expect(last).toBe(3);
       expect(seen).toEqual([1, 2, 3]);
       globalThis.fetch = (async () =>

@@ -347,8 +347,10 @@ export const api = {
     token: string,
     workspace: string,
     onEvents: (events: AgoraEvent[]) => void,
+    tail?: number,
   ): Promise<number> {
-    const response = await fetch(`/ui/api/w/${encodeURIComponent(workspace)}/export`, {
+    const query = tail === undefined ? "" : `?tail=${tail}`;
+    const response = await fetch(`/ui/api/w/${encodeURIComponent(workspace)}/export${query}`, {
       headers: { Authorization: `Bearer ${token}` },
     });
     if (!response.ok || !response.body) {

@@ -13,6 +13,7 @@ describe("Timeline", () => {
     t.append([ev(2, "messagePosted", "b"), ev(3, "fileWritten", "a")]);
     expect(t.events.map((e) => e.seq)).toEqual([1, 2, 3]);
     expect(t.head).toBe(3);
+    expect(t.first).toBe(1);
     expect(t.kinds.get("messagePosted")).toBe(2);
     expect(t.producers.get("a")).toBe(2);
   });

@@ -66,6 +66,10 @@ export function summary(event: AgoraEvent): string {
   }
 }
 
+/** The most events a page holds from the catch-up (about 190 MB of browser heap at 100,000
+ * events per 75 MB); an older history is left to the state views, which ask the hub. */
+export const MAX_CATCH_UP = 250_000;
+
 export class Timeline {
   readonly events: AgoraEvent[] = [];
   readonly kinds = new Map<string, number>();
@@ -79,6 +83,11 @@ export class Timeline {
   private view: number[] | null = null; // null: no filter, every event
   /** Bumped on every change, for the UI to know when to re-render. */
   version = 0;
+
+  /** The first seq held (1 unless the catch-up was bounded by MAX_CATCH_UP). */
+  get first(): number {
+    return this.events.length === 0 ? 0 : this.events[0]!.seq;
+  }
 
   get head(): number {
     return this.events.length === 0 ? 0 : this.events[this.events.length - 1]!.seq;

@@ -103,3 +103,17 @@ async def test_verify_and_export_read_the_stored_log(hub: HubProcess) -> None:
     lines = export.text.splitlines()
     assert [json.loads(line) for line in lines] == stored[:3]
     assert all(json.loads(b)["prev"] == json.loads(a)["hash"] for a, b in itertools.pairwise(lines))
+
+
+async def test_export_tail_gives_the_last_events_only(hub: HubProcess) -> None:
+    await seed(hub)
+    async with client(hub, hub.token("carol", ["demo"], ["read"])) as http:
+        tail = await http.get("/ui/api/w/demo/export", params={"tail": "2"})
+        more = await http.get("/ui/api/w/demo/export", params={"tail": "99"})
+        bad = [
+            (await http.get("/ui/api/w/demo/export", params={"tail": t})).status_code
+            for t in ("0", "-1", "x", "1e3", str(10**10))
+        ]
+    assert [json.loads(line)["seq"] for line in tail.text.splitlines()] == [2, 3]
+    assert len(more.text.splitlines()) == 3
+    assert bad == [400] * 5
