@@ -66,8 +66,8 @@ export function summary(event: AgoraEvent): string {
   }
 }
 
-/** The most events a page holds from the catch-up (about 190 MB of browser heap at 100,000
- * events per 75 MB); an older history is left to the state views, which ask the hub. */
+/** The most events a page holds from the catch-up (about 150 MB of browser heap, measured at
+ * 56-75 MB per 100,000 events); older history is left to the state views, which ask the hub. */
 export const MAX_CATCH_UP = 250_000;
 
 export class Timeline {
