@@ -5,9 +5,13 @@ chain, export, and open a deep link. Screenshots are kept (tests/viewer/browser.
 
 from __future__ import annotations
 
+import asyncio
+import os
 import shutil
+import sys
 
 from tests.support.hub import HubProcess
+from tests.support.paths import REPO
 from tests.support.peer import ExecPeer, Peer, message, open_peer, peer
 from tests.support.require import require
 from tests.viewer.browser import Browser, sign_in
@@ -190,3 +194,54 @@ async def test_a_token_without_read_sees_an_error_not_the_log(
     await sign_in(browser, hub.a2a_url, hub.token("stranger", ["elsewhere"], ["read"]), link)
     await expect(page.locator(".wsbar .error")).to_contain_text("forbidden")
     await expect(page.get_by_test_id("timeline").locator(".row")).to_have_count(0)
+
+
+async def test_an_execution_streams_its_output_while_it_runs(
+    hub: HubProcess, browser: Browser
+) -> None:
+    from playwright.async_api import expect
+
+    require("bwrap", shutil.which("bwrap") is not None, "the process backend needs bubblewrap")
+    page = browser.page
+    token = hub.token("bob", [WS], ["read", "write", "exec"], backends=["*"])
+    async with open_peer(ExecPeer, hub.url, token) as bob:
+        await acked(bob, message("starting a slow build"))
+        await sign_in(
+            browser,
+            hub.a2a_url,
+            hub.token("auditor", [WS], ["read"]),
+            f"/ui/w/{WS}?tab=exec&exec=slow-1",
+        )
+        await expect(page.get_by_test_id("live")).to_have_text("● live")
+        result = page.get_by_test_id("exec-result")
+        await expect(result).to_have_text("not started at this seq")
+        accepted = await bob.exec(
+            WS, backend="process", execId="slow-1", source="echo first; sleep 3; echo second"
+        )
+        assert accepted["op"] == "execAccepted", accepted
+        output = page.get_by_test_id("exec-output")
+        await expect(output).to_contain_text("first")
+        await expect(page.get_by_test_id("exec-result")).to_have_text("running…")
+        assert "second" not in await output.inner_text()
+        await expect(output).to_contain_text("second")
+        await expect(page.get_by_test_id("exec-result")).to_contain_text("completed")
+
+
+async def test_a_revoked_token_ends_the_session(hub: HubProcess, browser: Browser) -> None:
+    from playwright.async_api import expect
+
+    async with peer(hub.url, hub.token("alice")) as alice:
+        await acked(alice, message("hello"))
+    page = browser.page
+    await sign_in(browser, hub.a2a_url, hub.token("auditor", [WS], ["read"]), f"/ui/w/{WS}")
+    await expect(page.get_by_test_id("live")).to_have_text("● live")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "hub", "token", "revoke", "--agent", "auditor",
+        "--data", str(hub.data_dir),
+        cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    await expect(page.get_by_test_id("signin-error")).to_contain_text("4401")
+    await expect(page.get_by_test_id("token")).to_be_visible()

@@ -646,8 +646,10 @@ function ExecTab(props: ViewProps & { state: WorkspaceState }) {
   const ids = Object.keys(state.executions ?? {});
   const exec = route.exec ?? ids[ids.length - 1] ?? null;
   const [view, setView] = useState<ExecView>({ output: "" });
+  // A deep link may name an execution before it exists: stream it once the state has it.
+  const known = exec !== null && state.executions?.[exec] !== undefined;
   useEffect(() => {
-    if (!exec) return;
+    if (!exec || !known) return;
     let live = true;
     const acc: ExecView = { output: "" };
     setView({ output: "" });
@@ -666,7 +668,7 @@ function ExecTab(props: ViewProps & { state: WorkspaceState }) {
     return () => {
       live = false;
     };
-  }, [exec]);
+  }, [exec, known]);
   const p = view.request?.payload ?? {};
   const f = view.finished?.payload;
   const artifacts = Object.entries(state.artifacts ?? {}).filter(([, a]) => a.execId === exec);
@@ -699,7 +701,9 @@ function ExecTab(props: ViewProps & { state: WorkspaceState }) {
           <p data-testid="exec-result">
             {f
               ? `${String(f.status)} (${String(f.reason)}), exit ${String(f.exitCode ?? -1)}, ${String(f.durationMs ?? "?")} ms`
-              : (view.status ?? "running…")}
+              : known
+                ? (view.status ?? "running…")
+                : "not started at this seq"}
           </p>
           {artifacts.length > 0 && (
             <ul>
