@@ -23,9 +23,9 @@ import contextlib
 import ipaddress
 import logging
 import socket
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Mapping
 from types import TracebackType
-from typing import Final, Self
+from typing import Any, Final, Self
 
 import uvicorn
 from a2a.server.routes import (
@@ -47,7 +47,7 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from starlette.applications import Starlette
 
-from a2a_adapter.auth import AgoraContextBuilder, ASGIApp, BearerAuth, Receive, Scope, Send
+from a2a_adapter.auth import AgoraContextBuilder, ASGIApp, BearerAuth
 from a2a_adapter.bridge import Bridge
 from a2a_adapter.handler import AgoraRequestHandler
 from a2a_adapter.limits import BodyLimits
@@ -154,11 +154,12 @@ def create_app(
     revocations: Revocations,
     *,
     limits: Limits = DEFAULT_LIMITS,
-    mounts: Sequence[tuple[str, ASGIApp]] = (),  # viewer mount (integrator: move to hub/http)
+    mounts: Mapping[str, ASGIApp] | None = None,
 ) -> ASGIApp:
     """The ASGI app: the SDK's card, JSON-RPC and REST routes (their output made exact:
     :mod:`a2a_adapter.responses`) behind bearer authentication, behind the body limits (size
-    before reading, nesting before parsing)."""
+    before reading, nesting before parsing). ``mounts``: other doors by path prefix (``/mcp``),
+    each with its own auth and limits."""
     builder = AgoraContextBuilder()
     routes = [
         *create_agent_card_routes(handler.card, cache_control=CARD_CACHE_CONTROL),
@@ -176,22 +177,24 @@ def create_app(
         max_depth=limits.max_depth,
         jsonrpc_paths=frozenset({JSONRPC_PATH, JSONRPC_PATH + "/"}),
     )
-    return _by_prefix(mounts, a2a) if mounts else a2a  # viewer mount (integrator: hub/http)
+    # -- other doors on this port (MCP at /mcp); the integrator moves this to hub/http/ --
+    return _PathMounts(dict(mounts), a2a) if mounts else a2a
 
 
-def _by_prefix(mounts: Sequence[tuple[str, ASGIApp]], default: ASGIApp) -> ASGIApp:
-    """Viewer mount (integrator: move to hub/http): each ``(prefix, app)`` answers its own
-    paths (``prefix`` and below, with its own auth), ahead of the A2A app's ``BearerAuth``."""
+class _PathMounts:
+    """``/prefix`` and ``/prefix/…`` go to that door (path unchanged), the rest to ``default``."""
 
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        path: str = scope.get("path", "")
-        for prefix, mounted in mounts:
+    def __init__(self, mounts: dict[str, ASGIApp], default: ASGIApp) -> None:
+        self.mounts = mounts
+        self.default = default
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope.get("path", "") if scope["type"] in ("http", "websocket") else ""
+        for prefix, app in self.mounts.items():
             if path == prefix or path.startswith(prefix + "/"):
-                await mounted(scope, receive, send)
+                await app(scope, receive, send)
                 return
-        await default(scope, receive, send)
-
-    return app
+        await self.default(scope, receive, send)
 
 
 class _Server(uvicorn.Server):
@@ -237,9 +240,9 @@ class A2AService:
         shutdown_timeout: float = 3.0,
         bridge: bool = True,
         revocations: Revocations | None = None,
-        mounts: Sequence[tuple[str, ASGIApp]] = (),  # viewer mount (integrator: hub/http)
+        mounts: Mapping[str, ASGIApp] | None = None,
     ) -> None:
-        self.mounts = tuple(mounts)
+        self.mounts = mounts  # other doors on this port (create_app)
         self.workspaces = workspaces
         self.revocations = revocations or Revocations(workspaces)
         self._own_revocations = revocations is None
@@ -315,7 +318,7 @@ class A2AService:
             self.signer,
             self.revocations,
             limits=self.workspaces.limits,
-            mounts=self.mounts,  # viewer mount (integrator: hub/http)
+            mounts=self.mounts,
         )
         server_config = uvicorn.Config(
             app,
@@ -382,7 +385,7 @@ async def serve_a2a(
     runtime: A2ARuntime | None = None,
     on_ready: Callable[[str], None] | None = None,
     revocations: Revocations | None = None,
-    mounts: Sequence[tuple[str, ASGIApp]] = (),  # viewer mount (integrator: hub/http)
+    mounts: Mapping[str, ASGIApp] | None = None,
 ) -> None:
     """Serve A2A on ``host:port`` (default ``config.server.host``/``a2a_port``) until ``stop``
     is set or the task is cancelled; once listening, set ``ready`` and call ``on_ready`` with
@@ -396,7 +399,7 @@ async def serve_a2a(
         port=port,
         runtime=runtime,
         revocations=revocations,
-        mounts=mounts,  # viewer mount (integrator: hub/http)
+        mounts=mounts,
     ) as service:
         if ready is not None:
             ready.set()

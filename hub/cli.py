@@ -34,6 +34,7 @@ COMMANDS: tuple[str, ...] = (
     "tool_schema",
     "images",
     "backends",
+    "mcp",
 )
 
 

@@ -166,28 +166,38 @@ def with_cluster_env(config: HubConfig, env: Mapping[str, str]) -> HubConfig:
 
 
 async def _serve_a2a(
-    hub: Hub, signer: TokenSigner, config: HubConfig, stop: asyncio.Event, ws_url: str
+    hub: Hub, signer: TokenSigner, config: HubConfig, stop: asyncio.Event, hub_url: str
 ) -> None:
     from a2a_adapter.app import serve_a2a
-    from hub.viewer import create_viewer_app  # viewer mount (integrator: hub/http)
+    from hub.mcp.http import MCP_PATH, McpHttp
+    from hub.viewer import VIEWER_PATH, create_viewer_app  # viewer mount (integrator: hub/http)
 
-    viewer = create_viewer_app(hub.workspaces, signer, hub.revocations, ws_url=ws_url)
+    viewer = create_viewer_app(hub.workspaces, signer, hub.revocations, ws_url=hub_url)
 
     def ready(url: str) -> None:
         print(f"agora A2A on {url}", flush=True)
         print(f"agora viewer on {url}/ui/", file=sys.stderr, flush=True)
 
     try:
-        await serve_a2a(
-            hub.workspaces,
+        # -- the MCP door at /mcp of the same port (docs/mcp.md); moves to hub/http/ --
+        async with McpHttp(
+            hub_url,
             signer,
-            config,
-            stop=stop,
-            on_ready=ready,
-            runtime=hub.runtime,
-            revocations=hub.revocations,
-            mounts=[("/ui", viewer)],  # viewer mount (integrator: hub/http)
-        )
+            hub.revocations,
+            limits=hub.workspaces.limits,
+            settings=config.mcp,
+            host=config.server.host,
+        ) as mcp_door:
+            await serve_a2a(
+                hub.workspaces,
+                signer,
+                config,
+                stop=stop,
+                on_ready=ready,
+                runtime=hub.runtime,
+                revocations=hub.revocations,
+                mounts={MCP_PATH: mcp_door.app, VIEWER_PATH: viewer},  # viewer: hub/http
+            )
     except OSError as e:  # the WebSocket hub keeps serving without A2A
         logging.getLogger("agora.server").error("A2A listener not started: %s", e)
     except Exception:  # Hub.spawn: must not raise
