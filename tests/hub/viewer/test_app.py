@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sqlite3
 
 import httpx
 
@@ -117,3 +118,19 @@ async def test_export_tail_gives_the_last_events_only(hub: HubProcess) -> None:
     assert [json.loads(line)["seq"] for line in tail.text.splitlines()] == [2, 3]
     assert len(more.text.splitlines()) == 3
     assert bad == [400] * 5
+
+
+async def test_verify_reports_a_broken_chain(hub: HubProcess) -> None:
+    await seed(hub)
+    hub.terminate()
+    with sqlite3.connect(hub.data_dir / "agora.db") as db:  # an edit the chain does not cover
+        (body,) = db.execute(
+            "SELECT body FROM events WHERE workspace = 'demo' AND seq = 2"
+        ).fetchone()
+        forged = bytes(body).replace(b"demo 1", b"demo X")
+        db.execute("UPDATE events SET body = ? WHERE workspace = 'demo' AND seq = 2", (forged,))
+    hub.restart()
+    async with client(hub, hub.token("carol", ["demo"], ["read"])) as http:
+        report = (await http.get("/ui/api/w/demo/verify")).json()
+    assert report["ok"] is False and report["head"] == 1, report
+    assert report["error"]["seq"] == 2
