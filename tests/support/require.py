@@ -5,7 +5,9 @@ on this machine, but fail it when ``AGORA_REQUIRE`` lists the service (CI sets
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
 
 import pytest
 
@@ -32,9 +34,6 @@ ever downloaded; `.ci/services` installs the package)."""
 def require_chromium() -> str:
     """The Chromium executable for Playwright; skip (or fail under ``AGORA_REQUIRE=chromium``)
     when it or the ``playwright`` package is missing."""
-    import importlib.util
-    import shutil
-
     path = CHROMIUM if os.access(CHROMIUM, os.X_OK) else shutil.which("chromium")
     require("chromium", path is not None, "Debian's chromium is not installed")
     require(
@@ -48,8 +47,6 @@ def require_chromium() -> str:
 
 def require_node() -> str:
     """The ``npm`` executable (node >= 18); skip or fail under ``AGORA_REQUIRE=node``."""
-    import shutil
-
     npm = shutil.which("npm")
     require("node", npm is not None and shutil.which("node") is not None, "node/npm missing")
     assert npm is not None
