@@ -170,9 +170,13 @@ async def _serve_a2a(
 ) -> None:
     from a2a_adapter.app import serve_a2a
     from hub.mcp.http import MCP_PATH, McpHttp
+    from hub.viewer import VIEWER_PATH, create_viewer_app  # viewer mount (integrator: hub/http)
+
+    viewer = create_viewer_app(hub.workspaces, signer, hub.revocations, ws_url=hub_url)
 
     def ready(url: str) -> None:
         print(f"agora A2A on {url}", flush=True)
+        print(f"agora viewer on {url}/ui/", file=sys.stderr, flush=True)
 
     try:
         # -- the MCP door at /mcp of the same port (docs/mcp.md); moves to hub/http/ --
@@ -192,7 +196,7 @@ async def _serve_a2a(
                 on_ready=ready,
                 runtime=hub.runtime,
                 revocations=hub.revocations,
-                mounts={MCP_PATH: mcp_door.app},
+                mounts={MCP_PATH: mcp_door.app, VIEWER_PATH: viewer},  # viewer: hub/http
             )
     except OSError as e:  # the WebSocket hub keeps serving without A2A
         logging.getLogger("agora.server").error("A2A listener not started: %s", e)
