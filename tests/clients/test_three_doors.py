@@ -107,3 +107,106 @@ async def test_mcp_typescript_and_python_agents_work_one_item(node: str, hub: Hu
         ("ts-agent", "workPublished"),
         ("ts-agent", "completed"),
     ]
+
+
+# -- one scenario table, three doors ----------------------------------------------------------
+
+SCENARIO: list[tuple[str, dict[str, object]]] = [
+    ("post", {"text": "hello"}),
+    ("write-file", {"path": "notes/a.txt", "text": "v1", "baseRev": 0}),
+    ("request-work", {"topic": "review", "payload": {"n": 1}}),
+    ("claim", {"payload": {"eta": "soon"}}),
+    ("publish-work", {"payload": {"result": 2}}),
+    ("complete", {}),
+]
+"""Steps as the TypeScript agent's actions; work steps apply to the item the table opened."""
+
+MCP_TOOL = {
+    "post": "post_message",
+    "write-file": "write_file",
+    "request-work": "request_work",
+    "claim": "claim_work",
+    "publish-work": "publish_work",
+    "complete": "complete_work",
+}
+
+
+async def run_python(hub: HubProcess, workspace: str) -> None:
+    async with connect(hub.url, hub.token("door")) as session:
+        ws = session.workspace(workspace)
+        cid = ""
+        for action, args in SCENARIO:
+            payload = args.get("payload")
+            match action:
+                case "post":
+                    await ws.post_message(str(args["text"]))
+                case "write-file":
+                    await ws.write_file(str(args["path"]), str(args["text"]), base_rev=0)
+                case "request-work":
+                    cid = (await ws.request_work(str(args["topic"]), payload)).correlation_id or ""
+                case "claim":
+                    await ws.claim_work(cid, payload)
+                case "publish-work":
+                    await ws.publish_work(cid, payload)
+                case "complete":
+                    await ws.signal_completed(cid, payload)
+
+
+async def run_typescript(node: str, hub: HubProcess, workspace: str) -> None:
+    cid = ""
+    for action, args in SCENARIO:
+        sent = dict(args, correlationId=cid) if cid else dict(args)
+        code, out = await asyncio.to_thread(
+            run_agent, node, hub.url, hub.token("door"), workspace, action, sent
+        )
+        assert code == 0, (action, out)
+        if action == "request-work":
+            cid = out["correlationId"]
+
+
+async def run_mcp(hub: HubProcess, workspace: str) -> None:
+    async with mcp_stdio(hub, hub.token("door"), workspace=workspace) as mcp:
+        cid = ""
+        for action, args in SCENARIO:
+            sent = dict(args, correlationId=cid) if cid else dict(args)
+            out = structured(await mcp.call_tool(MCP_TOOL[action], sent))
+            if action == "request-work":
+                cid = out["correlationId"]
+
+
+def shape(hub: HubProcess, workspace: str) -> list[tuple[str, str, object]]:
+    """(producer, kind, payload) of the scenario's events (presence left out)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "hub", "replay", workspace, "--json", "--data", str(hub.data_dir)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    return [
+        (e["producer"], e["kind"], e.get("payload"))
+        for e in events
+        if not e["kind"].startswith("member")
+    ]
+
+
+async def test_one_scenario_table_gives_the_same_events_through_every_door(
+    node: str, hub: HubProcess
+) -> None:
+    await run_python(hub, "by-python")
+    await run_typescript(node, hub, "by-typescript")
+    await run_mcp(hub, "by-mcp")
+    python = shape(hub, "by-python")
+    assert [kind for _, kind, _ in python] == [
+        "messagePosted",
+        "fileWritten",
+        "needWork",
+        "workClaimed",
+        "workPublished",
+        "completed",
+    ]
+    assert shape(hub, "by-typescript") == python
+    assert shape(hub, "by-mcp") == python
