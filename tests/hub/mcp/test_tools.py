@@ -11,6 +11,7 @@ import pytest
 from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 
+from backends.code_tool import CODE_EXEC_PARAMETERS
 from hub.client import connect
 from hub.core.events import Event
 from hub.core.validation import DEFAULT_LIMITS
@@ -42,7 +43,11 @@ async def test_tools_are_listed_with_typed_schemas(hub: HubProcess, workspace: s
     assert write["additionalProperties"] is False
     assert {"path", "text", "base64", "baseRev", "workspace"} <= set(write["properties"])
     code = listed["code_exec"].input_schema
-    assert code["properties"]["language"]["enum"] == ["rust", "python", "wasm", "shell"]
+    # The existing tool schema's languages (backends.code_tool), javascript/typescript included.
+    assert code["properties"]["language"]["enum"] == list(
+        CODE_EXEC_PARAMETERS["properties"]["language"]["enum"]
+    )
+    assert {"javascript", "typescript"} <= set(code["properties"]["language"]["enum"])
     assert listed["read_file"].annotations is not None
     assert listed["read_file"].annotations.read_only_hint is True
 
