@@ -19,8 +19,10 @@ connection's publishes in flight first.
 Requests that wait for an execution (``execResult``, ``kill``, ``getExec``) run as tasks of the
 connection, beside the reader.
 
-The writer takes every frame queued at once, frames each with the ``websockets`` protocol
-object and writes them with one ``transport.write`` (RFC 6455 frames, one syscall for many).
+The writer takes every frame queued at once and writes them with one ``transport.write``
+(RFC 6455 frames, one syscall for many). Without extensions it frames them itself (an event
+comes framed from the fan-out, built once for every subscriber: ``WireText``); with
+permessage-deflate the ``websockets`` protocol object frames and compresses each one.
 """
 
 from __future__ import annotations

@@ -3,7 +3,10 @@
 :class:`Fanout` is a :class:`hub.workspaces.Workspaces` listener. Workspaces calls it
 synchronously, in seq order, with each committed batch; it encodes each event's ``event`` frame
 **once per workspace** (the stored JSON embedded with ``msgspec.Raw``) and offers the same
-``bytes`` object to every subscription of that workspace. Offering only enqueues: a connection
+``bytes`` object to every subscription of that workspace. A server's WebSocket frame is never
+masked, so the whole frame (header + payload, :class:`WireText`) is built once as well: a
+connection without extensions writes those very bytes, coalesced with whatever else it has
+queued, and frames nothing per subscriber. Offering only enqueues: a connection
 whose bounded :class:`SendQueue` is full is told to :meth:`Outlet.overflow` (the server closes
 it with 4408) and the others, and the writer, never wait for it.
 
