@@ -81,6 +81,7 @@ class WireText(bytes):
         self.wire = text_frame(payload)
         return self
 
+
 T = TypeVar("T")
 
 
