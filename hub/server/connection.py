@@ -19,8 +19,10 @@ connection's publishes in flight first.
 Requests that wait for an execution (``execResult``, ``kill``, ``getExec``) run as tasks of the
 connection, beside the reader.
 
-The writer takes every frame queued at once, frames each with the ``websockets`` protocol
-object and writes them with one ``transport.write`` (RFC 6455 frames, one syscall for many).
+The writer takes every frame queued at once and writes them with one ``transport.write``
+(RFC 6455 frames, one syscall for many). Without extensions it frames them itself (an event
+comes framed from the fan-out, built once for every subscriber: ``WireText``); with
+permessage-deflate the ``websockets`` protocol object frames and compresses each one.
 """
 
 from __future__ import annotations
@@ -69,7 +71,14 @@ from hub.core.wire.session import (
     encode_exec_event_frame,
     encode_frame,
 )
-from hub.server.fanout import NOT_AN_EVENT, FanoutSubscription, Outgoing, SendQueue
+from hub.server.fanout import (
+    NOT_AN_EVENT,
+    FanoutSubscription,
+    Outgoing,
+    SendQueue,
+    WireText,
+    text_frame,
+)
 from hub.server.tasks import InFlight
 
 if TYPE_CHECKING:
@@ -618,6 +627,12 @@ class Connection:
             close: Close | None = None
             async with ws.send_context():
                 size = 0
+                # Without extensions a server frame is header + payload (unmasked): the
+                # fan-out's events come framed already (WireText.wire, built once for every
+                # subscriber), the rest is framed here; with permessage-deflate the protocol
+                # object frames (and compresses) each one.
+                plain = not protocol.extensions
+                chunks: list[bytes] = []
                 while queue and size < WRITE_BYTES:
                     item = queue.popleft()
                     if isinstance(item, Close):
@@ -628,10 +643,18 @@ class Connection:
                         # Recorded as the frame goes into the transport, ahead of any close
                         # frame: the 4408 reason names the last seq the client will get.
                         last_sent[workspace] = seq
-                    protocol.send_text(data)
+                    if not plain:
+                        protocol.send_text(data)
+                    elif type(data) is WireText:
+                        chunks.append(data.wire)
+                    else:
+                        chunks.append(text_frame(data))
                     size += len(data)
-                # send_text only adds frames (never the EOF marker b"").
-                ws.transport.write(b"".join(protocol.data_to_send()))
+                if not plain:
+                    # send_text only adds frames (never the EOF marker b"").
+                    chunks = protocol.data_to_send()
+                if chunks:
+                    ws.transport.write(chunks[0] if len(chunks) == 1 else b"".join(chunks))
             if close is not None:
                 self.stop(close.code, close.reason)
                 return
