@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Final
 
 from hub.core.errors import BadRequest, IntegrityError, NotFound, TooLarge, Unavailable
-from hub.core.validation import SHA256_RE
+from hub.core.validation import DEFAULT_MAX_BLOB_BYTES, SHA256_RE
 from hub.log.base import BlobStore
 
-DEFAULT_MAX_BLOB_BYTES: Final = 256 * 1024 * 1024
+__all__ = ["DEFAULT_MAX_BLOB_BYTES", "UPLOADS_DIR", "FileBlobStore"]
 _TMP_PREFIX: Final = ".tmp-"
 UPLOADS_DIR: Final = ".uploads"
 _HASH_CHUNK: Final = 1024 * 1024

@@ -286,8 +286,8 @@ class _Sql:
         self.delete_snapshots = f"DELETE FROM {s}.snapshots WHERE workspace = $1"
         self.delete_all_snapshots = f"DELETE FROM {s}.snapshots"
         self.blob_put = (
-            f"INSERT INTO {s}.blobs (sha256, data, size) VALUES ($1, $2::bytea, octet_length($2::bytea)) "
-            "ON CONFLICT (sha256) DO NOTHING"
+            f"INSERT INTO {s}.blobs (sha256, data, size) "
+            "VALUES ($1, $2::bytea, octet_length($2::bytea)) ON CONFLICT (sha256) DO NOTHING"
         )
         self.blob_get = f"SELECT data FROM {s}.blobs WHERE sha256 = $1"
         self.blob_has = f"SELECT EXISTS (SELECT 1 FROM {s}.blobs WHERE sha256 = $1)"
