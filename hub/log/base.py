@@ -8,8 +8,10 @@ Vocabulary (the same in SQL columns, Struct fields, CLI flags and docs): *worksp
 from __future__ import annotations
 
 import abc
+import asyncio
 import hashlib
 from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import ClassVar, Final, Self
 
@@ -22,6 +24,22 @@ from hub.core.records import AppendResult, Head, Snapshot, VerifyReport
 
 CHECK_CHUNK: Final = 1024 * 1024
 """Bytes read at a time while a blob's hash is checked."""
+
+
+def _hash_file(path: Path) -> tuple[int, str]:
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(CHECK_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
+def _read_at(path: Path, offset: int, length: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(length)
 
 
 class BlobStore(abc.ABC):
@@ -76,6 +94,21 @@ class BlobStore(abc.ABC):
     @abc.abstractmethod
     def list(self) -> AsyncIterator[tuple[str, int, float]]:
         """Every stored blob as (sha256, size, epoch seconds it was stored)."""
+
+    async def put_file(self, path: Path) -> tuple[str, int]:
+        """Store the file at ``path`` chunk by chunk (hashed first, then uploaded and checked
+        on commit), never whole in memory; return its (sha256, size)."""
+        size, sha256 = await asyncio.to_thread(_hash_file, path)
+        if await self.has(sha256):
+            return sha256, size
+        offset = await self.upload_offset(sha256, size)
+        while offset < size:
+            part = await asyncio.to_thread(_read_at, path, offset, CHECK_CHUNK)
+            if not part:
+                break  # the file shrank meanwhile: the commit refuses it
+            offset = await self.write_chunk(sha256, size, offset, part)
+        await self.commit(sha256, size)
+        return sha256, size
 
     async def check(self, sha256: str) -> None:
         """Read the whole blob in ranges and check it hashes to its name (``agora verify``).

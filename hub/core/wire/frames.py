@@ -12,7 +12,7 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
-from hub.core.events import AnyEvent
+from hub.core.events import AnyEvent, ArtifactRef
 from hub.core.execution.policy import PolicyPatch
 
 Rid = str | int | None
@@ -96,6 +96,9 @@ class Exec(ClientFrame, tag="exec", frozen=True):
     timeout_ms: Annotated[int, msgspec.Meta(ge=1)] | None = None
     encoding: Literal["utf8", "base64"] | None = None
     policy: PolicyPatch | None = None
+    artifacts: list[str] = []
+    """Globs of output paths in the workspace (``out/*.png``): after the run each matching
+    file is stored as a blob and published as an artifact (docs/execution.md, "Artifacts")."""
 
 
 class ExecResultQuery(ClientFrame, tag="execResult", frozen=True):
@@ -332,6 +335,8 @@ class RuntimeResult(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     pulled: int
     skipped: list[SkippedEntry]
     diagnostics: list[Any] | msgspec.UnsetType = msgspec.UNSET
+    artifacts: list[ArtifactRef] = []
+    """The artifacts the run published (``artifactPublished`` events, key = path)."""
 
 
 class ExecResult(ServerFrame, tag="execResult", frozen=True):
