@@ -5,10 +5,10 @@ fetches them with ``getBlob``. Process, container (Docker) and wasm backends."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
-import subprocess
 import sys
 from collections.abc import Callable
 
@@ -55,15 +55,20 @@ async def test_process_artifacts_by_glob_never_follow_links(runtime_hub: HubProc
     assert sizes == {"out/a.png": 7, "out/b.png": 300000}
     # `agora replay` shows them (the hub's SQLite log, read by the command line).
     runtime_hub.terminate()
-    replay = subprocess.run(
-        [sys.executable, "-m", "hub", "replay", "w", "--data", str(runtime_hub.data_dir)],
+    replay = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "hub",
+        "replay",
+        "w",
+        "--data",
+        str(runtime_hub.data_dir),
         cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
+        stdout=asyncio.subprocess.PIPE,
     )
-    assert replay.returncode == 0, replay.stderr
-    assert replay.stdout.count("artifactPublished") == 2, replay.stdout
+    out, _ = await asyncio.wait_for(replay.communicate(), 60)
+    assert replay.returncode == 0
+    assert out.decode().count("artifactPublished") == 2, out
 
 
 async def test_escaping_globs_are_refused(runtime_hub: HubProcess) -> None:
