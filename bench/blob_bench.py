@@ -29,9 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo
-from hub_bench import Target, _wait_banner, start_hub  # noqa: E402
+from hub_bench import Target, _wait_banner, start_hub
 
-from hub.client import connect  # noqa: E402
+from hub.client import connect
 
 CHUNK = 256 * 1024
 RAW_BANNER = re.compile(rb"raw blob server on (\d+)")
@@ -110,7 +110,7 @@ def start_raw() -> Target:
 async def raw_up(port: int, path: Path) -> None:
     from websockets.asyncio.client import connect as ws_connect
 
-    size = path.stat().st_size
+    size = (await asyncio.to_thread(path.stat)).st_size
     async with ws_connect(
         f"ws://127.0.0.1:{port}/up/{size}", max_size=None, compression=None
     ) as ws:
@@ -184,20 +184,38 @@ async def raw_run(raw: Target, files: list[Path], out: Path) -> tuple[float, flo
     return up, down
 
 
+def _fill(path: Path, mib: int) -> None:
+    with path.open("wb") as f:
+        for _ in range(mib):
+            f.write(os.urandom(MIB))
+
+
+def _refresh(files: list[Path]) -> None:
+    for path in files:
+        with path.open("r+b") as f:
+            f.write(os.urandom(MIB))
+
+
+def _cleanup(work: Path) -> None:
+    for p in work.iterdir():
+        p.unlink()
+    work.rmdir()
+
+
 async def main(args: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="agora-blob-bench-", dir="/var/tmp"))
     files = []
     for i in range(args.clients):
         path = work / f"in-{i}.bin"
-        with path.open("wb") as f:
-            for _ in range(args.mib):
-                f.write(os.urandom(MIB))
+        await asyncio.to_thread(_fill, path, args.mib)
         files.append(path)
     hub, raw = start_hub(), start_raw()
     results: dict[str, list[float]] = {k: [] for k in ("hub_up", "hub_down", "raw_up", "raw_down")}
     rss: list[tuple[int, int]] = []
     try:
         for _ in range(args.repeats):
+            # Fresh content per run: a blob already stored would be "uploaded" at once.
+            await asyncio.to_thread(_refresh, files)
             up, down, base, peak = await hub_run(hub, files, work)
             results["hub_up"].append(up)
             results["hub_down"].append(down)
@@ -208,9 +226,7 @@ async def main(args: argparse.Namespace) -> None:
     finally:
         hub.stop()
         raw.stop()
-        for p in work.iterdir():
-            p.unlink()
-        work.rmdir()
+        await asyncio.to_thread(_cleanup, work)
     med = {k: statistics.median(v) for k, v in results.items()}
     print(f"{args.clients} clients x {args.mib} MiB, {args.repeats} runs (medians)")
     print(f"upload   hub {med['hub_up']:8.1f} MB/s   raw websockets {med['raw_up']:8.1f} MB/s")
