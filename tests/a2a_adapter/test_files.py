@@ -48,8 +48,8 @@ async def test_file_part_in_and_artifact_out(
         art = state.artifacts["data.csv"]
         sha = hashlib.sha256(upload).hexdigest()
         assert (art.blob, art.size_bytes, art.media_type) == (sha, len(upload), "text/csv")
-        need = [e async for e in workspaces.store.read(WORKSPACE) if e.kind == "needWork"][0]
-        parts = need.payload["parts"]  # type: ignore[attr-defined]
+        needs = [e async for e in workspaces.store.read(WORKSPACE) if e.kind == "needWork"]
+        parts = needs[0].payload["parts"]  # type: ignore[attr-defined]
         assert parts[1]["url"] == f"/blobs/{WORKSPACE}/{sha}" and "raw" not in parts[1]
 
         # An agent of the workspace publishes a result; it crosses as an A2A artifact.
