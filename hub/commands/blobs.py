@@ -4,7 +4,8 @@ A blob is referenced by a ``fileWritten {blob}``, an ``artifactPublished {blob}`
 ``execRequested`` module of any workspace's log, at any seq (history stays readable: an old
 file revision keeps its content). Blobs stored less than ``--grace`` ago are kept, whatever
 refers to them: an upload committed a moment ago whose ``fileWritten`` is still on its way
-must not vanish under it. Run it while the hub is stopped or idle; a blob referenced after
+must not vanish under it. Uploads begun and never committed, last written before the grace,
+are removed too. Run it while the hub is stopped or idle; a blob referenced after
 the scan began but stored before the grace is the one race left, which the grace bounds.
 
 Also here: :func:`referenced_blobs`, which ``agora verify`` uses to check every referenced
@@ -102,6 +103,11 @@ async def run_gc(args: argparse.Namespace) -> int:
             elif await store.blobs.delete(sha):
                 print(f"removed {sha} ({size} bytes)")
             freed += size
+        if not args.dry_run:
+            # Uploads begun and abandoned (never committed) past the grace go too.
+            stale = await store.blobs.purge_uploads(cutoff)
+            if stale:
+                print(f"removed {stale} abandoned upload(s)")
         verb = "would free" if args.dry_run else "freed"
         print(f"{len(doomed)} unreferenced blob(s), {verb} {freed} bytes; {len(live)} referenced")
         return EXIT_OK

@@ -95,6 +95,11 @@ class BlobStore(abc.ABC):
     def list(self) -> AsyncIterator[tuple[str, int, float]]:
         """Every stored blob as (sha256, size, epoch seconds it was stored)."""
 
+    @abc.abstractmethod
+    async def purge_uploads(self, before: float) -> int:
+        """Drop the uploads last written before ``before`` (epoch seconds), never committed
+        (``agora blobs gc``); return how many."""
+
     async def put_file(self, path: Path) -> tuple[str, int]:
         """Store the file at ``path`` chunk by chunk (hashed first, then uploaded and checked
         on commit), never whole in memory; return its (sha256, size)."""

@@ -158,6 +158,22 @@ class FileBlobStore(BlobStore):
         for item in await asyncio.to_thread(scan):
             yield item
 
+    async def purge_uploads(self, before: float) -> int:
+        uploads = self.root / UPLOADS_DIR
+
+        def purge() -> int:
+            n = 0
+            if not uploads.is_dir():
+                return 0
+            for f in uploads.iterdir():
+                with contextlib.suppress(OSError):
+                    if f.stat().st_mtime < before:
+                        f.unlink()
+                        n += 1
+            return n
+
+        return await asyncio.to_thread(purge)
+
     def _check_size(self, size: int) -> None:
         if size < 0:
             raise BadRequest("a blob's size is not negative", field="$.size")

@@ -325,6 +325,15 @@ class _Sql:
             "ON CONFLICT (sha256) DO NOTHING"
         )
         self.blob_delete = f"DELETE FROM {s}.blobs WHERE sha256 = $1"
+        self.upload_purge = (
+            f"DELETE FROM {s}.blob_uploads u WHERE (u.sha256, u.size) IN (SELECT sha256, size "
+            f"FROM {s}.blob_uploads GROUP BY sha256, size "
+            "HAVING max(written_at) < to_timestamp($1))"
+        )
+        self.upload_count = (
+            f"SELECT count(*) FROM (SELECT 1 FROM {s}.blob_uploads GROUP BY sha256, size "
+            "HAVING max(written_at) < to_timestamp($1)) AS stale"
+        )
         self.blob_delete_parts = f"DELETE FROM {s}.blob_parts WHERE sha256 = $1"
         self.blob_list = (
             f"SELECT sha256, coalesce(size, octet_length(data)), extract(epoch FROM stored_at) "
@@ -544,6 +553,15 @@ class PostgresBlobStore(BlobStore):
         except _DRIVER_ERRORS as e:
             raise _translate(e, "deleting a blob") from e
         return _rowcount(status) > 0
+
+    async def purge_uploads(self, before: float) -> int:
+        try:
+            async with self._pool().acquire() as conn, conn.transaction():
+                n = int(await conn.fetchval(self._sql.upload_count, before))
+                await conn.execute(self._sql.upload_purge, before)
+        except _DRIVER_ERRORS as e:
+            raise _translate(e, "purging uploads") from e
+        return n
 
     async def list(self) -> AsyncIterator[tuple[str, int, float]]:
         try:

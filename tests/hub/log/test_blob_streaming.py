@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 
 import pytest
 
@@ -109,3 +110,13 @@ async def test_empty_blob_upload(store: EventStore) -> None:
     sha = await _upload(store, b"")
     assert await store.blobs.get(sha) == b""
     assert await store.blobs.read(sha, 0, 10) == b""
+
+
+async def test_abandoned_uploads_are_purged(store: EventStore) -> None:
+    data = os.urandom(2 * CHUNK)
+    sha = hashlib.sha256(data).hexdigest()
+    await store.blobs.upload_offset(sha, len(data))
+    await store.blobs.write_chunk(sha, len(data), 0, data[:CHUNK])
+    assert await store.blobs.purge_uploads(time.time() - 3600) == 0  # still fresh
+    assert await store.blobs.purge_uploads(time.time() + 1) == 1
+    assert await store.blobs.upload_offset(sha, len(data)) == 0
