@@ -11,8 +11,12 @@ content. Every op handles one chunk at most: the hub never holds a whole blob.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from typing import Final
+
 from hub.config import LimitsConfig
-from hub.core.errors import NotFound, TooLarge
+from hub.core.errors import BadRequest, Busy, NotFound, TooLarge
 from hub.core.wire.frames import (
     MAX_BLOB_CHUNK,
     BlobChunk,
@@ -25,15 +29,51 @@ from hub.core.wire.frames import (
 from hub.core.wire.session import BlobRequest
 from hub.workspaces import Workspaces
 
-__all__ = ["BlobOps"]
+__all__ = ["MAX_OPEN_UPLOADS", "OPEN_UPLOAD_S", "BlobOps"]
+
+MAX_OPEN_UPLOADS: Final = 16
+"""Uploads one agent may have begun and not committed (then ``busy``): partial uploads take
+disk before they count against a quota, so their number is bounded."""
+
+OPEN_UPLOAD_S: Final = 3600.0
+"""After this long an upload no longer counts as open (``agora blobs gc`` removes it)."""
 
 
 class BlobOps:
     """Answers the blob requests of every connection of one hub."""
 
-    def __init__(self, workspaces: Workspaces, limits: LimitsConfig) -> None:
+    def __init__(
+        self,
+        workspaces: Workspaces,
+        limits: LimitsConfig,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.workspaces = workspaces
         self.limits = limits
+        self._monotonic = monotonic
+        # agent -> (sha256, size) of each upload it began -> when (monotonic seconds).
+        self._open: dict[str, dict[tuple[str, int], float]] = {}
+
+    def _begin(self, agent: str, key: tuple[str, int]) -> None:
+        now = self._monotonic()
+        uploads = self._open.setdefault(agent, {})
+        for old in [k for k, t in uploads.items() if now - t > OPEN_UPLOAD_S]:
+            del uploads[old]
+        if key not in uploads and len(uploads) >= MAX_OPEN_UPLOADS:
+            raise Busy(
+                f"agent {agent!r} has {MAX_OPEN_UPLOADS} uploads begun and not committed; "
+                "commit or abandon one",
+                limit=MAX_OPEN_UPLOADS,
+            )
+        uploads[key] = now
+
+    def _committed(self, agent: str, key: tuple[str, int]) -> None:
+        uploads = self._open.get(agent)
+        if uploads is not None:
+            uploads.pop(key, None)
+            if not uploads:
+                del self._open[agent]
 
     async def answer(self, request: BlobRequest) -> BlobStatus | BlobData:
         blobs = self.workspaces.store.blobs
@@ -50,6 +90,7 @@ class BlobOps:
                 stored = await blobs.has(sha)
                 if not stored:
                     await self.check_quota(workspace, size)
+                    self._begin(request.agent, (sha, size))
                 offset = size if stored else await blobs.upload_offset(sha, size)
                 return BlobStatus(
                     workspace=workspace, sha256=sha, size=size, offset=offset, stored=stored
@@ -67,7 +108,13 @@ class BlobOps:
                 held = await blobs.write_chunk(sha, size, offset, data)
                 return BlobStatus(workspace=workspace, sha256=sha, size=size, offset=held)
             case CommitBlob(sha256=sha, size=size):
-                await blobs.commit(sha, size)
+                try:
+                    await blobs.commit(sha, size)
+                except BadRequest as e:
+                    if "offset" not in e.details:  # not incomplete: the upload was discarded
+                        self._committed(request.agent, (sha, size))
+                    raise
+                self._committed(request.agent, (sha, size))
                 return BlobStatus(
                     workspace=workspace, sha256=sha, size=size, offset=size, stored=True
                 )

@@ -158,6 +158,20 @@ async def test_refusals(site: HubProcess) -> None:
             await ws.read_file("a")  # the refused write left nothing
 
 
+async def test_open_uploads_per_agent_are_bounded(site: HubProcess) -> None:
+    name = _ws()
+    async with peer(site.url, site.token("mallory")) as p:
+        for i in range(16):
+            sha = hashlib.sha256(str(i).encode()).hexdigest()
+            reply = await p.call("putBlob", workspace=name, sha256=sha, size=10)
+            assert reply["op"] == "blobStatus", reply
+            again = await p.call("putBlob", workspace=name, sha256=sha, size=10)
+            assert again["op"] == "blobStatus", again  # a resume is no new upload
+        extra = hashlib.sha256(b"one more").hexdigest()
+        reply = await p.call("putBlob", workspace=name, sha256=extra, size=10)
+        assert (reply["op"], reply["code"]) == ("error", "busy"), reply
+
+
 async def test_quota(site: HubProcess) -> None:
     name = _ws()
     async with connect(site.url, site.token("alice")) as alice:
