@@ -17,6 +17,7 @@ from tests.support.docker import need_docker
 from tests.support.hub import HubProcess
 from tests.support.paths import REPO
 from tests.support.peer import ExecPeer, Frame, exec_peer, of_exec, of_kind
+from tests.support.tokens import mint_exec
 
 SCRIPT = (
     "mkdir -p out && printf 'png-ish' > out/a.png && head -c 300000 /dev/zero > out/b.png "
@@ -99,3 +100,17 @@ async def test_wasm_artifacts(start_runtime_hub: Callable[..., HubProcess]) -> N
         (event,) = await _check(hub, p, result, ["out.txt"])
     assert event["payload"]["sizeBytes"] == len(b"written\n")
     assert json.dumps(result["artifacts"][0]["sha256"]) != '""'
+
+
+async def test_client_exec_with_artifacts_fetched_by_a_second_agent(
+    runtime_hub: HubProcess,
+) -> None:
+    async with connect(runtime_hub.url, mint_exec()) as alice:
+        ws = alice.workspace("w")
+        handle = await ws.runtime.exec("mkdir -p out && echo hi > out/r.txt", artifacts=["out/*"])
+        outcome = await handle.result()
+    (ref,) = outcome.artifacts
+    assert (ref.key, ref.size_bytes, ref.content_type) == ("out/r.txt", 3, "text/plain")
+    async with connect(runtime_hub.url, runtime_hub.token("bob")) as bob:
+        assert ref.sha256 is not None
+        assert await bob.workspace("w").get_blob(ref.sha256) == b"hi\n"
