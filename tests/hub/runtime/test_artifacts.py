@@ -1,7 +1,7 @@
 """Execution artifacts over real sockets against a real ``agora serve``: a request names
 output globs, the run's matching files become blobs and ``artifactPublished`` events caused by
 the request, ``execResult`` lists them, ``agora replay`` shows them, and a second agent
-fetches them with ``getBlob``. Process, container (Docker) and wasm backends."""
+fetches them with ``getBlob``. Process, container (Docker), wasm and rust backends."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import asyncio
 import base64
 import hashlib
 import json
+import shutil
 import sys
 from collections.abc import Callable
 
@@ -17,6 +18,7 @@ from tests.support.docker import need_docker
 from tests.support.hub import HubProcess
 from tests.support.paths import REPO
 from tests.support.peer import ExecPeer, Frame, exec_peer, of_exec, of_kind
+from tests.support.require import require
 from tests.support.tokens import mint_exec
 
 SCRIPT = (
@@ -114,3 +116,22 @@ async def test_client_exec_with_artifacts_fetched_by_a_second_agent(
     async with connect(runtime_hub.url, runtime_hub.token("bob")) as bob:
         assert ref.sha256 is not None
         assert await bob.workspace("w").get_blob(ref.sha256) == b"hi\n"
+
+
+RUST_WRITES = """fn run(_input: serde_json::Value) -> serde_json::Value {
+    std::fs::create_dir_all("out").unwrap();
+    std::fs::write("out/r.json", b"{\\"ok\\":true}").unwrap();
+    serde_json::json!("written")
+}"""
+
+
+async def test_rust_artifacts(start_runtime_hub: Callable[..., HubProcess]) -> None:
+    from backends.rust import DEBIAN_REGISTRY
+
+    toolchain = shutil.which("rustc") and shutil.which("cargo")
+    serde = list(DEBIAN_REGISTRY.glob("serde_json-*"))
+    require("rust", bool(toolchain and serde), "rustc, cargo or Debian's serde_json missing")
+    hub = start_runtime_hub('[[backends]]\nid = "rust"\nkind = "rust"\naccess = "read-write"\n')
+    async with exec_peer(hub.url) as p:
+        result = await p.run(source=RUST_WRITES, language="rust", artifacts=["out/*.json"])
+        await _check(hub, p, result, ["out/r.json"])
