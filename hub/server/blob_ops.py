@@ -103,8 +103,13 @@ class BlobOps:
                         limit=MAX_BLOB_CHUNK,
                         size=len(data),
                     )
-                if size > self.limits.max_blob_bytes:
-                    raise TooLarge("over max_blob_bytes", field="$.size", size=size)
+                if (sha, size) not in self._open.get(request.agent, {}):
+                    # Only through putBlob: its size, quota and open-upload checks hold.
+                    raise NotFound(
+                        f"no upload of blob {sha} ({size} bytes) begun by this agent: send "
+                        "putBlob first",
+                        field="$.sha256",
+                    )
                 held = await blobs.write_chunk(sha, size, offset, data)
                 return BlobStatus(workspace=workspace, sha256=sha, size=size, offset=held)
             case CommitBlob(sha256=sha, size=size):

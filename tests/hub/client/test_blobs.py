@@ -135,6 +135,10 @@ async def test_refusals(site: HubProcess) -> None:
             "blobChunk", workspace=name, sha256=sha, size=len(data), offset=500, data=""
         )
         assert gap["code"] == "badRequest" and gap["details"]["offset"] == 0, gap
+        unbegun = await p.call(
+            "blobChunk", workspace=name, sha256="cd" * 32, size=10, offset=0, data=""
+        )
+        assert unbegun["code"] == "notFound", unbegun  # only through putBlob
         over = await p.call("putBlob", workspace=name, sha256=sha, size=200_000_000)
         assert over["code"] == "tooLarge", over
         # A blob the workspace does not reference cannot be read through it.
