@@ -46,9 +46,11 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from starlette.applications import Starlette
+from starlette.routing import Mount
 
 from a2a_adapter.auth import AgoraContextBuilder, ASGIApp, BearerAuth
 from a2a_adapter.bridge import Bridge
+from a2a_adapter.files import BLOBS_PATH, create_blob_app
 from a2a_adapter.handler import AgoraRequestHandler
 from a2a_adapter.limits import BodyLimits
 from a2a_adapter.responses import ExactResponses
@@ -162,6 +164,9 @@ def create_app(
     each with its own auth and limits."""
     builder = AgoraContextBuilder()
     routes = [
+        # [blobs door] GET /blobs/{workspace}/{sha256} (a2a_adapter/files.py); moves to
+        # hub/http. First: the REST routes' patterns would take its paths.
+        Mount(BLOBS_PATH, app=create_blob_app(handler.workspaces)),
         *create_agent_card_routes(handler.card, cache_control=CARD_CACHE_CONTROL),
         *create_jsonrpc_routes(handler, JSONRPC_PATH, context_builder=builder),
         # Clients that join the interface URL with "/" post here: answer, do not redirect.

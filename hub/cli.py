@@ -29,6 +29,7 @@ COMMANDS: tuple[str, ...] = (
     "witness",
     "export",
     "import_",
+    "blobs",
     "workspaces",
     "db",
     "tool_schema",

@@ -22,7 +22,9 @@ from hub.core.execution.policy import Access
 from hub.core.execution.settings import RuntimeSettings
 from hub.core.validation import (
     DEFAULT_LIMITS,
+    DEFAULT_MAX_BLOB_BYTES,
     DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_MAX_WORKSPACE_BYTES,
     EVENT_FRAME_RESERVE,
     Limits,
     validate_backend_id,
@@ -81,6 +83,10 @@ class LimitsConfig(SessionLimits, _Section, frozen=True):
     max_state_contents_bytes: Positive = 4 * 1024 * 1024
     max_file_bytes: Positive = DEFAULT_LIMITS.max_file_bytes
     blob_threshold: Positive = DEFAULT_LIMITS.blob_threshold
+    # One blob's size (putBlob over it: tooLarge) and a workspace's quota: the bytes of its
+    # files and artifacts together (a putBlob or publish that would pass it: tooLarge).
+    max_blob_bytes: Positive = DEFAULT_MAX_BLOB_BYTES
+    max_workspace_bytes: Positive = DEFAULT_MAX_WORKSPACE_BYTES
     snapshot_every: Positive = 1000  # events between projection snapshots
 
     def draft_limits(self) -> Limits:

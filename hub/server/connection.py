@@ -51,6 +51,7 @@ from hub.core.events import encode_event
 from hub.core.projections.workspace import WorkspaceState
 from hub.core.wire.session import (
     Action,
+    BlobRequest,
     CheckpointRequest,
     Close,
     CosignRequest,
@@ -363,6 +364,9 @@ class Connection:
                 case CheckpointRequest() | ProofRequest() | CosignRequest():
                     if not await self._answer(action, self.hub.audit.answer(action)):
                         return False
+                case BlobRequest():
+                    if not await self._answer_blob(action):
+                        return False
         return True
 
     # -- publishing -------------------------------------------------------------------------------
@@ -486,6 +490,21 @@ class Connection:
     async def _state(self, request: StateRequest) -> WorkspaceState:
         state = await self.hub.workspaces.state(request.workspace, at_seq=request.at_seq)
         return state_reply(state, request, self.hub.config.limits.max_state_contents_bytes)
+
+    async def _answer_blob(self, request: BlobRequest) -> bool:
+        """A blob op, answered in the reader (one chunk at a time: the client's window and
+        this wait are the transfer's back-pressure); its reply is queued paced, as it may be
+        half a megabyte."""
+        try:
+            result = await self.hub.blob_ops.answer(request)
+        except Exception as e:
+            return await self._perform(self._failed(request, e))
+        for action in self.session.completed(request, result):
+            if isinstance(action, Send):
+                frame = (encode_frame(action.frame), None, NOT_AN_EVENT)
+                if not await self._put(frame, paced=True):
+                    return False
+        return True
 
     async def _answer(self, request: Request, work: Coroutine[Any, Any, Any]) -> bool:
         try:
