@@ -16,6 +16,10 @@ export type ProtocolFrame =
       | CheckpointQuery
       | ProofQuery
       | Cosign
+      | PutBlob
+      | BlobChunk
+      | CommitBlob
+      | GetBlob
     )
   | (
       | Welcome
@@ -33,6 +37,8 @@ export type ProtocolFrame =
       | ExecEnd
       | CheckpointFrame
       | ProofFrame
+      | BlobStatus
+      | BlobData
     );
 
 export interface Hello {
@@ -656,6 +662,7 @@ export interface GetState {
  */
 export interface Exec {
   argv?: string[];
+  artifacts?: string[];
   backend?: string | null;
   cwd?: string | null;
   encoding?: ("base64" | "utf8") | null;
@@ -801,6 +808,54 @@ export interface Cosign {
   rid?: string | number | null;
   workspace: string;
 }
+/**
+ * Begin, or resume, the upload of a blob of ``size`` bytes hashing to ``sha256``; the
+ * reply ``blobStatus`` says from which ``offset`` to send (``stored``: nothing to send).
+ */
+export interface PutBlob {
+  op: "putBlob";
+  rid?: string | number | null;
+  sha256: string;
+  size: number;
+  workspace: string;
+}
+/**
+ * ``data`` (base64, at most 512 KiB decoded) at ``offset`` of the upload begun with
+ * ``putBlob``; ``offset`` at most what the hub holds (a resent chunk is harmless). The reply
+ * ``blobStatus`` carries the bytes the hub now holds.
+ */
+export interface BlobChunk {
+  data: string;
+  offset: number;
+  op: "blobChunk";
+  rid?: string | number | null;
+  sha256: string;
+  size: number;
+  workspace: string;
+}
+/**
+ * The whole blob was sent: the hub hashes it and stores it (``badRequest`` when it does
+ * not hash to ``sha256``: the upload is then discarded). The reply is ``blobStatus``.
+ */
+export interface CommitBlob {
+  op: "commitBlob";
+  rid?: string | number | null;
+  sha256: string;
+  size: number;
+  workspace: string;
+}
+/**
+ * Read at most ``length`` (default and cap 512 KiB) bytes of a blob the workspace
+ * references (a file or an artifact), from ``offset``; the reply is ``blobData``.
+ */
+export interface GetBlob {
+  length?: number | null;
+  offset?: number;
+  op: "getBlob";
+  rid?: string | number | null;
+  sha256: string;
+  workspace: string;
+}
 export interface Welcome {
   agent: string;
   backends?: string[];
@@ -895,6 +950,7 @@ export interface ExecResult {
  * program returned one; ``diagnostics`` only when there are some.
  */
 export interface RuntimeResult {
+  artifacts?: ArtifactRef[];
   diagnostics?: unknown[];
   durationMs: number;
   encoding: "base64" | "utf8";
@@ -990,5 +1046,31 @@ export interface ProofFrame {
   seq?: number | null;
   toSize?: number | null;
   treeSize?: number | null;
+  workspace: string;
+}
+/**
+ * Where an upload stands: ``offset`` bytes of ``size`` held; ``stored``: the blob is in
+ * the store (committed, or it was already).
+ */
+export interface BlobStatus {
+  offset: number;
+  op: "blobStatus";
+  rid?: string | number | null;
+  sha256: string;
+  size: number;
+  stored?: boolean;
+  workspace: string;
+}
+/**
+ * The reply to ``getBlob``: ``data`` (base64) from ``offset`` of the blob of ``size``
+ * bytes (empty at its end).
+ */
+export interface BlobData {
+  data: string;
+  offset: number;
+  op: "blobData";
+  rid?: string | number | null;
+  sha256: string;
+  size: number;
   workspace: string;
 }
