@@ -5,6 +5,7 @@ workspace does not reference, a chunk that leaves a gap, over the size limit and
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import os
@@ -189,3 +190,122 @@ async def test_quota(site: HubProcess) -> None:
         with pytest.raises(TooLarge) as info:
             await ws.put_blob(stream())
         assert "quota" in info.value.message
+
+
+# -- attacks (issue 14) ------------------------------------------------------------------------
+
+CHUNK = 512 * 1024
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+async def test_a_second_uploader_cannot_change_the_bytes_being_committed(site: HubProcess) -> None:
+    """Mallory knows the hash of Alice's content and writes chunks to the same (sha, size)
+    while Alice commits: what is stored under the hash is still Alice's bytes."""
+    for _round in range(3):
+        name = _ws()
+        data = os.urandom(8 * MIB)
+        sha = hashlib.sha256(data).hexdigest()
+        async with (
+            peer(site.url, site.token("alice")) as alice,
+            peer(site.url, site.token("mallory")) as mallory,
+        ):
+            await alice.call("putBlob", workspace=name, sha256=sha, size=len(data))
+            await mallory.call("putBlob", workspace=name, sha256=sha, size=len(data))
+            for at in range(0, len(data), CHUNK):
+                reply = await alice.call(
+                    "blobChunk",
+                    workspace=name,
+                    sha256=sha,
+                    size=len(data),
+                    offset=at,
+                    data=_b64(data[at : at + CHUNK]),
+                )
+                assert reply["op"] == "blobStatus", reply
+
+            async def junk() -> None:
+                for _ in range(8):
+                    await mallory.call(
+                        "blobChunk",
+                        workspace=name,
+                        sha256=sha,
+                        size=len(data),
+                        offset=0,
+                        data=_b64(os.urandom(CHUNK)),
+                    )
+
+            committed, _ = await asyncio.gather(
+                alice.call("commitBlob", workspace=name, sha256=sha, size=len(data)), junk()
+            )
+            assert committed["op"] == "blobStatus" and committed["stored"], committed
+        async with connect(site.url, site.token("alice")) as client:
+            ws = client.workspace(name)
+            await ws.publish_artifact("a", data, "application/x-test")
+            back = await ws.get_blob(sha)
+            assert isinstance(back, bytes)
+            assert hashlib.sha256(back).hexdigest() == sha
+
+
+async def test_knowing_a_hash_opens_nothing(site: HubProcess) -> None:
+    secret, theirs = _ws(), _ws()
+    data = os.urandom(MIB)
+    async with connect(site.url, site.token("alice", [secret])) as alice:
+        written = await alice.workspace(secret).write_file("secret.bin", data)
+    sha = written.payload.blob
+    assert sha is not None
+    async with peer(site.url, site.token("mallory", [theirs])) as p:
+        status = await p.call("putBlob", workspace=theirs, sha256=sha, size=len(data))
+        assert status["op"] == "blobStatus", status
+        assert (status["stored"], status["offset"]) == (False, 0), status  # upload the bytes
+        commit = await p.call("commitBlob", workspace=theirs, sha256=sha, size=len(data))
+        assert commit["code"] == "badRequest", commit  # nothing uploaded
+        for kind, payload in [
+            ("fileWritten", {"path": "stolen.bin", "blob": sha}),
+            ("artifactPublished", {"key": "stolen", "blob": sha}),
+        ]:
+            ref = await p.publish(theirs, {"kind": kind, "payload": payload})
+            assert ref["code"] == "notFound", ref
+        got = await p.call("getBlob", workspace=theirs, sha256=sha)
+        assert got["code"] == "notFound", got
+    # Who holds the bytes may store and reference them: the hub checked the hash.
+    async with connect(site.url, site.token("bob", [theirs])) as bob:
+        ws = bob.workspace(theirs)
+        assert await ws.put_blob(data) == sha
+        await ws.publish_artifact("mine", data, "application/x-test")
+        assert await ws.get_blob(sha) == data
+
+
+@pytest.fixture(params=["sqlite", "postgres"], scope="module")
+def small(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HubProcess]:
+    schemas: list[str] = []
+    args: list[str] = []
+    if request.param == "postgres":
+        need_postgres()
+        schemas.append(new_schema("t_quota"))
+        args = ["--store", url_for(schemas[0])]
+    starter = HubStarter(tmp_path_factory.mktemp("quota"))
+    config = "[limits]\nmax_workspace_bytes = 1000000\nmax_blob_bytes = 1000000\n"
+    try:
+        yield starter.start(config, args=args)
+    finally:
+        starter.close()
+        drop_schemas(schemas)
+
+
+async def test_committed_unreferenced_blobs_count_against_the_quota(small: HubProcess) -> None:
+    name = _ws()
+    async with connect(small.url, small.token("alice")) as alice:
+        ws = alice.workspace(name)
+        await ws.put_blob(os.urandom(400_000))
+        await ws.put_blob(os.urandom(400_000))
+        with pytest.raises(TooLarge) as info:
+            await ws.put_blob(os.urandom(400_000))
+        assert "quota" in info.value.message
+        # Referencing what was uploaded costs nothing more; content past the quota is refused
+        # at publish too (the large inline write becomes a blob).
+        with pytest.raises(TooLarge):
+            await ws.write_file("more.bin", os.urandom(300_000))
