@@ -17,6 +17,7 @@ parts of incoming messages stored as blobs and published as artifacts.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import AsyncIterator
 from typing import Final
@@ -82,25 +83,32 @@ def create_blob_app(workspaces: Workspaces) -> Starlette:
 
 
 async def intake_file_parts(
-    workspaces: Workspaces, workspace: str, message: Message
+    workspaces: Workspaces, workspace: str, message: Message, agent: str
 ) -> list[Event]:
-    """Store the message's byte parts as blobs (the message is changed in place: each becomes
-    a ``url`` part to its download path); return the ``artifactPublished`` drafts for them
-    and for parts naming blobs of this hub. Raises what the blob store raises."""
+    """Store the message's byte parts as blobs granted to ``workspace`` (by ``agent``; the
+    quota checked first; the message is changed in place: each becomes a ``url`` part to its
+    download path); return the ``artifactPublished`` drafts for them and for parts naming
+    blobs this workspace may reference (a hash alone opens nothing). Raises what the blob
+    store raises, :class:`hub.core.errors.TooLarge` past the quota."""
     drafts: list[Event] = []
+    blobs = workspaces.store.blobs
     for i, part in enumerate(message.parts):
         content = part.WhichOneof("content")
         key = part.filename or f"a2a/{message.message_id}/{i}"
         media = part.media_type or "application/octet-stream"
         if content == "raw":
-            sha = await workspaces.store.blobs.put(part.raw)
+            sha = hashlib.sha256(part.raw).hexdigest()
+            if not await workspaces.may_reference(workspace, sha):
+                await workspaces.check_quota(workspace, len(part.raw))
+            sha = await blobs.put(part.raw)
+            await blobs.grant(workspace, sha, len(part.raw), agent)
             part.url = blob_path(workspace, sha)  # replaces raw (one content per part)
         elif content == "url":
             match = _OWN_URL.fullmatch(part.url)
             if match is None or match.group(1) != workspace:
                 continue
             sha = match.group(2)
-            if not await workspaces.store.blobs.has(sha):
+            if not await workspaces.may_reference(workspace, sha) or not await blobs.has(sha):
                 continue
         else:
             continue

@@ -439,7 +439,7 @@ class AgoraRequestHandler(RequestHandler):
                 raise UnsupportedOperationError(message="executions take no further messages")
             self._require(cap, "write", ref.workspace)
             await self._join(ref.workspace, cap, meta)
-            files = await self._intake_files(ref.workspace, message)  # [blobs] file parts
+            files = await self._intake_files(ref.workspace, message, cap)  # [blobs] file parts
             draft: Event
             if view.interrupted:
                 draft = FeedbackProvided(
@@ -464,7 +464,7 @@ class AgoraRequestHandler(RequestHandler):
             return await self._start_exec(workspace, exec_request, message, cap, meta)
         self._require(cap, "write", workspace)
         await self._join(workspace, cap, meta)
-        files = await self._intake_files(workspace, message)  # [blobs] file parts
+        files = await self._intake_files(workspace, message, cap)  # [blobs] file parts
         event_id = _message_event_id(cap.agent, message)
         need = NeedWork(
             id=event_id,
@@ -583,10 +583,10 @@ class AgoraRequestHandler(RequestHandler):
         except Forbidden as e:
             raise a2a_error(e) from e
 
-    async def _intake_files(self, workspace: str, message: Message) -> list[Event]:
+    async def _intake_files(self, workspace: str, message: Message, cap: Capability) -> list[Event]:
         """The message's file parts stored as blobs (a2a_adapter/files.py)."""
         try:
-            return await intake_file_parts(self.workspaces, workspace, message)
+            return await intake_file_parts(self.workspaces, workspace, message, cap.agent)
         except AgoraError as e:
             raise a2a_error(e) from e
 

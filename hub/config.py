@@ -96,6 +96,7 @@ class LimitsConfig(SessionLimits, _Section, frozen=True):
             max_event_bytes=max(1024, self.max_frame_bytes - EVENT_FRAME_RESERVE),
             blob_threshold=self.blob_threshold,
             max_depth=self.max_depth,
+            max_workspace_bytes=self.max_workspace_bytes,
         )
 
 

@@ -36,7 +36,15 @@ import msgspec
 
 from hub.core.backoff import Backoff
 from hub.core.capability import SYSTEM_WORKSPACE
-from hub.core.errors import BadRequest, ClientError, Conflict, Forbidden, NotFound, Unavailable
+from hub.core.errors import (
+    BadRequest,
+    ClientError,
+    Conflict,
+    Forbidden,
+    NotFound,
+    TooLarge,
+    Unavailable,
+)
 from hub.core.events import HUB_KINDS, OP_KINDS, ArtifactPublished, Event, FileWritten
 from hub.core.projections.workspace import FileEntry, WorkspaceState, evolve
 from hub.core.records import AppendResult
@@ -183,12 +191,71 @@ class Workspaces:
             a.blob == sha256 for a in committed.artifacts.values()
         )
 
+    async def may_reference(self, workspace: str, sha256: str) -> bool:
+        """Whether a publish to ``workspace`` may reference blob ``sha256``: the workspace
+        references it already, or it was uploaded (bytes sent and hashed) for it, a *grant*.
+        Knowing a hash is not enough: that would open another workspace's content."""
+        if await self.references_blob(workspace, sha256):
+            return True
+        return sha256 in await self.store.blobs.grants(workspace)
+
     async def stored_bytes(self, workspace: str) -> int:
-        """The bytes the workspace's files and artifacts hold now (its quota's usage)."""
+        """The bytes the workspace holds now (its quota's usage): its files and artifacts,
+        and the blobs granted to it (uploaded for it) that nothing references yet, until
+        ``agora blobs gc`` drops those grants."""
         validate_workspace(workspace)
         committed = (await self._open(workspace)).committed
         files = sum(max(0, e.size) for e in committed.files.values())
-        return files + sum(a.size_bytes for a in committed.artifacts.values())
+        used = files + sum(a.size_bytes for a in committed.artifacts.values())
+        return used + sum((await self._unreferenced_grants(workspace)).values())
+
+    async def _unreferenced_grants(self, workspace: str) -> dict[str, int]:
+        committed = (await self._open(workspace)).committed
+        referenced = {e.blob for e in committed.files.values() if e.blob}
+        referenced.update(a.blob for a in committed.artifacts.values() if a.blob)
+        grants = await self.store.blobs.grants(workspace)
+        return {sha: n for sha, n in grants.items() if sha not in referenced}
+
+    async def check_quota(self, workspace: str, size: int) -> None:
+        """Raise :class:`TooLarge` when ``size`` more bytes would take ``workspace`` over
+        ``[limits] max_workspace_bytes``."""
+        quota = self.limits.max_workspace_bytes
+        used = await self.stored_bytes(workspace)
+        if used + size > quota:
+            raise TooLarge(
+                f"workspace {workspace!r} holds {used} bytes; {size} more would pass its quota "
+                f"of {quota} (max_workspace_bytes)",
+                field="$.size",
+                limit=quota,
+                used=used,
+                size=size,
+            )
+
+    async def _check_batch_quota(self, workspace: str, prepared: list[Event]) -> None:
+        """The bytes a batch adds (files and artifacts, less what they replace; a blob
+        granted and not yet referenced is counted already) must fit the quota."""
+        if not any(isinstance(e, FileWritten | ArtifactPublished) for e in prepared):
+            return
+        committed = (await self._open(workspace)).committed
+        counted = await self._unreferenced_grants(workspace)
+        added = 0
+        for event in prepared:
+            blob: str | None
+            if isinstance(event, FileWritten):
+                blob, size = event.payload.blob, max(0, event.payload.size or 0)
+                old = committed.files.get(event.payload.path)
+                replaced = max(0, old.size) if old is not None else 0
+            elif isinstance(event, ArtifactPublished):
+                blob, size = event.payload.blob, event.payload.size_bytes
+                prior = committed.artifacts.get(event.payload.key)
+                replaced = prior.size_bytes if prior is not None else 0
+            else:
+                continue
+            if blob is not None and counted.pop(blob, None) is not None:
+                replaced += size  # its grant paid for it already
+            added += size - replaced
+        if added > 0:
+            await self.check_quota(workspace, added)
 
     async def head(self, workspace: str, *, at_least: int | None = None) -> int:
         """The last committed seq (0 for an empty workspace). When it is below ``at_least``
@@ -259,13 +326,19 @@ class Workspaces:
                 )
             try:
                 validate_draft(draft, self.limits)
-                ready = await self._prepare(draft, workspace, producer, pending_blobs)
+                ready = await self._prepare(
+                    draft, workspace, producer, pending_blobs, trusted=trusted
+                )
                 check_event_size(ready, self.limits)
                 prepared.append(ready)
             except ClientError as e:
                 e.details.setdefault("index", i)
                 raise
 
+        if not trusted:
+            # The hub's own writes (a run's pulled files, artifacts) are bounded where they
+            # are collected; refusing them here would lose a finished run's record.
+            await self._check_batch_quota(workspace, prepared)
         ordered = expected_seq is not None or reads_state(prepared)
         for attempt in range(MAX_REDECIDE):
             live = await self._open(workspace)
@@ -468,7 +541,13 @@ class Workspaces:
         )
 
     async def _prepare(
-        self, draft: Event, workspace: str, producer: str, pending_blobs: list[bytes]
+        self,
+        draft: Event,
+        workspace: str,
+        producer: str,
+        pending_blobs: list[bytes],
+        *,
+        trusted: bool = False,
     ) -> Event:
         """Set the authenticated producer; fill file hashes; mark large content for the blob
         store (appended to ``pending_blobs``, stored once the batch is decided); check that an
@@ -481,8 +560,7 @@ class Workspaces:
             a = draft.payload
             if not a.blob:
                 raise BadRequest("artifactPublished needs payload.blob", field="payload.blob")
-            if not await self.store.blobs.has(a.blob):
-                raise NotFound(f"blob {a.blob} is not in the blob store", field="payload.blob")
+            await self._check_reference(workspace, a.blob, trusted=trusted)
             size = await self.store.blobs.size(a.blob)  # never the whole blob in memory
             artifact = msgspec.structs.replace(a, sha256=a.blob, size_bytes=size)
             return msgspec.structs.replace(draft, payload=artifact)
@@ -490,8 +568,7 @@ class Workspaces:
             return draft
         p = draft.payload
         if p.blob is not None:
-            if not await self.store.blobs.has(p.blob):
-                raise NotFound(f"blob {p.blob} is not in the blob store", field="payload.blob")
+            await self._check_reference(workspace, p.blob, trusted=trusted)
             size = await self.store.blobs.size(p.blob)
             payload = msgspec.structs.replace(p, sha256=p.blob, size=size)
         else:
@@ -506,6 +583,19 @@ class Workspaces:
             else:
                 payload = msgspec.structs.replace(p, sha256=digest, size=len(content))
         return msgspec.structs.replace(draft, payload=payload)
+
+    async def _check_reference(self, workspace: str, sha256: str, *, trusted: bool) -> None:
+        """A client's reference needs :meth:`may_reference` (the hub's own, a stored blob)."""
+        if trusted:
+            ok = await self.store.blobs.has(sha256)
+        else:
+            ok = await self.may_reference(workspace, sha256) and await self.store.blobs.has(sha256)
+        if not ok:
+            # Not "forbidden": whether the blob exists elsewhere is not told.
+            raise NotFound(
+                f"workspace {workspace!r} holds no blob {sha256}: upload it first (putBlob)",
+                field="payload.blob",
+            )
 
     # -- opening ------------------------------------------------------------------------------
 

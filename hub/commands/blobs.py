@@ -5,8 +5,11 @@ A blob is referenced by a ``fileWritten {blob}``, an ``artifactPublished {blob}`
 file revision keeps its content). Blobs stored less than ``--grace`` ago are kept, whatever
 refers to them: an upload committed a moment ago whose ``fileWritten`` is still on its way
 must not vanish under it. Uploads begun and never committed, last written before the grace,
-are removed too. Run it while the hub is stopped or idle; a blob referenced after
-the scan began but stored before the grace is the one race left, which the grace bounds.
+are removed too. A *grant* (a blob uploaded for a workspace, counted against its quota until
+referenced) older than the grace whose blob that workspace does not reference is dropped:
+the quota is freed and the blob, unless referenced or granted elsewhere, removed. Run it
+while the hub is stopped or idle; a blob referenced after the scan began but stored before
+the grace is the one race left, which the grace bounds.
 
 Also here: :func:`referenced_blobs`, which ``agora verify`` uses to check every referenced
 blob exists and hashes right.
@@ -88,9 +91,25 @@ async def referenced_blobs(store: EventStore, workspace: str) -> dict[str, int]:
 async def run_gc(args: argparse.Namespace) -> int:
     async def body(store: EventStore) -> int:
         live: set[str] = set()
+        by_workspace: dict[str, set[str]] = {}
         for head in await store.heads():
-            live.update(await referenced_blobs(store, head.workspace))
+            refs = set(await referenced_blobs(store, head.workspace))
+            by_workspace[head.workspace] = refs
+            live.update(refs)
         cutoff = time.time() - args.grace
+        dropped = 0
+        async for workspace, sha, granted_at in store.blobs.list_grants():
+            if sha in by_workspace.get(workspace, set()):
+                continue  # referenced: the workspace's files or artifacts pay for it
+            if granted_at > cutoff:
+                live.add(sha)  # its reference may be on its way
+            elif args.dry_run:
+                print(f"would drop the grant of {sha} to {workspace}")
+            else:
+                await store.blobs.revoke(workspace, sha)
+                dropped += 1
+        if dropped:
+            print(f"dropped {dropped} unreferenced grant(s)")
         doomed = [
             (sha, size)
             async for sha, size, stored_at in store.blobs.list()

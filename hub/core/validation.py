@@ -69,6 +69,8 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     blob_threshold: int = 64 * 1024
     # JSON nested deeper than this is refused at every door (hub.core.decoding).
     max_depth: int = 64
+    # The quota of one workspace: its files, artifacts and granted blobs (hub.workspaces).
+    max_workspace_bytes: int = DEFAULT_MAX_WORKSPACE_BYTES
 
 
 DEFAULT_LIMITS: Final = Limits()

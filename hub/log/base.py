@@ -70,22 +70,49 @@ class BlobStore(abc.ABC):
         """At most ``length`` bytes of the blob from ``offset`` (fewer at its end). Raises
         :class:`hub.core.errors.NotFound`, ``BadRequest`` for an offset beyond the end."""
 
-    @abc.abstractmethod
-    async def upload_offset(self, sha256: str, size: int) -> int:
-        """Begin (or resume) the upload of blob ``sha256`` of ``size`` bytes; return how many
-        bytes from the start it already holds (where the client resumes)."""
+    # An upload belongs to its *uploader* (the agent; "" for the hub itself): another agent
+    # announcing the same (sha256, size) writes its own upload, never this one's bytes.
 
     @abc.abstractmethod
-    async def write_chunk(self, sha256: str, size: int, offset: int, data: bytes) -> int:
+    async def upload_offset(self, sha256: str, size: int, *, uploader: str = "") -> int:
+        """Begin (or resume) ``uploader``'s upload of blob ``sha256`` of ``size`` bytes;
+        return how many bytes from the start it already holds (where the client resumes). A
+        stored blob is uploaded again all the same: the upload proves the uploader holds it."""
+
+    @abc.abstractmethod
+    async def write_chunk(
+        self, sha256: str, size: int, offset: int, data: bytes, *, uploader: str = ""
+    ) -> int:
         """Write ``data`` at ``offset`` of the upload (``offset`` at most what it holds: a
         resent chunk is written again, harmlessly); return the bytes it now holds. Raises
         ``NotFound`` for no such upload, ``BadRequest`` for a gap or a chunk past ``size``."""
 
     @abc.abstractmethod
-    async def commit(self, sha256: str, size: int) -> None:
-        """Hash the whole upload and store it as the blob. Idempotent (a stored blob commits
-        at once). Raises ``BadRequest`` while bytes are missing, and (the upload then discarded)
-        when its content does not hash to ``sha256``."""
+    async def commit(self, sha256: str, size: int, *, uploader: str = "") -> None:
+        """Hash the whole upload and store it as the blob (hashed where no writer reaches
+        it, so the bytes stored are the bytes hashed). Raises ``BadRequest`` while bytes are
+        missing, and (the upload then discarded) when its content does not hash to
+        ``sha256``."""
+
+    # -- grants: which workspace may reference which blob (docs/protocol.md "Blobs") ------
+
+    @abc.abstractmethod
+    async def grant(self, workspace: str, sha256: str, size: int, agent: str) -> None:
+        """Record that ``agent`` stored blob ``sha256`` (``size`` bytes) for ``workspace``:
+        the workspace may now reference it, and it counts against its quota. Idempotent."""
+
+    @abc.abstractmethod
+    async def grants(self, workspace: str) -> dict[str, int]:
+        """The blobs granted to ``workspace`` → their sizes."""
+
+    @abc.abstractmethod
+    def list_grants(self) -> AsyncIterator[tuple[str, str, float]]:
+        """Every grant as (workspace, sha256, epoch seconds it was granted) (``agora blobs
+        gc``)."""
+
+    @abc.abstractmethod
+    async def revoke(self, workspace: str, sha256: str) -> bool:
+        """Drop the grant of ``sha256`` to ``workspace``; whether it was there."""
 
     @abc.abstractmethod
     async def delete(self, sha256: str) -> bool:

@@ -6,10 +6,14 @@ Writes are crash-safe: a temporary file in the target directory is written and f
 into place (atomic on POSIX), then the directory is fsynced so the rename itself is durable.
 All file work runs in a worker thread (``asyncio.to_thread``); the event loop never blocks.
 
-Chunked uploads (the wire's ``putBlob``) grow a file ``root/.uploads/<sha256>.<size>``; the
-commit hashes it in a worker thread, fsyncs it and renames it into place, so a blob only ever
-appears whole and checked. A partial upload survives a restart: the client resumes at its
-length.
+Chunked uploads (the wire's ``putBlob``) grow a file ``root/.uploads/<sha256>.<size>.<uploader>``
+(``<uploader>`` a hash of the agent's name: one agent never writes into another's upload); the
+commit first renames it to a private name no writer opens, then hashes it in a worker thread,
+fsyncs it and renames it into place, so a blob only ever appears whole and checked, with the
+bytes that were hashed. A partial upload survives a restart: the client resumes at its length.
+
+Grants (which workspace may reference a blob, and pays for it in its quota) are files
+``root/.grants/<workspace>/<sha256>`` holding the size and the agent; their mtime is when.
 """
 
 from __future__ import annotations
@@ -24,12 +28,14 @@ from pathlib import Path
 from typing import Final
 
 from hub.core.errors import BadRequest, IntegrityError, NotFound, TooLarge, Unavailable
-from hub.core.validation import DEFAULT_MAX_BLOB_BYTES, SHA256_RE
+from hub.core.validation import DEFAULT_MAX_BLOB_BYTES, SHA256_RE, validate_workspace
 from hub.log.base import BlobStore
 
-__all__ = ["DEFAULT_MAX_BLOB_BYTES", "UPLOADS_DIR", "FileBlobStore"]
+__all__ = ["DEFAULT_MAX_BLOB_BYTES", "GRANTS_DIR", "UPLOADS_DIR", "FileBlobStore"]
 _TMP_PREFIX: Final = ".tmp-"
 UPLOADS_DIR: Final = ".uploads"
+GRANTS_DIR: Final = ".grants"
+_COMMITTING: Final = ".commit-"
 _HASH_CHUNK: Final = 1024 * 1024
 
 
@@ -93,15 +99,18 @@ class FileBlobStore(BlobStore):
         path = self.path_of(sha256)
         return await asyncio.to_thread(self._read_sync, sha256, path, offset, length)
 
-    def _upload_path(self, sha256: str, size: int) -> Path:
+    def _upload_path(self, sha256: str, size: int, uploader: str) -> Path:
         self.path_of(sha256)  # validates the name
-        return self.root / UPLOADS_DIR / f"{sha256}.{size}"
+        name = f"{sha256}.{size}"
+        if uploader:
+            name += "." + hashlib.sha256(uploader.encode()).hexdigest()[:32]
+        return self.root / UPLOADS_DIR / name
 
-    async def upload_offset(self, sha256: str, size: int) -> int:
+    async def upload_offset(self, sha256: str, size: int, *, uploader: str = "") -> int:
         self._check_size(size)
-        if await self.has(sha256):
-            return size
-        path = self._upload_path(sha256, size)
+        if not uploader and await self.has(sha256):
+            return size  # the hub's own content: nothing to prove
+        path = self._upload_path(sha256, size, uploader)
 
         def begin() -> int:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -113,8 +122,10 @@ class FileBlobStore(BlobStore):
         except OSError as e:
             raise Unavailable(f"cannot begin the upload of blob {sha256}: {e}") from e
 
-    async def write_chunk(self, sha256: str, size: int, offset: int, data: bytes) -> int:
-        path = self._upload_path(sha256, size)
+    async def write_chunk(
+        self, sha256: str, size: int, offset: int, data: bytes, *, uploader: str = ""
+    ) -> int:
+        path = self._upload_path(sha256, size, uploader)
         if offset < 0 or offset + len(data) > size:
             raise BadRequest(
                 f"a chunk at {offset} of {len(data)} bytes does not fit a blob of {size}",
@@ -122,11 +133,84 @@ class FileBlobStore(BlobStore):
             )
         return await asyncio.to_thread(self._write_sync, sha256, path, offset, data)
 
-    async def commit(self, sha256: str, size: int) -> None:
-        if await self.has(sha256):
+    async def commit(self, sha256: str, size: int, *, uploader: str = "") -> None:
+        if not uploader and await self.has(sha256):
             return
-        path = self._upload_path(sha256, size)
+        path = self._upload_path(sha256, size, uploader)
         await asyncio.to_thread(self._commit_sync, sha256, size, path)
+
+    # -- grants -------------------------------------------------------------------------------
+
+    def _grant_path(self, workspace: str, sha256: str) -> Path:
+        self.path_of(sha256)
+        validate_workspace(workspace)
+        return self.root / GRANTS_DIR / workspace / sha256
+
+    async def grant(self, workspace: str, sha256: str, size: int, agent: str) -> None:
+        path = self._grant_path(workspace, sha256)
+
+        def write() -> None:
+            if path.is_file():
+                return
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.parent / f"{_TMP_PREFIX}{uuid.uuid4().hex}"
+            tmp.write_text(f"{size} {agent}\n")
+            os.replace(tmp, path)
+
+        try:
+            await asyncio.to_thread(write)
+        except OSError as e:
+            raise Unavailable(f"cannot record the grant of blob {sha256}: {e}") from e
+
+    async def grants(self, workspace: str) -> dict[str, int]:
+        validate_workspace(workspace)
+        directory = self.root / GRANTS_DIR / workspace
+
+        def scan() -> dict[str, int]:
+            found: dict[str, int] = {}
+            if not directory.is_dir():
+                return found
+            for f in directory.iterdir():
+                if SHA256_RE.fullmatch(f.name):
+                    with contextlib.suppress(OSError, ValueError):
+                        found[f.name] = int(f.read_text().split(" ", 1)[0])
+            return found
+
+        try:
+            return await asyncio.to_thread(scan)
+        except OSError as e:
+            raise Unavailable(f"cannot read the grants of {workspace!r}: {e}") from e
+
+    async def list_grants(self) -> AsyncIterator[tuple[str, str, float]]:
+        top = self.root / GRANTS_DIR
+
+        def scan() -> list[tuple[str, str, float]]:
+            found: list[tuple[str, str, float]] = []
+            if not top.is_dir():
+                return found
+            for d in top.iterdir():
+                if not d.is_dir():
+                    continue
+                for f in d.iterdir():
+                    if SHA256_RE.fullmatch(f.name):
+                        with contextlib.suppress(OSError):
+                            found.append((d.name, f.name, f.stat().st_mtime))
+            return found
+
+        for item in await asyncio.to_thread(scan):
+            yield item
+
+    async def revoke(self, workspace: str, sha256: str) -> bool:
+        path = self._grant_path(workspace, sha256)
+
+        def remove() -> bool:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                return False
+            return True
+
+        return await asyncio.to_thread(remove)
 
     async def delete(self, sha256: str) -> bool:
         path = self.path_of(sha256)
@@ -232,10 +316,22 @@ class FileBlobStore(BlobStore):
 
     def _commit_sync(self, sha256: str, size: int, upload: Path) -> None:
         target = self.root / sha256[:2] / sha256[2:]
+        # First out of every writer's reach (a writer opens the upload by its name), so the
+        # bytes hashed are the bytes stored.
+        private = upload.parent / f"{_COMMITTING}{uuid.uuid4().hex}"
         try:
-            with open(upload, "rb") as f:
+            os.replace(upload, private)
+        except FileNotFoundError as e:
+            raise NotFound(
+                f"no upload of blob {sha256} under way: send putBlob first", sha256=sha256
+            ) from e
+        except OSError as e:
+            raise Unavailable(f"cannot commit blob {sha256}: {e}") from e
+        try:
+            with open(private, "rb") as f:
                 held = os.fstat(f.fileno()).st_size
                 if held != size:
+                    os.replace(private, upload)  # put back: the client resumes it
                     raise BadRequest(
                         f"the upload holds {held} of {size} bytes; send the rest first",
                         field="$.sha256",
@@ -245,15 +341,13 @@ class FileBlobStore(BlobStore):
                 while chunk := f.read(_HASH_CHUNK):
                     digest.update(chunk)
                 os.fsync(f.fileno())
-        except FileNotFoundError as e:
-            raise NotFound(
-                f"no upload of blob {sha256} under way: send putBlob first", sha256=sha256
-            ) from e
         except OSError as e:
+            with contextlib.suppress(OSError):
+                private.unlink()
             raise Unavailable(f"cannot commit blob {sha256}: {e}") from e
         if digest.hexdigest() != sha256:
             with contextlib.suppress(OSError):
-                upload.unlink()
+                private.unlink()
             # The client's fault, not the store's: a bad request (IntegrityError means damage).
             raise BadRequest(
                 f"the uploaded content does not hash to {sha256}; upload discarded",
@@ -261,11 +355,16 @@ class FileBlobStore(BlobStore):
                 actual=digest.hexdigest(),
             )
         try:
+            if target.is_file():
+                private.unlink()  # stored already: the upload only proved its holder has it
+                return
             created = _mkdirs(target.parent)
-            os.replace(upload, target)
+            os.replace(private, target)
             for d in (target.parent, *created):
                 _fsync_dir(d)
         except OSError as e:
+            with contextlib.suppress(OSError):
+                private.unlink()
             raise Unavailable(f"cannot commit blob {sha256}: {e}") from e
 
     def _put_sync(self, data: bytes) -> str:

@@ -177,6 +177,27 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             """,
         ),
     ),
+    Migration(
+        5,
+        "uploads per uploader (blob_uploads.uploader); blob_grants",
+        (
+            # One agent's chunks never land in another's upload of the same (sha256, size).
+            "ALTER TABLE {schema}.blob_uploads ADD COLUMN uploader TEXT NOT NULL DEFAULT ''",
+            "ALTER TABLE {schema}.blob_uploads DROP CONSTRAINT blob_uploads_pkey",
+            "ALTER TABLE {schema}.blob_uploads ADD PRIMARY KEY (uploader, sha256, size, off)",
+            # Which workspace may reference a blob it does not reference yet (its quota pays).
+            """
+            CREATE TABLE {schema}.blob_grants (
+                workspace  TEXT        NOT NULL,
+                sha256     TEXT        NOT NULL,
+                size       BIGINT      NOT NULL,
+                agent      TEXT        NOT NULL,
+                granted_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+                PRIMARY KEY (workspace, sha256)
+            )
+            """,
+        ),
+    ),
 )
 
 LATEST: Final = MIGRATIONS[-1].version

@@ -302,36 +302,54 @@ class _Sql:
             "AND off + octet_length(data) > $2 ORDER BY off"
         )
         self.blob_all_parts = f"SELECT off, data FROM {s}.blob_parts WHERE sha256 = $1 ORDER BY off"
+        # $1 sha256, $2 size, then the uploader (the last parameter).
         self.upload_held = (
             f"SELECT coalesce(max(off + octet_length(data)), 0) FROM {s}.blob_uploads "
-            "WHERE sha256 = $1 AND size = $2"
+            "WHERE sha256 = $1 AND size = $2 AND uploader = $3"
         )
         self.upload_write = (
-            f"INSERT INTO {s}.blob_uploads AS u (sha256, size, off, data) "
-            "VALUES ($1, $2, $3, $4) ON CONFLICT (sha256, size, off) DO UPDATE SET "
+            f"INSERT INTO {s}.blob_uploads AS u (sha256, size, off, data, uploader) "
+            "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (uploader, sha256, size, off) DO UPDATE SET "
             "data = EXCLUDED.data, written_at = now() "
             "WHERE octet_length(EXCLUDED.data) >= octet_length(u.data)"
         )
         self.upload_parts = (
-            f"SELECT off, data FROM {s}.blob_uploads WHERE sha256 = $1 AND size = $2 ORDER BY off"
+            f"SELECT off, data FROM {s}.blob_uploads WHERE sha256 = $1 AND size = $2 "
+            "AND uploader = $3 ORDER BY off"
         )
         self.upload_move = (
             f"INSERT INTO {s}.blob_parts (sha256, off, data) SELECT sha256, off, data "
-            f"FROM {s}.blob_uploads WHERE sha256 = $1 AND size = $2 ON CONFLICT DO NOTHING"
+            f"FROM {s}.blob_uploads WHERE sha256 = $1 AND size = $2 AND uploader = $3 "
+            "ON CONFLICT DO NOTHING"
         )
-        self.upload_drop = f"DELETE FROM {s}.blob_uploads WHERE sha256 = $1 AND size = $2"
+        self.upload_drop = (
+            f"DELETE FROM {s}.blob_uploads WHERE sha256 = $1 AND size = $2 AND uploader = $3"
+        )
+        # Writers and the committer of one upload take this lock in their transaction: the
+        # commit hashes and copies the chunks with no write between.
+        self.upload_lock = "SELECT pg_advisory_xact_lock(hashtext($1 || '.' || $2 || '.' || $3))"
+        self.grant_put = (
+            f"INSERT INTO {s}.blob_grants (workspace, sha256, size, agent) "
+            "VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING"
+        )
+        self.grant_of = f"SELECT sha256, size FROM {s}.blob_grants WHERE workspace = $1"
+        self.grant_list = (
+            f"SELECT workspace, sha256, extract(epoch FROM granted_at) FROM {s}.blob_grants"
+        )
+        self.grant_drop = f"DELETE FROM {s}.blob_grants WHERE workspace = $1 AND sha256 = $2"
         self.blob_put_chunked = (
             f"INSERT INTO {s}.blobs (sha256, data, size, chunked) VALUES ($1, ''::bytea, $2, true) "
             "ON CONFLICT (sha256) DO NOTHING"
         )
         self.blob_delete = f"DELETE FROM {s}.blobs WHERE sha256 = $1"
         self.upload_purge = (
-            f"DELETE FROM {s}.blob_uploads u WHERE (u.sha256, u.size) IN (SELECT sha256, size "
-            f"FROM {s}.blob_uploads GROUP BY sha256, size "
+            f"DELETE FROM {s}.blob_uploads u WHERE (u.uploader, u.sha256, u.size) IN "
+            f"(SELECT uploader, sha256, size FROM {s}.blob_uploads GROUP BY uploader, sha256, size "
             "HAVING max(written_at) < to_timestamp($1))"
         )
         self.upload_count = (
-            f"SELECT count(*) FROM (SELECT 1 FROM {s}.blob_uploads GROUP BY sha256, size "
+            f"SELECT count(*) FROM (SELECT 1 FROM {s}.blob_uploads "
+            "GROUP BY uploader, sha256, size "
             "HAVING max(written_at) < to_timestamp($1)) AS stale"
         )
         self.blob_delete_parts = f"DELETE FROM {s}.blob_parts WHERE sha256 = $1"
@@ -474,17 +492,19 @@ class PostgresBlobStore(BlobStore):
                 limit=self.max_bytes,
             )
 
-    async def upload_offset(self, sha256: str, size: int) -> int:
+    async def upload_offset(self, sha256: str, size: int, *, uploader: str = "") -> int:
         self._check(sha256)
         self._check_size(size)
-        if await self.has(sha256):
-            return size
+        if not uploader and await self.has(sha256):
+            return size  # the hub's own content: nothing to prove
         try:
-            return int(await self._pool().fetchval(self._sql.upload_held, sha256, size))
+            return int(await self._pool().fetchval(self._sql.upload_held, sha256, size, uploader))
         except _DRIVER_ERRORS as e:
             raise _translate(e, "reading an upload") from e
 
-    async def write_chunk(self, sha256: str, size: int, offset: int, data: bytes) -> int:
+    async def write_chunk(
+        self, sha256: str, size: int, offset: int, data: bytes, *, uploader: str = ""
+    ) -> int:
         self._check(sha256)
         self._check_size(size)
         if offset < 0 or offset + len(data) > size:
@@ -494,7 +514,8 @@ class PostgresBlobStore(BlobStore):
             )
         try:
             async with self._pool().acquire() as conn, conn.transaction():
-                held = int(await conn.fetchval(self._sql.upload_held, sha256, size))
+                await conn.execute(self._sql.upload_lock, sha256, str(size), uploader)
+                held = int(await conn.fetchval(self._sql.upload_held, sha256, size, uploader))
                 if offset > held:
                     raise BadRequest(
                         f"chunk at {offset} leaves a gap: the upload holds {held} bytes",
@@ -502,27 +523,40 @@ class PostgresBlobStore(BlobStore):
                         offset=held,
                     )
                 if data:
-                    await conn.execute(self._sql.upload_write, sha256, size, offset, bytes(data))
+                    await conn.execute(
+                        self._sql.upload_write, sha256, size, offset, bytes(data), uploader
+                    )
                 return max(held, offset + len(data))
         except _DRIVER_ERRORS as e:
             raise _translate(e, "writing an upload") from e
 
-    async def commit(self, sha256: str, size: int) -> None:
+    async def commit(self, sha256: str, size: int, *, uploader: str = "") -> None:
         self._check(sha256)
-        if await self.has(sha256):
+        if not uploader and await self.has(sha256):
             return
         digest = hashlib.sha256()
         try:
             async with self._pool().acquire() as conn, conn.transaction():
+                # Hash and copy in this one transaction, no writer between (upload_lock).
+                await conn.execute(self._sql.upload_lock, sha256, str(size), uploader)
                 at = 0
-                # A cursor: the upload's chunks stream through, one at a time.
-                async for row in conn.cursor(self._sql.upload_parts, sha256, size):
+                # A cursor: the upload's chunks stream through, a batch at a time, hashed in
+                # a worker thread (megabytes of CPU work stay off the event loop).
+                batch: list[bytes] = []
+                held = 0
+                async for row in conn.cursor(self._sql.upload_parts, sha256, size, uploader):
                     off, part = int(row[0]), bytes(row[1])
                     if off > at:
                         break  # a gap (cannot happen through write_chunk)
                     fresh = part[at - off :]
-                    digest.update(fresh)
+                    batch.append(fresh)
+                    held += len(fresh)
                     at += len(fresh)
+                    if held >= _HASH_BATCH:
+                        await asyncio.to_thread(_update, digest, batch)
+                        batch, held = [], 0
+                if batch:
+                    await asyncio.to_thread(_update, digest, batch)
                 if at != size:
                     raise BadRequest(
                         f"the upload holds {at} of {size} bytes; send the rest first",
@@ -530,11 +564,11 @@ class PostgresBlobStore(BlobStore):
                         offset=at,
                     )
                 if digest.hexdigest() != sha256:
-                    await conn.execute(self._sql.upload_drop, sha256, size)
+                    await conn.execute(self._sql.upload_drop, sha256, size, uploader)
                 else:
-                    await conn.execute(self._sql.upload_move, sha256, size)
+                    await conn.execute(self._sql.upload_move, sha256, size, uploader)
                     await conn.execute(self._sql.blob_put_chunked, sha256, size)
-                    await conn.execute(self._sql.upload_drop, sha256, size)
+                    await conn.execute(self._sql.upload_drop, sha256, size, uploader)
         except _DRIVER_ERRORS as e:
             raise _translate(e, "committing a blob") from e
         if digest.hexdigest() != sha256:
@@ -543,6 +577,38 @@ class PostgresBlobStore(BlobStore):
                 field="$.sha256",
                 actual=digest.hexdigest(),
             )
+
+    # -- grants ---------------------------------------------------------------------------
+
+    async def grant(self, workspace: str, sha256: str, size: int, agent: str) -> None:
+        self._check(sha256)
+        try:
+            await self._pool().execute(self._sql.grant_put, workspace, sha256, size, agent)
+        except _DRIVER_ERRORS as e:
+            raise _translate(e, "recording a grant") from e
+
+    async def grants(self, workspace: str) -> dict[str, int]:
+        try:
+            rows = await self._pool().fetch(self._sql.grant_of, workspace)
+        except _DRIVER_ERRORS as e:
+            raise _translate(e, "reading grants") from e
+        return {str(r[0]): int(r[1]) for r in rows}
+
+    async def list_grants(self) -> AsyncIterator[tuple[str, str, float]]:
+        try:
+            rows = await self._pool().fetch(self._sql.grant_list)
+        except _DRIVER_ERRORS as e:
+            raise _translate(e, "listing grants") from e
+        for row in rows:
+            yield str(row[0]), str(row[1]), float(row[2])
+
+    async def revoke(self, workspace: str, sha256: str) -> bool:
+        self._check(sha256)
+        try:
+            status = await self._pool().execute(self._sql.grant_drop, workspace, sha256)
+        except _DRIVER_ERRORS as e:
+            raise _translate(e, "dropping a grant") from e
+        return _rowcount(status) > 0
 
     async def delete(self, sha256: str) -> bool:
         self._check(sha256)
@@ -584,6 +650,15 @@ def _stitch(parts: Iterable[tuple[int, bytes]], start: int, end: int) -> bytes:
         out += piece
         at += len(piece)
     return bytes(out)
+
+
+_HASH_BATCH: Final = 4 * 1024 * 1024
+"""Bytes of an upload hashed per worker-thread call while it is committed."""
+
+
+def _update(digest: hashlib._Hash, parts: list[bytes]) -> None:
+    for part in parts:
+        digest.update(part)
 
 
 async def _sha256(data: bytes) -> str:

@@ -73,19 +73,38 @@ def _matches(root: Path, globs: Sequence[str]) -> list[str]:
 
 
 async def collect_artifacts(
-    blobs: BlobStore, root: Path, globs: Sequence[str], exec_id: str, causation_id: str
+    blobs: BlobStore,
+    root: Path,
+    globs: Sequence[str],
+    exec_id: str,
+    causation_id: str,
+    *,
+    budget: int | None = None,
 ) -> tuple[list[Event], list[ArtifactRef]]:
     """Store the files under ``root`` matching ``globs``; return the ``artifactPublished``
     drafts (caused by the request ``causation_id``) and their refs for the result. A file
-    that cannot be stored (gone, over the blob limit) is left out."""
+    that cannot be stored (gone, over the blob limit, past the ``budget``: the bytes the
+    workspace's quota has left) is left out."""
     paths = await asyncio.to_thread(_matches, root, globs)
     drafts: list[Event] = []
     refs: list[ArtifactRef] = []
+    left = budget
     for rel in paths:
+        if left is not None:
+            try:
+                st = await asyncio.to_thread(os.lstat, root / rel)
+            except OSError:
+                continue
+            if st.st_size > left:
+                continue  # checked again on what was stored, below
         try:
             sha, size = await blobs.put_file(root / rel)
         except (AgoraError, OSError):
             continue
+        if left is not None:
+            if size > left:
+                continue  # grew meanwhile; stored, unreferenced: `agora blobs gc` removes it
+            left -= size
         media = mimetypes.guess_type(rel)[0] or "application/octet-stream"
         payload = ArtifactPayload(
             key=rel, media_type=media, size_bytes=size, sha256=sha, blob=sha, exec_id=exec_id

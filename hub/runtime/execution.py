@@ -195,12 +195,15 @@ async def supervise(execution: Execution, settings: RuntimeSettings, node: str) 
                 finished, pulled=len(drafts), skipped=[*finished.skipped, *skipped]
             )
             if execution.artifacts:
+                quota = workspaces.limits.max_workspace_bytes
+                used = await workspaces.stored_bytes(execution.workspace)
                 published, refs = await collect_artifacts(
                     workspaces.store.blobs,
                     mirror.root,
                     execution.artifacts,
                     execution.exec_id,
                     execution.request_event_id,
+                    budget=max(0, quota - used),
                 )
                 drafts += published
                 finished = msgspec.structs.replace(finished, artifacts=[*finished.artifacts, *refs])

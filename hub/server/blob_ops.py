@@ -7,12 +7,22 @@ quota ``max_workspace_bytes``, :data:`~hub.core.wire.frames.MAX_BLOB_CHUNK` per 
 may read: a blob is downloadable through a workspace only while that workspace references
 it (a file's content or an artifact), so knowing a hash never opens another workspace's
 content. Every op handles one chunk at most: the hub never holds a whole blob.
+
+An upload belongs to the agent that began it (another agent's chunks go to its own upload),
+and one agent's chunks and commit of one upload take turns (a lock per upload), so the bytes
+hashed at the commit are the bytes stored. A commit *grants* the blob to the workspace named:
+the workspace may then reference it and its quota pays for it. ``putBlob`` answers
+``stored: true`` only for a blob the workspace may reference already; otherwise the bytes are
+sent, even if the hub holds them for another workspace (the hash check proves the uploader
+holds the content).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Final
 
 from hub.config import LimitsConfig
@@ -54,6 +64,22 @@ class BlobOps:
         self._monotonic = monotonic
         # agent -> (sha256, size) of each upload it began -> when (monotonic seconds).
         self._open: dict[str, dict[tuple[str, int], float]] = {}
+        # (agent, sha256, size) -> the lock its writes and commit take, with its holders and
+        # waiters (dropped at 0: the map holds only uploads being worked on).
+        self._locks: dict[tuple[str, str, int], tuple[asyncio.Lock, list[int]]] = {}
+
+    @contextlib.asynccontextmanager
+    async def _upload_lock(self, agent: str, sha: str, size: int) -> AsyncIterator[None]:
+        key = (agent, sha, size)
+        lock, users = self._locks.setdefault(key, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if users[0] == 0:
+                del self._locks[key]
 
     def _begin(self, agent: str, key: tuple[str, int]) -> None:
         now = self._monotonic()
@@ -87,11 +113,15 @@ class BlobOps:
                         limit=self.limits.max_blob_bytes,
                         size=size,
                     )
-                stored = await blobs.has(sha)
-                if not stored:
+                stored = await self.workspaces.may_reference(workspace, sha) and await blobs.has(
+                    sha
+                )
+                if stored:
+                    offset = size
+                else:
                     await self.check_quota(workspace, size)
                     self._begin(request.agent, (sha, size))
-                offset = size if stored else await blobs.upload_offset(sha, size)
+                    offset = await blobs.upload_offset(sha, size, uploader=request.agent)
                 return BlobStatus(
                     workspace=workspace, sha256=sha, size=size, offset=offset, stored=stored
                 )
@@ -110,15 +140,21 @@ class BlobOps:
                         "putBlob first",
                         field="$.sha256",
                     )
-                held = await blobs.write_chunk(sha, size, offset, data)
+                async with self._upload_lock(request.agent, sha, size):
+                    held = await blobs.write_chunk(sha, size, offset, data, uploader=request.agent)
                 return BlobStatus(workspace=workspace, sha256=sha, size=size, offset=held)
             case CommitBlob(sha256=sha, size=size):
-                try:
-                    await blobs.commit(sha, size)
-                except BadRequest as e:
-                    if "offset" not in e.details:  # not incomplete: the upload was discarded
-                        self._committed(request.agent, (sha, size))
-                    raise
+                async with self._upload_lock(request.agent, sha, size):
+                    if not await self.workspaces.may_reference(workspace, sha):
+                        # Again here: uploads to one workspace may have been begun together.
+                        await self.check_quota(workspace, size)
+                    try:
+                        await blobs.commit(sha, size, uploader=request.agent)
+                    except BadRequest as e:
+                        if "offset" not in e.details:  # not incomplete: the upload was discarded
+                            self._committed(request.agent, (sha, size))
+                        raise
+                    await blobs.grant(workspace, sha, size, request.agent)
                 self._committed(request.agent, (sha, size))
                 return BlobStatus(
                     workspace=workspace, sha256=sha, size=size, offset=size, stored=True
@@ -142,14 +178,4 @@ class BlobOps:
     async def check_quota(self, workspace: str, size: int) -> None:
         """Raise :class:`TooLarge` when ``size`` more bytes would take ``workspace`` over
         ``[limits] max_workspace_bytes``."""
-        quota = self.limits.max_workspace_bytes
-        used = await self.workspaces.stored_bytes(workspace)
-        if used + size > quota:
-            raise TooLarge(
-                f"workspace {workspace!r} holds {used} bytes; {size} more would pass its quota "
-                f"of {quota} (max_workspace_bytes)",
-                field="$.size",
-                limit=quota,
-                used=used,
-                size=size,
-            )
+        await self.workspaces.check_quota(workspace, size)

@@ -55,6 +55,7 @@ async def test_file_part_in_and_artifact_out(
         # An agent of the workspace publishes a result; it crosses as an A2A artifact.
         result = os.urandom(300_000)
         blob = await workspaces.store.blobs.put(result)
+        await workspaces.store.blobs.grant(WORKSPACE, blob, len(result), "worker")
         draft = ArtifactPublished(
             correlation_id=task_id,
             payload=ArtifactPayload(key="out.bin", media_type="application/x-bin", blob=blob),

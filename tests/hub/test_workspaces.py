@@ -261,7 +261,12 @@ async def test_an_artifact_needs_a_stored_blob_and_gets_the_hubs_figures(
         await ws.publish("w", [ArtifactPublished(payload=ArtifactPayload(key="k"))], producer="a")
     blob = await store.blobs.put(b"12345")
     lie = ArtifactPayload(key="k", blob=blob, size_bytes=10**18, sha256="f" * 64)
+    with pytest.raises(NotFound):  # stored, but not for this workspace: a hash opens nothing
+        await ws.publish("w", [ArtifactPublished(payload=lie)], producer="a")
+    await store.blobs.grant("w", blob, 5, "a")  # what a commitBlob to "w" records
+    assert await ws.stored_bytes("w") == 5  # the grant counts against the quota
     r = await ws.publish("w", [ArtifactPublished(payload=lie)], producer="a")
+    assert await ws.stored_bytes("w") == 5  # once: now the artifact pays for it
     stored = r.events[0].payload
     assert stored.size_bytes == 5 and stored.sha256 == blob
 
