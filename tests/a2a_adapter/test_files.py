@@ -78,3 +78,34 @@ async def test_file_part_in_and_artifact_out(
         unreferenced = await workspaces.store.blobs.put(b"not referenced")
         missing = await http.get(f"/blobs/{WORKSPACE}/{unreferenced}", headers=auth)
         assert missing.status_code == 404
+
+
+async def test_a_url_part_naming_another_workspaces_blob_opens_nothing(
+    service: A2AService, workspaces: Workspaces, token: TokenFactory
+) -> None:
+    """The attacker knows the hash of a blob of workspace "secret" and sends a file part
+    whose URL names it under its own workspace (on any host): no artifact, nothing to read."""
+    secret = os.urandom(100_000)
+    sha = await workspaces.store.blobs.put(secret)
+    await workspaces.store.blobs.grant("secret", sha, len(secret), "owner")
+    async with open_client(service.url, token("peer"), streaming=False) as peer:
+        message = Message(
+            message_id=str(uuid.uuid4()),
+            role=Role.ROLE_USER,
+            context_id=WORKSPACE,
+            parts=[
+                Part(text="look"),
+                Part(url=f"http://elsewhere.example/blobs/{WORKSPACE}/{sha}", filename="x"),
+                Part(url=f"/blobs/{WORKSPACE}/{sha}", filename="y"),
+            ],
+        )
+        request = SendMessageRequest(
+            message=message, configuration=SendMessageConfiguration(return_immediately=True)
+        )
+        [r async for r in peer.send_message(request)]
+    state = await workspaces.state(WORKSPACE)
+    assert not {"x", "y"} & set(state.artifacts)
+    async with httpx.AsyncClient(base_url=service.url, timeout=10) as http:
+        auth = {"Authorization": f"Bearer {token('peer')}"}
+        got = await http.get(f"/blobs/{WORKSPACE}/{sha}", headers=auth)
+        assert got.status_code == 404

@@ -410,7 +410,8 @@ async def test_migration_3_adds_the_tree_to_an_existing_log(schema: str) -> None
         await store.append("ws", [msg(str(i)) for i in range(5)])
     async with connection() as conn:
         await conn.execute(f'DROP TABLE "{schema}".merkle_hashes, "{schema}".checkpoints')
-        # Migration 4 (chunked blobs) undone too: the schema is as version 2 left it.
+        # Migrations 4 (chunked blobs) and 5 (grants) undone too: as version 2 left it.
+        await conn.execute(f'DROP TABLE "{schema}".blob_grants')
         await conn.execute(f'DROP TABLE "{schema}".blob_parts, "{schema}".blob_uploads')
         await conn.execute(
             f'ALTER TABLE "{schema}".blobs DROP COLUMN size, DROP COLUMN chunked, '
@@ -424,4 +425,4 @@ async def test_migration_3_adds_the_tree_to_an_existing_log(schema: str) -> None
         # 6 leaves: 6 leaf hashes + 3 + 1 interior ones, every one of them stored.
         assert len(await store.read_hash_map("ws", list(range(20)))) == 10
     async with connection() as conn:
-        assert await current_version(conn, schema) == LATEST == 4
+        assert await current_version(conn, schema) == LATEST == 5
