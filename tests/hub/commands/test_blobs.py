@@ -59,6 +59,25 @@ def test_gc_removes_only_unreferenced_blobs_past_the_grace(
     assert (data / "blobs" / SHA[:2] / SHA[2:]).exists()
 
 
+def test_gc_drops_unreferenced_grants_past_the_grace(
+    data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An upload committed for a workspace and never referenced holds its quota only until
+    gc: then the grant goes, and the blob with it. A referenced grant stays."""
+    capsys.readouterr()
+    store = FileBlobStore(data / "blobs")
+    orphan = asyncio.run(store.put(b"uploaded, never referenced"))
+    asyncio.run(store.grant("demo", orphan, 26, "alice"))
+    asyncio.run(store.grant("demo", SHA, len(BIG), "alice"))  # demo references it
+    code, out, _ = run(capsys, "blobs", "gc", "--data", str(data))
+    assert code == 0 and "0 unreferenced" in out  # younger than the grace: kept
+    assert asyncio.run(store.grants("demo")) == {orphan: 26, SHA: len(BIG)}
+    code, out, _ = run(capsys, "blobs", "gc", "--grace", "0", "--data", str(data))
+    assert code == 0 and "dropped 1 unreferenced grant" in out and f"removed {orphan}" in out
+    assert asyncio.run(store.grants("demo")) == {SHA: len(BIG)}
+    assert not asyncio.run(store.has(orphan))
+
+
 def test_bad_duration_is_a_usage_error(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main(["blobs", "gc", "--grace", "soon", "--data", str(data)])
