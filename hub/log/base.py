@@ -10,6 +10,8 @@ from __future__ import annotations
 import abc
 import asyncio
 import hashlib
+import os
+import stat
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -26,20 +28,25 @@ CHECK_CHUNK: Final = 1024 * 1024
 """Bytes read at a time while a blob's hash is checked."""
 
 
-def _hash_file(path: Path) -> tuple[int, str]:
+def _open_regular(path: Path) -> int:
+    """A read-only descriptor of the regular file at ``path``, never through a symbolic link
+    (``O_NOFOLLOW``) and never a device or a FIFO (``O_NONBLOCK`` so opening one does not
+    block; the ``fstat`` of the descriptor itself decides). Raises ``OSError``."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, flags)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a regular file")
+    return fd
+
+
+def _hash_fd(fd: int) -> tuple[int, str]:
     digest = hashlib.sha256()
     size = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(CHECK_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
+    while chunk := os.pread(fd, CHECK_CHUNK, size):
+        digest.update(chunk)
+        size += len(chunk)
     return size, digest.hexdigest()
-
-
-def _read_at(path: Path, offset: int, length: int) -> bytes:
-    with open(path, "rb") as f:
-        f.seek(offset)
-        return f.read(length)
 
 
 class BlobStore(abc.ABC):
@@ -130,17 +137,24 @@ class BlobStore(abc.ABC):
     async def put_file(self, path: Path) -> tuple[str, int]:
         """Store the file at ``path`` chunk by chunk (hashed first, then uploaded and checked
         on commit), never whole in memory; return its (sha256, size)."""
-        size, sha256 = await asyncio.to_thread(_hash_file, path)
-        if await self.has(sha256):
+        # One descriptor, opened without following links, for the hash and every read: the
+        # path cannot be swapped for a link to another file between them (a sandbox writes
+        # under it while the hub collects).
+        fd = await asyncio.to_thread(_open_regular, path)
+        try:
+            size, sha256 = await asyncio.to_thread(_hash_fd, fd)
+            if await self.has(sha256):
+                return sha256, size
+            offset = await self.upload_offset(sha256, size)
+            while offset < size:
+                part = await asyncio.to_thread(os.pread, fd, CHECK_CHUNK, offset)
+                if not part:
+                    break  # the file shrank meanwhile: the commit refuses it
+                offset = await self.write_chunk(sha256, size, offset, part)
+            await self.commit(sha256, size)
             return sha256, size
-        offset = await self.upload_offset(sha256, size)
-        while offset < size:
-            part = await asyncio.to_thread(_read_at, path, offset, CHECK_CHUNK)
-            if not part:
-                break  # the file shrank meanwhile: the commit refuses it
-            offset = await self.write_chunk(sha256, size, offset, part)
-        await self.commit(sha256, size)
-        return sha256, size
+        finally:
+            os.close(fd)
 
     async def check(self, sha256: str) -> None:
         """Read the whole blob in ranges and check it hashes to its name (``agora verify``).

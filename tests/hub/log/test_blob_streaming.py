@@ -3,9 +3,11 @@ file blobs and PostgreSQL's blob_parts), through the ``BlobStore`` interface onl
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +122,24 @@ async def test_abandoned_uploads_are_purged(store: EventStore) -> None:
     assert await store.blobs.purge_uploads(time.time() - 3600) == 0  # still fresh
     assert await store.blobs.purge_uploads(time.time() + 1) == 1
     assert await store.blobs.upload_offset(sha, len(data)) == 0
+
+
+async def test_put_file_never_follows_a_link_nor_reads_a_fifo(
+    store: EventStore, tmp_path: Path
+) -> None:
+    """Artifact collection stores files a sandbox wrote: a link (to a hub secret) or a FIFO
+    put in place of a file is refused, never read."""
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"the hub's secret")
+    link = tmp_path / "out.png"
+    link.symlink_to(secret)
+    with pytest.raises(OSError):
+        await store.blobs.put_file(link)
+    fifo = tmp_path / "pipe.png"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError):
+        await asyncio.wait_for(store.blobs.put_file(fifo), 5)
+    assert not await store.blobs.has(hashlib.sha256(b"the hub's secret").hexdigest())
+    plain = tmp_path / "ok.bin"
+    plain.write_bytes(b"fine")
+    assert await store.blobs.put_file(plain) == (hashlib.sha256(b"fine").hexdigest(), 4)
