@@ -20,9 +20,10 @@ import os
 import tempfile
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, BinaryIO, Final
 
-from hub.core.errors import BadRequest, IntegrityError, Internal
+from hub.core.errors import BadRequest, IntegrityError, Internal, TooLarge
+from hub.core.validation import DEFAULT_MAX_BLOB_BYTES
 from hub.core.wire import frames
 
 if TYPE_CHECKING:
@@ -76,18 +77,31 @@ def _hash_file(path: Path) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
+def _too_large(size: int, max_bytes: int) -> TooLarge:
+    return TooLarge(
+        f"a blob has at most {max_bytes} bytes (max_blob_bytes)", limit=max_bytes, size=size
+    )
+
+
+def _spool(f: BinaryIO, digest: hashlib._Hash, part: bytes) -> None:
+    digest.update(part)
+    f.write(part)
+
+
 @contextlib.asynccontextmanager
-async def _content(source: BlobSource) -> AsyncIterator[_Content]:
+async def _content(source: BlobSource, max_bytes: int) -> AsyncIterator[_Content]:
+    # Hashing megabytes is CPU work: in a worker thread, never on the event loop.
     if isinstance(source, bytes | bytearray | memoryview):
         data = bytes(source)
-        yield _Content(len(data), hashlib.sha256(data).hexdigest(), data, None)
+        sha = await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())
+        yield _Content(len(data), sha, data, None)
         return
     if isinstance(source, str | Path):
         path = Path(source)
         size, sha = await asyncio.to_thread(_hash_file, path)
         yield _Content(size, sha, None, path)
         return
-    # A stream: spooled to a temporary file while hashed.
+    # A stream: spooled to a temporary file while hashed, never past ``max_bytes``.
     fd, name = tempfile.mkstemp(prefix="agora-blob-")
     spool = Path(name)
     try:
@@ -95,9 +109,10 @@ async def _content(source: BlobSource) -> AsyncIterator[_Content]:
         size = 0
         with os.fdopen(fd, "wb") as f:
             async for part in source:
-                digest.update(part)
                 size += len(part)
-                await asyncio.to_thread(f.write, part)
+                if size > max_bytes:
+                    raise _too_large(size, max_bytes)
+                await asyncio.to_thread(_spool, f, digest, part)
         yield _Content(size, digest.hexdigest(), None, spool)
     finally:
         with contextlib.suppress(OSError):
@@ -116,11 +131,13 @@ async def upload(
     source: BlobSource,
     *,
     progress: Progress | None = None,
+    max_bytes: int = DEFAULT_MAX_BLOB_BYTES,
 ) -> tuple[str, int]:
     """Store ``source`` in the hub's blob store; return its (sha256, size). Resumes an
     interrupted upload of the same content where the hub holds it. Raises ``TooLarge``
-    (over ``max_blob_bytes`` or the workspace's quota), ``Forbidden`` (no write right)."""
-    async with _content(source) as content:
+    (over ``max_bytes``, a stream source as soon as it passes them; over the hub's
+    ``max_blob_bytes`` or the workspace's quota), ``Forbidden`` (no write right)."""
+    async with _content(source, max_bytes) as content:
         sha, size = content.sha256, content.size
         for _ in range(MAX_RESUMES):
             status = _status(
@@ -226,15 +243,19 @@ async def download(
     dest: str | Path | None = None,
     *,
     progress: Progress | None = None,
+    max_bytes: int = DEFAULT_MAX_BLOB_BYTES,
 ) -> bytes | Path:
-    """The whole blob: as bytes, or written to ``dest`` (returned; a temporary file beside
-    it is renamed onto it once the content hashes right). Raises ``NotFound``,
+    """The whole blob: as bytes (at most ``max_bytes`` of them: held in memory), or written
+    to ``dest`` (returned; a temporary file beside it is renamed onto it once the content
+    hashes right). Raises ``NotFound``, ``TooLarge`` (bytes asked of a larger blob),
     :class:`~hub.core.errors.IntegrityError` when the bytes do not hash to ``sha256``."""
     digest = hashlib.sha256()
     if dest is None:
         parts = bytearray()
         async for part in stream(session, workspace, sha256, progress=progress):
-            digest.update(part)
+            if len(parts) + len(part) > max_bytes:
+                raise _too_large(len(parts) + len(part), max_bytes)
+            await asyncio.to_thread(digest.update, part)
             parts += part
         _check(digest, sha256)
         return bytes(parts)
@@ -244,8 +265,7 @@ async def download(
     try:
         with os.fdopen(fd, "wb") as f:
             async for part in stream(session, workspace, sha256, progress=progress):
-                digest.update(part)
-                await asyncio.to_thread(f.write, part)
+                await asyncio.to_thread(_spool, f, digest, part)
         _check(digest, sha256)
         os.replace(tmp, target)
     except BaseException:

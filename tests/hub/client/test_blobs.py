@@ -312,3 +312,26 @@ async def test_committed_unreferenced_blobs_count_against_the_quota(small: HubPr
         # at publish too (the large inline write becomes a blob).
         with pytest.raises(TooLarge):
             await ws.write_file("more.bin", os.urandom(300_000))
+
+
+async def test_the_client_bounds_what_it_spools_and_holds(site: HubProcess) -> None:
+    from hub.client import blobs as blob_io
+
+    sent: list[int] = []
+
+    async def endless() -> AsyncIterator[bytes]:
+        for i in range(1000):  # bounded all the same
+            sent.append(i)
+            yield b"x" * MIB
+
+    async with connect(site.url, site.token("alice")) as alice:
+        ws = alice.workspace(_ws())
+        with pytest.raises(TooLarge):
+            await blob_io.upload(ws.session, ws.name, endless(), max_bytes=3 * MIB)
+        assert len(sent) == 4  # stopped spooling at the limit
+        data = os.urandom(MIB)
+        await ws.publish_artifact("a", data, "application/x-test")
+        sha = hashlib.sha256(data).hexdigest()
+        with pytest.raises(TooLarge):
+            await blob_io.download(ws.session, ws.name, sha, max_bytes=100_000)
+        assert await blob_io.download(ws.session, ws.name, sha, max_bytes=MIB) == data
