@@ -248,6 +248,12 @@ async def push(
             if data is None:
                 if entry.blob is None:
                     raise PushFailed(f"file {path!r} has no content in the log", path=path)
+                # The size first: a blob over what is left is never read into memory.
+                if total + await blobs.size(entry.blob) > limits.max_push_bytes:
+                    raise PushFailed(
+                        f"the workspace holds more than {limits.max_push_bytes} bytes to push",
+                        limit=limits.max_push_bytes,
+                    )
                 data = await blobs.get(entry.blob)
             total += len(data)
             if total > limits.max_push_bytes:

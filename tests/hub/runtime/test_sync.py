@@ -140,3 +140,14 @@ async def test_a_failed_push_removes_its_directory(
     with pytest.raises(PushFailed, match="at most 1"):
         await push({"a": entry(1, "a"), "b": entry(1, "b")}, blobs, SyncLimits(max_push_files=1))
     assert _leftovers(scratch) == []
+
+
+async def test_a_blob_over_max_push_bytes_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    blobs = FileBlobStore(tmp_path / "blobs")
+    sha = await blobs.put(b"y" * 5000)
+    # Damaged on disk: reading it would fail its hash check, so only an unread blob can be
+    # refused for its size.
+    blobs.path_of(sha).write_bytes(b"z" * 5000)
+    big = FileEntry(1, sha, 5000, "a", 1, blob=sha)
+    with pytest.raises(PushFailed, match="more than 1000 bytes"):
+        await push({"big": big}, blobs, SyncLimits(max_push_bytes=1000))
