@@ -82,6 +82,7 @@ class _Live:
 
     __slots__ = (
         "advanced",
+        "blob_index",
         "committed",
         "in_flight",
         "name",
@@ -105,6 +106,29 @@ class _Live:
         self.advanced = asyncio.Event()
         # Committed batches that arrived ahead of an earlier one, keyed by first seq.
         self.stash: dict[int, tuple[Event, ...]] = {}
+        # The blobs ``committed`` references and the bytes it holds, as of a seq (a getBlob
+        # per chunk asks: no walk over every file each time).
+        self.blob_index: _BlobIndex | None = None
+
+
+class _BlobIndex:
+    """Blob → how many files and artifacts reference it, and the bytes they hold, of one
+    committed state (its ``seq``)."""
+
+    __slots__ = ("refs", "seq", "used")
+
+    def __init__(self, state: WorkspaceState) -> None:
+        self.seq = state.seq
+        self.refs: dict[str, int] = {}
+        self.used = 0
+        for e in state.files.values():
+            self.used += max(0, e.size)
+            if e.blob:
+                self.refs[e.blob] = self.refs.get(e.blob, 0) + 1
+        for a in state.artifacts.values():
+            self.used += a.size_bytes
+            if a.blob:
+                self.refs[a.blob] = self.refs.get(a.blob, 0) + 1
 
 
 class Workspaces:
@@ -182,14 +206,18 @@ class Workspaces:
         live = await self._open(workspace)
         return dict(live.committed.files)
 
+    async def _blob_index(self, workspace: str) -> _BlobIndex:
+        validate_workspace(workspace)
+        live = await self._open(workspace)
+        index = live.blob_index
+        if index is None or index.seq != live.committed.seq:
+            index = live.blob_index = _BlobIndex(live.committed)
+        return index
+
     async def references_blob(self, workspace: str, sha256: str) -> bool:
         """Whether the committed state of ``workspace`` references blob ``sha256`` (a file's
         content or an artifact): what lets a reader of the workspace download it."""
-        validate_workspace(workspace)
-        committed = (await self._open(workspace)).committed
-        return any(e.blob == sha256 for e in committed.files.values()) or any(
-            a.blob == sha256 for a in committed.artifacts.values()
-        )
+        return sha256 in (await self._blob_index(workspace)).refs
 
     async def may_reference(self, workspace: str, sha256: str) -> bool:
         """Whether a publish to ``workspace`` may reference blob ``sha256``: the workspace
@@ -203,18 +231,13 @@ class Workspaces:
         """The bytes the workspace holds now (its quota's usage): its files and artifacts,
         and the blobs granted to it (uploaded for it) that nothing references yet, until
         ``agora blobs gc`` drops those grants."""
-        validate_workspace(workspace)
-        committed = (await self._open(workspace)).committed
-        files = sum(max(0, e.size) for e in committed.files.values())
-        used = files + sum(a.size_bytes for a in committed.artifacts.values())
+        used = (await self._blob_index(workspace)).used
         return used + sum((await self._unreferenced_grants(workspace)).values())
 
     async def _unreferenced_grants(self, workspace: str) -> dict[str, int]:
-        committed = (await self._open(workspace)).committed
-        referenced = {e.blob for e in committed.files.values() if e.blob}
-        referenced.update(a.blob for a in committed.artifacts.values() if a.blob)
+        refs = (await self._blob_index(workspace)).refs
         grants = await self.store.blobs.grants(workspace)
-        return {sha: n for sha, n in grants.items() if sha not in referenced}
+        return {sha: n for sha, n in grants.items() if sha not in refs}
 
     async def check_quota(self, workspace: str, size: int) -> None:
         """Raise :class:`TooLarge` when ``size`` more bytes would take ``workspace`` over
