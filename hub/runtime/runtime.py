@@ -223,6 +223,16 @@ class Runtime:
         globs = artifact_globs(request.artifacts)
         validate_request(prepared.request, instance.capabilities)
         self.workspaces.refuse_quarantined(workspace)
+        named = prepared.logged_module
+        if named is not None and not (
+            await self.workspaces.may_reference(workspace, named.blob)
+            and await self.store.blobs.has(named.blob)
+        ):
+            # Knowing a hash runs nothing: only a module this workspace holds or was uploaded.
+            raise NotFound(
+                f"workspace {workspace!r} holds no blob {named.blob}: upload it first (putBlob)",
+                field="module.blob",
+            )
         # What the backend would refuse (its cap, its validation of the code) is refused now,
         # before execRequested: the admission holds a slot of its cap until the run takes it.
         admission = await instance.backend.admit(prepared.request)
@@ -268,6 +278,10 @@ class Runtime:
             module = prepared.logged_module
             if prepared.module_bytes is not None:
                 module = ExecModuleRef(blob=await self.store.blobs.put(prepared.module_bytes))
+                # Sent whole by the agent: the workspace may run it again by its hash.
+                await self.store.blobs.grant(
+                    workspace, module.blob, len(prepared.module_bytes), capability.agent
+                )
             draft = ExecRequested(
                 id=str(uuid.uuid4()), payload=requested_payload(prepared, instance.id, module)
             )

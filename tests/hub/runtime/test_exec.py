@@ -413,6 +413,9 @@ async def test_a_wasm_module_inline_then_by_blob(
         logged = of_kind(of_exec(await p.log(), "m1"), "execRequested")[0]["payload"]
         by_blob = await p.run(module={"blob": logged["module"]["blob"]}, execId="m2")
         both = await p.exec(module={"blob": logged["module"]["blob"]}, source="x")
+        # Another workspace knows the hash only: it runs nothing (a hash opens nothing).
+        elsewhere = await p.exec("elsewhere", module={"blob": logged["module"]["blob"]})
+        assert (elsewhere["op"], elsewhere["code"]) == ("error", "notFound"), elsewhere
     assert inline["status"] == by_blob["status"] == "completed", (inline, by_blob)
     assert inline["stdout"] == by_blob["stdout"] != ""
     assert logged["language"] == "wasm" and set(logged["module"]) == {"blob"}
