@@ -10,9 +10,11 @@ parts of incoming messages stored as blobs and published as artifacts.
 * :func:`intake_file_parts` — every part of an incoming message that carries bytes (``raw``)
   is stored as a blob, published as ``artifactPublished`` (key: the part's filename, else
   ``a2a/<messageId>/<index>``), and replaced in the message by a ``url`` part pointing at
-  its download path, so the log never holds the bytes twice. A ``url`` part naming this
-  hub's own ``/blobs/...`` path is published as an artifact of that blob; other URLs are left
-  as they are (the hub fetches nothing from the network).
+  its download path, so the log never holds the bytes twice; the blob is granted to the
+  workspace and counts against its quota (checked first). A ``url`` part naming this hub's
+  own ``/blobs/<workspace>/<sha256>`` path (a path, no host) is published as an artifact of
+  that blob only when the workspace may reference it (it does, or it was uploaded for it:
+  a hash alone opens nothing); other URLs are left as they are (the hub fetches nothing).
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ from hub.workspaces import Workspaces
 __all__ = ["BLOBS_PATH", "blob_path", "create_blob_app", "intake_file_parts"]
 
 READ_CHUNK: Final = 512 * 1024
-_OWN_URL: Final = re.compile(r"^(?:https?://[^/]+)?/blobs/([^/]+)/([0-9a-f]{64})$")
+# Only the path form the hub itself writes: a URL on some host names that host's content, not
+# this hub's (and is kept as it is, never fetched).
+_OWN_URL: Final = re.compile(r"^/blobs/([^/]+)/([0-9a-f]{64})$")
 
 
 def create_blob_app(workspaces: Workspaces) -> Starlette:
