@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import os
 import stat
+import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -145,13 +146,16 @@ class BlobStore(abc.ABC):
             size, sha256 = await asyncio.to_thread(_hash_fd, fd)
             if await self.has(sha256):
                 return sha256, size
-            offset = await self.upload_offset(sha256, size)
+            # An upload of its own: two collections of the same hash at once (one file
+            # changing under it) never write into one upload.
+            me = f".hub-{uuid.uuid4().hex}"
+            offset = await self.upload_offset(sha256, size, uploader=me)
             while offset < size:
                 part = await asyncio.to_thread(os.pread, fd, CHECK_CHUNK, offset)
                 if not part:
                     break  # the file shrank meanwhile: the commit refuses it
-                offset = await self.write_chunk(sha256, size, offset, part)
-            await self.commit(sha256, size)
+                offset = await self.write_chunk(sha256, size, offset, part, uploader=me)
+            await self.commit(sha256, size, uploader=me)
             return sha256, size
         finally:
             os.close(fd)
