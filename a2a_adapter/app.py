@@ -198,7 +198,7 @@ def _url_host(host: str) -> str:
 class A2AService:
     """The A2A listener (and bridge) as an async context manager.
 
-    ``host``/``port`` default to ``config.server.host``/``a2a_port``; port 0 picks a free one
+    ``host``/``port`` default to ``config.server.host``/``http_port``; port 0 picks a free one
     (:attr:`port` tells which). ``public_url`` is the base URL the card advertises (default
     ``http://host:port``). Closing stops accepting, ends open streams, waits up to
     ``shutdown_timeout`` for requests in flight, then stops the bridge. ``revocations``: the
@@ -228,7 +228,7 @@ class A2AService:
         self.signer = signer
         self.config = config
         self.host = host if host is not None else config.server.host
-        self.port = port if port is not None else config.server.a2a_port
+        self.port = port if port is not None else config.server.http_port
         self.runtime = runtime
         self.public_url = public_url
         self.blocking_timeout = blocking_timeout
@@ -241,6 +241,7 @@ class A2AService:
         self.bridge: Bridge | None = None
         self._server: _Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._serving: asyncio.Task[None] | None = None
         self._socket: socket.socket | None = None
 
     @property
@@ -274,6 +275,29 @@ class A2AService:
             raise
         self._socket = sock
         self.port = sock.getsockname()[1]
+        app = await self.open_app()
+        server_config = uvicorn.Config(
+            app,
+            log_config=None,
+            log_level="warning",
+            lifespan="off",
+            ws="none",
+            timeout_graceful_shutdown=max(int(self.shutdown_timeout), 1),
+        )
+        self._server = _Server(server_config)
+        self._serving = asyncio.create_task(self._server.serve(sockets=[sock]))
+        while not self._server.started:
+            if self._serving.done():
+                self._serving.result()  # startup failed: raise its error
+                raise RuntimeError("the A2A listener stopped during startup")
+            await asyncio.sleep(0.01)
+        log.info("agora A2A listening on %s", self.url)
+
+    async def open_app(self) -> BodyLimits:
+        """The A2A door without a listener of its own (``hub.http`` mounts it on the one HTTP
+        port): load and follow revocations, start the bridge, and return the ASGI app whose
+        card advertises :attr:`url` (set ``port``/``public_url`` first). :meth:`aclose` ends
+        it."""
         if self._own_revocations:
             await self.revocations.load()
         self.follower.install()
@@ -292,29 +316,13 @@ class A2AService:
             blocking_timeout=self.blocking_timeout,
         )
         app = create_app(self.handler, self.signer, self.revocations, limits=self.workspaces.limits)
-        server_config = uvicorn.Config(
-            app,
-            log_config=None,
-            log_level="warning",
-            lifespan="off",
-            ws="none",
-            timeout_graceful_shutdown=max(int(self.shutdown_timeout), 1),
-        )
-        self._server = _Server(server_config)
-        self._tasks.append(asyncio.create_task(self._server.serve(sockets=[sock])))
-        while not self._server.started:
-            task = self._tasks[0]
-            if task.done():
-                task.result()  # startup failed: raise its error
-                raise RuntimeError("the A2A listener stopped during startup")
-            await asyncio.sleep(0.01)
-        if self._own_revocations:  # after the server's task: _tasks[0] is the server
+        if self._own_revocations:
             stop = self._revocations_stop
             self._tasks.append(asyncio.create_task(self.revocations.run(stop)))
         if self.with_bridge:
             self.bridge = Bridge(self.workspaces, self.config.a2a.peers, follower=self.follower)
             self._tasks.append(asyncio.create_task(self.bridge.run()))
-        log.info("agora A2A listening on %s", self.url)
+        return app
 
     async def aclose(self) -> None:
         """Stop (idempotent; survives cancellation of the caller)."""
@@ -327,10 +335,10 @@ class A2AService:
         self.index.uninstall()
         if self._server is not None:
             self._server.should_exit = True
-        for task in reversed(self._tasks):
-            if task is not self._tasks[0]:
-                task.cancel()
         for task in self._tasks:
+            task.cancel()
+        tasks = [*self._tasks, *([self._serving] if self._serving is not None else [])]
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 try:
                     async with asyncio.timeout(self.shutdown_timeout + 2):
@@ -340,6 +348,7 @@ class A2AService:
                 except Exception:
                     log.exception("A2A listener task failed")
         self._tasks.clear()
+        self._serving = None
         if self._socket is not None:
             self._socket.close()
             self._socket = None
@@ -358,7 +367,7 @@ async def serve_a2a(
     on_ready: Callable[[str], None] | None = None,
     revocations: Revocations | None = None,
 ) -> None:
-    """Serve A2A on ``host:port`` (default ``config.server.host``/``a2a_port``) until ``stop``
+    """Serve A2A on ``host:port`` (default ``config.server.host``/``http_port``) until ``stop``
     is set or the task is cancelled; once listening, set ``ready`` and call ``on_ready`` with
     the base URL. ``revocations``: see :class:`A2AService`. Raises ``OSError`` if the port
     cannot be bound."""

@@ -49,11 +49,13 @@ class _Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
 
 class ServerConfig(_Section, frozen=True):
-    """``[server]``: where the WebSocket and A2A listeners bind."""
+    """``[server]``: where the WebSocket listener and the one HTTP port (A2A, probes, metrics,
+    the other HTTP doors: :mod:`hub.http`) bind. ``a2a_port`` is the old name of
+    ``http_port``, still read from files (:func:`parse_config` renames it)."""
 
     host: NonEmpty = "127.0.0.1"
     port: Port = 8765
-    a2a_port: Port = 8766
+    http_port: Port = 8766
     # permessage-deflate costs more CPU than it saves on small event frames; opt in for
     # large-payload workloads over slow links.
     compression: Literal["deflate"] | None = None
@@ -182,7 +184,7 @@ class HubConfig(_Section, frozen=True):
         *,
         host: str | None = None,
         port: int | None = None,
-        a2a_port: int | None = None,
+        http_port: int | None = None,
         data: str | Path | None = None,
         store: str | None = None,
         node_id: str | None = None,
@@ -196,12 +198,12 @@ class HubConfig(_Section, frozen=True):
         server = self.server
         storage = self.storage
         cluster = self.cluster
-        if host is not None or port is not None or a2a_port is not None:
+        if host is not None or port is not None or http_port is not None:
             server = msgspec.structs.replace(
                 server,
                 host=server.host if host is None else host,
                 port=server.port if port is None else port,
-                a2a_port=server.a2a_port if a2a_port is None else a2a_port,
+                http_port=server.http_port if http_port is None else http_port,
             )
         if data is not None or store is not None:
             storage = msgspec.structs.replace(
@@ -223,7 +225,9 @@ class HubConfig(_Section, frozen=True):
 
 def parse_config(raw: object, source: str = "<config>") -> HubConfig:
     """Validate a decoded TOML document. Raises :class:`ConfigError` naming ``source`` and the
-    offending key (unknown key, wrong type, out of range, duplicate backend id or peer name)."""
+    offending key (unknown key, wrong type, out of range, duplicate backend id or peer name,
+    both ``server.http_port`` and its old name ``server.a2a_port``)."""
+    raw = _renamed_keys(raw, source)
     try:
         config = msgspec.convert(raw, HubConfig, strict=True)
     except msgspec.ValidationError as e:
@@ -283,6 +287,23 @@ def load_config(path: Path | None) -> HubConfig:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}", source=str(path)) from e
     return parse_config(raw, source=str(path))
+
+
+def _renamed_keys(raw: object, source: str) -> object:
+    """``raw`` with ``[server] a2a_port`` (the HTTP port's name before it served more than A2A)
+    read as ``http_port``; both given is an error, not a silent choice."""
+    if not isinstance(raw, dict):
+        return raw
+    server = raw.get("server")
+    if not isinstance(server, dict) or "a2a_port" not in server:
+        return raw
+    if "http_port" in server:
+        raise ConfigError(
+            f"{source}: server.a2a_port is the old name of server.http_port: give one",
+            source=source,
+        )
+    renamed = {("http_port" if k == "a2a_port" else k): v for k, v in server.items()}
+    return {**raw, "server": renamed}
 
 
 _MSGSPEC_AT = re.compile(r" - at `\$(?P<path>[^`]*)`$")

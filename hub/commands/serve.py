@@ -58,12 +58,20 @@ def register(subparsers: Any) -> None:
         help="TCP port; 0 picks a free one (default: 8765, or the config's)",
     )
     parser.add_argument(
-        "--a2a-port",
+        "--http-port",
+        "--a2a-port",  # its name before the port served more than A2A
+        dest="http_port",
         type=int,
         default=None,
-        help="A2A listener port; 0 picks a free one (default: 8766, or the config's)",
+        help="the HTTP port (A2A, /healthz, /readyz, /metrics, other HTTP doors); 0 picks a "
+        "free one (default: 8766, or the config's [server] http_port); --a2a-port is an alias",
     )
-    parser.add_argument("--no-a2a", action="store_true", help="do not start the A2A listener")
+    parser.add_argument(
+        "--no-a2a",
+        action="store_true",
+        help="drop the A2A routes from the HTTP port (probes, metrics and other doors stay)",
+    )
+    parser.add_argument("--no-http", action="store_true", help="do not open the HTTP port at all")
     parser.add_argument(
         "--max-executions",
         type=int,
@@ -116,13 +124,18 @@ async def serve_command(args: argparse.Namespace) -> int:
         hub = Hub(config, store, signer, runtime=runtime, checkpoint_key=checkpoint_key)
     except AgoraError as e:
         return fail("serve", e)
-    if not args.no_a2a:
-        import a2a_adapter.app  # noqa: F401  (load it now, not on the running loop)
+    if not args.no_http:
+        from hub.http.serve import serve_http  # noqa: F401  (load it now, not on the loop)
+
+        if not args.no_a2a:
+            import a2a_adapter.app  # noqa: F401
 
     def ready(url: str) -> None:
         print(f"agora serving {url} (data {data_dir})", flush=True)
-        if not args.no_a2a:  # the A2A listener, same loop, same Workspaces (docs/a2a.md)
-            hub.spawn(_serve_a2a(hub, signer, config, stop), name="agora-a2a")
+        if not args.no_http:  # the HTTP port, same loop, same Workspaces (hub.http)
+            hub.spawn(
+                _serve_http(hub, signer, config, stop, a2a=not args.no_a2a), name="agora-http"
+            )
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -165,26 +178,21 @@ def with_cluster_env(config: HubConfig, env: Mapping[str, str]) -> HubConfig:
     return config.with_overrides(source=source, **values)
 
 
-async def _serve_a2a(hub: Hub, signer: TokenSigner, config: HubConfig, stop: asyncio.Event) -> None:
-    from a2a_adapter.app import serve_a2a
+async def _serve_http(
+    hub: Hub, signer: TokenSigner, config: HubConfig, stop: asyncio.Event, *, a2a: bool
+) -> None:
+    from hub.http.serve import serve_http
 
     def ready(url: str) -> None:
-        print(f"agora A2A on {url}", flush=True)
+        # The second banner line; with A2A it keeps its old words (scripts read them).
+        print(f"agora {'A2A' if a2a else 'HTTP'} on {url}", flush=True)
 
     try:
-        await serve_a2a(
-            hub.workspaces,
-            signer,
-            config,
-            stop=stop,
-            on_ready=ready,
-            runtime=hub.runtime,
-            revocations=hub.revocations,
-        )
-    except OSError as e:  # the WebSocket hub keeps serving without A2A
-        logging.getLogger("agora.server").error("A2A listener not started: %s", e)
+        await serve_http(hub, signer, config, stop, a2a=a2a, on_ready=ready)
+    except OSError as e:  # the WebSocket hub keeps serving without HTTP
+        logging.getLogger("agora.server").error("HTTP listener not started: %s", e)
     except Exception:  # Hub.spawn: must not raise
-        logging.getLogger("agora.server").exception("A2A listener failed")
+        logging.getLogger("agora.server").exception("HTTP listener failed")
 
 
 def _configure_logging() -> None:

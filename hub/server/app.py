@@ -160,12 +160,16 @@ class Hub:
         )
         self.url: str | None = None
         self.stopping = False
+        # Readiness (GET /readyz on the HTTP port, hub.http): the store open and recovery done.
+        self.store_open = False
+        self.recovered = False
 
     async def run(self, stop: asyncio.Event, on_ready: Callable[[str], None] | None = None) -> None:
         """Open the store, serve until ``stop`` is set, then shut down in order (see the module
         docstring). ``on_ready`` gets the URL once the socket listens. Raises ``OSError`` when
         the address cannot be bound, and what the store's ``open`` raises."""
         async with self.store:
+            self.store_open = True
             if self.store.shared:
                 from hub.cluster.node import ClusterNode  # loads the PostgreSQL driver
 
@@ -179,6 +183,7 @@ class Hub:
                     await self.recovery_index.open()
                     await self.runtime.recover()
                     await self.presence.recover()
+                self.recovered = True
                 async with asyncio.TaskGroup() as tg:
                     self.tasks.attach(tg)
                     tg.create_task(self.revocations.run(stop), name="agora-revocations")
@@ -194,8 +199,19 @@ class Hub:
                     raise group.exceptions[0] from group
                 raise
             finally:
+                self.store_open = False
                 self.tasks.detach()
                 await self.workspaces.aclose()
+
+    def readiness(self) -> dict[str, bool]:
+        """The readiness checks (``GET /readyz``): the store is open, the previous run's
+        executions and presence are recovered (on a shared store: the cluster node started),
+        and the hub is serving, not shutting down."""
+        return {
+            "store": self.store_open,
+            "recovered": self.recovered,
+            "serving": self.url is not None and not self.stopping,
+        }
 
     async def _serve(self, stop: asyncio.Event, on_ready: Callable[[str], None] | None) -> None:
         host, port = self.config.server.host, self.config.server.port

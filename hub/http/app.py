@@ -1,0 +1,109 @@
+"""The composition of the one HTTP port: probes, ``/metrics`` and every HTTP door.
+
+:func:`create_app` builds one ASGI app from :class:`Door` values. The hub's own routes come
+first and are public: ``GET /healthz`` (the process answers), ``GET /readyz`` (200 when the
+store is open and recovery done, 503 with the failing checks otherwise, e.g. while shutting
+down) and ``GET /metrics`` (Prometheus text format, when a registry is given).
+
+A door is an ASGI app with **its own auth policy** (the A2A door wraps itself in
+:class:`a2a_adapter.auth.BearerAuth`; a viewer keeps its page public and checks tokens on its
+API): the composition never authenticates on a door's behalf. A door has a ``prefix``
+(``/ui``, ``/mcp``, ``/blobs``): requests under it are passed on with the prefix moved to
+``root_path`` (Starlette ``Mount``). At most one door is the ``fallback`` (prefix ``""``):
+it gets every path no other route took, unchanged — the A2A door, whose routes
+(``/.well-known/agent-card.json``, ``/a2a/jsonrpc``, ``/a2a/rest/...``) are at the root.
+Without a fallback an unknown path is a plain 404.
+
+To add a door: build its app in the door's own package (a factory function), then add a
+``Door("/ui", app)`` in :func:`hub.http.serve.doors` — nothing else changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+
+__all__ = ["HEALTH_PATH", "METRICS_PATH", "READY_PATH", "Door", "Readiness", "create_app"]
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+Readiness = Callable[[], Mapping[str, bool]]
+"""The readiness checks by name (``store``, ``recovered``, ``serving``): ready when all hold."""
+
+HEALTH_PATH: Final = "/healthz"
+READY_PATH: Final = "/readyz"
+METRICS_PATH: Final = "/metrics"
+_RESERVED: Final = frozenset({HEALTH_PATH, READY_PATH, METRICS_PATH})
+
+
+@dataclass(frozen=True, slots=True)
+class Door:
+    """An HTTP door: ``app`` served under ``prefix`` (``""``: the fallback, see the module)."""
+
+    prefix: str
+    app: ASGIApp
+    name: str = ""
+
+
+def create_app(
+    doors: Sequence[Door],
+    readiness: Readiness,
+    *,
+    registry: CollectorRegistry | None = None,
+) -> Starlette:
+    """The one port's app. Raises ``ValueError`` for a prefix that is not ``""`` or
+    ``/name`` (no trailing slash), a prefix used twice, a second fallback or a prefix that
+    shadows the hub's routes."""
+    routes: list[BaseRoute] = [
+        Route(HEALTH_PATH, _health, methods=["GET", "HEAD"]),
+        Route(READY_PATH, _ready_endpoint(readiness), methods=["GET", "HEAD"]),
+    ]
+    if registry is not None:
+        routes.append(Route(METRICS_PATH, _metrics_endpoint(registry), methods=["GET", "HEAD"]))
+    seen: set[str] = set()
+    fallback: Door | None = None
+    for door in doors:
+        prefix = door.prefix
+        if prefix in seen:
+            raise ValueError(f"two HTTP doors under {prefix!r}")
+        seen.add(prefix)
+        if prefix == "":
+            fallback = door
+            continue
+        if not prefix.startswith("/") or prefix.endswith("/") or prefix in _RESERVED:
+            raise ValueError(f"bad HTTP door prefix {prefix!r}")
+        routes.append(Mount(prefix, app=door.app, name=door.name or None))
+    if fallback is not None:  # last: every path the routes above did not take
+        routes.append(Mount("", app=fallback.app, name=fallback.name or None))
+    return Starlette(routes=routes)
+
+
+async def _health(request: Request) -> Response:
+    return PlainTextResponse("ok\n")
+
+
+def _ready_endpoint(readiness: Readiness) -> Callable[[Request], Awaitable[Response]]:
+    async def ready(request: Request) -> Response:
+        checks = dict(readiness())
+        ok = all(checks.values())
+        return JSONResponse({"ready": ok, "checks": checks}, status_code=200 if ok else 503)
+
+    return ready
+
+
+def _metrics_endpoint(registry: CollectorRegistry) -> Callable[[Request], Awaitable[Response]]:
+    async def metrics(request: Request) -> Response:
+        # generate_latest is synchronous but bounded by the metric count (no per-event series).
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return metrics

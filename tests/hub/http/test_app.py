@@ -1,0 +1,89 @@
+"""hub.http.app, the composition of the one HTTP port: the probes and /metrics are the hub's
+own public routes, a door under a prefix gets its requests with the prefix in ``root_path``,
+the fallback door gets every other path unchanged, and bad compositions are refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+from hub.http.app import Door, create_app
+
+
+def _echo(name: str) -> Starlette:
+    async def endpoint(request: Request) -> JSONResponse:
+        scope: dict[str, Any] = request.scope
+        return JSONResponse({"door": name, "path": scope["path"], "root": scope["root_path"]})
+
+    return Starlette(routes=[Route("/{rest:path}", endpoint)])
+
+
+def _locked() -> Starlette:
+    """A door with its own auth policy: everything 401 without its header."""
+
+    async def endpoint(request: Request) -> PlainTextResponse:
+        if request.headers.get("authorization") != "Bearer ok":
+            return PlainTextResponse("no\n", status_code=401)
+        return PlainTextResponse("yes\n")
+
+    return Starlette(routes=[Route("/{rest:path}", endpoint)])
+
+
+def test_probes_and_metrics_are_public_and_doors_keep_their_own_auth() -> None:
+    registry = CollectorRegistry()
+    Counter("agora_test_things", "things", registry=registry).inc(3)
+    ready = {"store": True, "recovered": True}
+    app = create_app(
+        [Door("", _locked(), name="a2a"), Door("/ui", _echo("ui"))],
+        lambda: ready,
+        registry=registry,
+    )
+    with TestClient(app) as client:
+        assert client.get("/healthz").text == "ok\n"
+        assert client.get("/readyz").json() == {"ready": True, "checks": ready}
+        metrics = client.get("/metrics")
+        assert metrics.status_code == 200
+        assert "agora_test_things_total 3.0" in metrics.text
+        assert metrics.headers["content-type"].startswith("text/plain")
+        # The fallback's own auth answers every other path; the composition adds none.
+        assert client.get("/").status_code == 401
+        assert client.get("/a2a/jsonrpc").status_code == 401
+        assert client.get("/a2a/jsonrpc", headers={"authorization": "Bearer ok"}).text == "yes\n"
+        # A prefixed door: its path below the prefix, the prefix in root_path; no auth added.
+        ui = client.get("/ui/w/demo").json()
+        assert ui == {"door": "ui", "path": "/ui/w/demo", "root": "/ui"}
+        ready["store"] = False
+        not_ready = client.get("/readyz")
+        assert not_ready.status_code == 503
+        assert not_ready.json() == {"ready": False, "checks": {"store": False, "recovered": True}}
+
+
+def test_without_a_fallback_an_unknown_path_is_404_and_no_registry_no_metrics() -> None:
+    app = create_app([Door("/mcp", _echo("mcp"))], lambda: {})
+    with TestClient(app) as client:
+        assert client.get("/").status_code == 404
+        assert client.get("/metrics").status_code == 404
+        assert client.get("/mcp/x").json()["door"] == "mcp"
+        assert client.get("/readyz").json() == {"ready": True, "checks": {}}
+
+
+@pytest.mark.parametrize(
+    "doors",
+    [
+        [Door("/ui/", _echo("a"))],
+        [Door("ui", _echo("a"))],
+        [Door("/metrics", _echo("a"))],
+        [Door("/ui", _echo("a")), Door("/ui", _echo("b"))],
+        [Door("", _echo("a")), Door("", _echo("b"))],
+    ],
+)
+def test_bad_compositions_are_refused(doors: list[Door]) -> None:
+    with pytest.raises(ValueError):
+        create_app(doors, lambda: {})
