@@ -24,8 +24,6 @@ import uvicorn
 from hub.http.app import ASGIApp, Door, create_app
 
 if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
-
     from hub.auth import TokenSigner
     from hub.config import HubConfig
     from hub.server.app import Hub
@@ -165,19 +163,18 @@ async def serve_http(
     stop: asyncio.Event,
     *,
     a2a: bool = True,
-    registry: CollectorRegistry | None = None,
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Serve the hub's HTTP port (``[server] http_port``) until ``stop``: the probes,
-    ``/metrics`` (from ``registry``) and :func:`doors`. Raises ``OSError`` if the port cannot
-    be bound."""
+    ``/metrics`` (the hub's :class:`hub.observe.metrics.HubMetrics`) and :func:`doors`.
+    Raises ``OSError`` if the port cannot be bound."""
     service = HttpService(config.server.host, config.server.http_port)
     service.bind()
     async with AsyncExitStack() as stack:
         # Closed last: the doors first end their streams (LIFO), so graceful shutdown is quick.
         stack.push_async_callback(service.aclose)
         found = await doors(hub, signer, config, service.url, stack, a2a=a2a)
-        app = create_app(found, hub.readiness, registry=registry)
+        app = create_app(found, hub.readiness, registry=hub.metrics.registry)
         await service.serve(app)
         log.info("agora HTTP listening on %s (%s)", service.url, ", ".join(d.name for d in found))
         if on_ready is not None:

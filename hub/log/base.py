@@ -19,6 +19,9 @@ from hub.core.events import Event
 from hub.core.merkle import MappingReader, frontier_indexes
 from hub.core.records import AppendResult, Head, Snapshot, VerifyReport
 
+CommitObserver = Callable[[int, float, bool], None]
+"""Told (requests committed, seconds, whether the transaction raised) after each one."""
+
 
 class BlobStore(abc.ABC):
     """Content-addressed storage (sha256, lowercase hex) for large file content and artifacts."""
@@ -61,6 +64,13 @@ class EventStore(abc.ABC):
 
     @abc.abstractmethod
     async def open(self) -> None: ...
+
+    def observe_commits(self, observer: CommitObserver) -> None:
+        """Tell ``observer`` (requests, seconds, failed) after each transaction of the store's
+        group-commit writer (:mod:`hub.log.writer`; the metrics). A store without one: never."""
+        commits = getattr(self, "_commits", None)
+        if commits is not None:
+            commits.observer = observer
 
     @abc.abstractmethod
     async def close(self) -> None: ...

@@ -35,8 +35,9 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from backends.base import Admission, validate_request
 from hub.core.capability import Capability
@@ -131,7 +132,8 @@ class Runtime:
         self._live: dict[tuple[str, str], Execution] = {}
         self._tg: asyncio.TaskGroup | None = None
         self._closing = False
-
+        self.on_finished: Callable[[str, str, float], None] | None = None
+        """Told (backend id, final status, seconds) as each execution ends (the metrics)."""
     # -- lifecycle --------------------------------------------------------------------------------
 
     @property
@@ -278,9 +280,12 @@ class Runtime:
         """One execution's task: its lifecycle, then retention for its workspace. The
         backend's slot is released if the run never took it (the request was not written, or
         the run ended before ``execute``)."""
+        began = time.monotonic()
         try:
             await supervise(execution, self.settings, self.node)
         finally:
+            if self.on_finished is not None:
+                self.on_finished(execution.instance.id, execution.status, time.monotonic() - began)
             admission.release()
             with contextlib.suppress(Exception):
                 await self._closed_in_index(execution)

@@ -49,6 +49,7 @@ from hub.core.events import Event
 from hub.core.wire.frames import SUBPROTOCOL
 from hub.core.wire.session import SERVER_NAME
 from hub.log.base import EventStore
+from hub.observe.metrics import HubMetrics
 from hub.revocations import Revocations
 from hub.runtime import BackendRegistry, Runtime, RuntimeSettings
 from hub.runtime.recovery_index import RecoveryIndex
@@ -127,6 +128,12 @@ class Hub:
             keep_open=self.fanout.subscribers,
         )
         self.workspaces.add_listener(self.fanout)
+        # Metrics (GET /metrics, hub.observe.metrics): per batch and per transaction, never
+        # per event; the gauges are read at scrape time.
+        self.metrics = HubMetrics()
+        self.workspaces.add_listener(self.metrics.committed)
+        store.observe_commits(self.metrics.commit)
+        self.connections: set[Connection] = set()
         # Signed checkpoints (docs/audit.md): heard of at every commit, produced in the hub's
         # TaskGroup. Without a key (in-process tests) the hub signs with one of its own, gone
         # at exit; `agora serve` passes the data directory's checkpoint.key.
@@ -158,6 +165,13 @@ class Hub:
         self.runtime = Runtime(
             self.workspaces, registry, settings, node=self.node_id, index=self.recovery_index
         )
+        self.runtime.on_finished = self.metrics.execution_finished
+        self.metrics.bind_gauges(
+            connections=lambda: self.admission.open,
+            subscriptions=lambda: sum(len(c.subscriptions) for c in self.connections),
+            fanout_queued=lambda: sum(len(c.queue) for c in self.connections),
+            executions_running=lambda: self.runtime.running,
+        )
         self.url: str | None = None
         self.stopping = False
         # Readiness (GET /readyz on the HTTP port, hub.http): the store open and recovery done.
@@ -179,10 +193,12 @@ class Hub:
                 await self.cluster.start()
             try:
                 await self.revocations.load()  # before the first connection is accepted
+                began = time.monotonic()
                 if not self.store.shared:  # shared: the cluster closes dead nodes' executions
                     await self.recovery_index.open()
                     await self.runtime.recover()
                     await self.presence.recover()
+                self.metrics.recovery_seconds.set(time.monotonic() - began)
                 self.recovered = True
                 async with asyncio.TaskGroup() as tg:
                     self.tasks.attach(tg)
@@ -250,7 +266,10 @@ class Hub:
 
     async def _handle(self, ws: ServerConnection) -> None:
         self.admission.connected()
+        connection = Connection(self, ws)
+        self.connections.add(connection)
         try:
-            await Connection(self, ws).run()
+            await connection.run()
         finally:
+            self.connections.discard(connection)
             self.admission.disconnected()

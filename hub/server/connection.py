@@ -109,6 +109,7 @@ class Connection:
             clock=hub.clock,
             monotonic=hub.monotonic,
             default_backend=hub.runtime.default_backend,
+            on_error=hub.metrics.request_failed,
         )
         limits = hub.config.limits
         self.queue: SendQueue[Outgoing | Close] = SendQueue(
@@ -219,6 +220,7 @@ class Connection:
         if code is not None:
             await self.ws.close(code, reason)
         sent, by = _close_code(self.ws)
+        self.hub.metrics.closed(sent, by)
         log.info(
             "close agent=%s peer=%s code=%s by=%s%s",
             self._agent,

@@ -515,8 +515,11 @@ class ServerSession:
         monotonic: Callable[[], float] = time.monotonic,
         server: str = SERVER_NAME,
         default_backend: str | None = None,
+        on_error: Callable[[str], None] | None = None,
     ) -> None:
         self.limits = limits if limits is not None else SessionLimits()
+        # Told the wire code of every error answer (the hub's metrics; rare, off the hot path).
+        self._on_error = on_error
         self.capability: Capability | None = None
         self.subscriptions: set[str] = set()
         self.bad_frames = 0
@@ -644,6 +647,8 @@ class ServerSession:
     ) -> list[Action]:
         """``request`` (or the frame with ``rid``) failed with ``exc``. A failed subscribe ends
         the subscription; a draft's field is named by its path in the publish frame."""
+        if self._on_error is not None:
+            self._on_error(exc.code if isinstance(exc, AgoraError) else "internal")
         field: str | None = None
         if isinstance(exc, AgoraError) and isinstance(exc.details.get("field"), str):
             field = exc.details["field"]

@@ -34,7 +34,7 @@ async def test_no_a2a_keeps_the_port_with_probes_and_metrics(starter: HubStarter
             "checks": {"store": True, "recovered": True, "serving": True},
         }
         metrics = await http.get("/metrics")
-        assert metrics.status_code in (200, 404)  # wired by hub.observe.metrics
+        assert metrics.status_code == 200 and "agora_connections 0.0" in metrics.text
         # Only the A2A routes are gone: not a 401 of theirs, a plain 404.
         for path in ("/.well-known/agent-card.json", "/a2a/jsonrpc", "/"):
             assert (await http.get(path)).status_code == 404, path
