@@ -209,6 +209,10 @@ class Event(
     topic: str | None = None
     correlation_id: str | None = None
     causation_id: str | None = None
+    # A W3C trace context (``00-<trace id>-<span id>-<flags>``): the trace the action that
+    # wrote this event belongs to (docs/operations.md, "Tracing"). Optional and omitted when
+    # None, so events without one encode, and hash, exactly as before the field existed.
+    traceparent: str | None = None
     prev: str | None = None
     hash: str | None = None
 

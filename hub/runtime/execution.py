@@ -89,6 +89,7 @@ class Execution:
         "shutdown",
         "status",
         "stop",
+        "traceparent",
         "workspace",
         "workspaces",
     )
@@ -117,6 +118,8 @@ class Execution:
         self.done = asyncio.Event()
         """Set once ``execFinished`` is in the log (or could not be written)."""
         self.status = "requested"
+        self.traceparent: str | None = None
+        """The W3C trace context the run's events keep (the exec frame's, then its span's)."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -124,6 +127,11 @@ class Execution:
 
     async def publish(self, drafts: list[Event]) -> None:
         """Append ``drafts``, produced (like every event of a run) by the agent that asked."""
+        if self.traceparent is not None:
+            tp = self.traceparent
+            drafts = [
+                d if d.traceparent else msgspec.structs.replace(d, traceparent=tp) for d in drafts
+            ]
         await self.workspaces.publish(self.workspace, drafts, producer=self.agent, trusted=True)
 
 

@@ -54,8 +54,9 @@ from hub.core.events import (
 )
 from hub.core.execution.errors import BackendUnavailable
 from hub.core.execution.settings import RuntimeSettings
-from hub.core.validation import validate_workspace
+from hub.core.validation import validate_traceparent, validate_workspace
 from hub.core.wire.frames import Exec, RuntimeResult
+from hub.observe.tracing import Tracing
 from hub.runtime.execution import Execution, supervise
 from hub.runtime.journal import ExecFollower, Journals, Resume
 from hub.runtime.pruning import Pruner
@@ -134,6 +135,9 @@ class Runtime:
         self._closing = False
         self.on_finished: Callable[[str, str, float], None] | None = None
         """Told (backend id, final status, seconds) as each execution ends (the metrics)."""
+        self.tracing = Tracing()
+        """Where the ``agora.exec`` spans go (the hub sets its own; default: nowhere)."""
+
     # -- lifecycle --------------------------------------------------------------------------------
 
     @property
@@ -252,6 +256,8 @@ class Runtime:
         execution = Execution(
             self.workspaces, workspace, instance, prepared.request, capability.agent
         )
+        if request.traceparent is not None:
+            execution.traceparent = validate_traceparent(request.traceparent, "$.traceparent")
         self._live[key] = execution
         # The task starts now and pushes the workspace while execRequested commits; it runs
         # the program only once the request is in the log (``accepted``: its event id, or ""
@@ -264,7 +270,9 @@ class Runtime:
             if prepared.module_bytes is not None:
                 module = ExecModuleRef(blob=await self.store.blobs.put(prepared.module_bytes))
             draft = ExecRequested(
-                id=str(uuid.uuid4()), payload=requested_payload(prepared, instance.id, module)
+                id=str(uuid.uuid4()),
+                payload=requested_payload(prepared, instance.id, module),
+                traceparent=execution.traceparent,
             )
             written = await self.workspaces.publish(
                 workspace, [draft], producer=capability.agent, trusted=True
@@ -281,8 +289,21 @@ class Runtime:
         backend's slot is released if the run never took it (the request was not written, or
         the run ended before ``execute``)."""
         began = time.monotonic()
+        attributes: dict[str, str | int] = {
+            "agora.workspace": execution.workspace,
+            "agora.exec_id": execution.exec_id,
+            "agora.backend": execution.instance.id,
+            "agora.agent": execution.agent,
+        }
         try:
-            await supervise(execution, self.settings, self.node)
+            with self.tracing.span(
+                "agora.exec", execution.traceparent, attributes=attributes
+            ) as span:
+                # The run's events (started, output, files, finished) keep the span's context.
+                execution.traceparent = self.tracing.traceparent(span) or execution.traceparent
+                await supervise(execution, self.settings, self.node)
+                if span is not None:
+                    span.set_attribute("agora.status", execution.status)
         finally:
             if self.on_finished is not None:
                 self.on_finished(execution.instance.id, execution.status, time.monotonic() - began)

@@ -50,6 +50,7 @@ from hub.core.wire.frames import SUBPROTOCOL
 from hub.core.wire.session import SERVER_NAME
 from hub.log.base import EventStore
 from hub.observe.metrics import HubMetrics
+from hub.observe.tracing import Tracing
 from hub.revocations import Revocations
 from hub.runtime import BackendRegistry, Runtime, RuntimeSettings
 from hub.runtime.recovery_index import RecoveryIndex
@@ -98,7 +99,8 @@ class Hub:
     ``[cluster]`` the node's id and timing when ``store`` is shared (no ``node_id``: a
     generated one). ``clock`` (epoch seconds) checks token expiry on every frame;
     ``monotonic`` drives the publish rate limits. ``runtime``: the execution runtime's
-    settings (its backend instances come from ``config.backends``). Use :meth:`run`. Raises
+    settings (its backend instances come from ``config.backends``). ``tracing``: where spans
+    go (default: nowhere). Use :meth:`run`. Raises
     :class:`hub.config.ConfigError` for invalid backend instances.
     """
 
@@ -112,8 +114,11 @@ class Hub:
         monotonic: Callable[[], float] = time.monotonic,
         runtime: RuntimeSettings | None = None,
         checkpoint_key: NoteSigner | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.config = config
+        # Traces (hub.observe.tracing): off (a no-op per span) unless a provider is given.
+        self.tracing = tracing or Tracing()
         self.store = store
         self.signer = signer
         self.clock = clock
@@ -166,6 +171,7 @@ class Hub:
             self.workspaces, registry, settings, node=self.node_id, index=self.recovery_index
         )
         self.runtime.on_finished = self.metrics.execution_finished
+        self.runtime.tracing = self.tracing
         self.metrics.bind_gauges(
             connections=lambda: self.admission.open,
             subscriptions=lambda: sum(len(c.subscriptions) for c in self.connections),

@@ -47,6 +47,7 @@ from hub.core.errors import (
 )
 from hub.core.events import encode_event
 from hub.core.projections.workspace import WorkspaceState
+from hub.core.records import AppendResult
 from hub.core.wire.session import (
     Action,
     CheckpointRequest,
@@ -392,6 +393,37 @@ class Connection:
         try:
             if after is not None and not after.done():
                 await after  # only ever gets a result (see Workspaces.publish)
+            tracing = self.hub.tracing
+            if not tracing.enabled:
+                result = await self.hub.workspaces.publish(
+                    request.workspace,
+                    request.events,
+                    producer=request.agent,
+                    expected_seq=request.expected_seq,
+                    submitted=submitted,
+                )
+            else:
+                result = await self._traced_publish(request, submitted)
+            actions = self.session.completed(request, result)
+        except Exception as e:
+            actions = self._failed(request, e)
+        finally:
+            self._published(request, submitted, actions)
+
+    async def _traced_publish(
+        self, request: PublishRequest, submitted: asyncio.Future[None]
+    ) -> AppendResult:
+        """The publish as a span ``agora.publish`` (validate, decide, append, fan-out), the
+        child of the first draft's ``traceparent``. The drafts are not stamped with the span:
+        a retried publish must stay byte-identical to be recognised as a duplicate."""
+        tracing = self.hub.tracing
+        parent = next((e.traceparent for e in request.events if e.traceparent), None)
+        attributes: dict[str, str | int] = {
+            "agora.workspace": request.workspace,
+            "agora.agent": request.agent,
+            "agora.events": len(request.events),
+        }
+        with tracing.span("agora.publish", parent, attributes=attributes) as span:
             result = await self.hub.workspaces.publish(
                 request.workspace,
                 request.events,
@@ -399,11 +431,11 @@ class Connection:
                 expected_seq=request.expected_seq,
                 submitted=submitted,
             )
-            actions = self.session.completed(request, result)
-        except Exception as e:
-            actions = self._failed(request, e)
-        finally:
-            self._published(request, submitted, actions)
+            if span is not None and result.events:
+                span.set_attribute("agora.seq", result.events[-1].seq)
+                subscribers = self.hub.fanout.subscribers(request.workspace)
+                span.set_attribute("agora.subscribers", subscribers)
+            return result
 
     def _published(
         self, request: PublishRequest, submitted: asyncio.Future[None], actions: list[Action]

@@ -48,7 +48,7 @@ from hub.core.errors import (
 )
 from hub.core.events import Event
 from hub.core.records import AppendResult
-from hub.core.validation import DEFAULT_LIMITS, validate_workspace
+from hub.core.validation import DEFAULT_LIMITS, validate_traceparent, validate_workspace
 from hub.core.wire.frames import (
     Ack,
     AnyClientFrame,
@@ -868,6 +868,12 @@ class ServerSession:
             raise BadRequest("publish needs event (one) or events (a batch)", field="$.event")
         if not events:
             raise BadRequest("a batch needs at least one event", field="$.events")
+        if frame.traceparent is not None:  # the frame's trace, kept by drafts without their own
+            validate_traceparent(frame.traceparent, "$.traceparent")
+            events = [
+                e if e.traceparent else msgspec.structs.replace(e, traceparent=frame.traceparent)
+                for e in events
+            ]
         if len(events) > self.limits.max_batch_events:
             raise TooLarge(
                 f"a batch has at most {self.limits.max_batch_events} events "

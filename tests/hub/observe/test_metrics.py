@@ -77,9 +77,11 @@ async def test_metrics_after_a_session_match_the_log(starter: HubStarter) -> Non
         before, "agora_append_batch_events_count"
     )
     assert 4 <= batches <= head  # three publishes and at least one runtime batch
-    assert value(after, "agora_append_batch_events_sum") - value(
-        before, "agora_append_batch_events_sum"
-    ) == appended
+    assert (
+        value(after, "agora_append_batch_events_sum")
+        - value(before, "agora_append_batch_events_sum")
+        == appended
+    )
     assert value(after, "agora_store_commit_requests_total") >= batches
     assert value(after, "agora_store_commit_seconds_count") >= 1
     assert value(after, "agora_request_errors_total", code="rateLimited") == 1.0
