@@ -17,7 +17,6 @@ import asyncio
 import logging
 import os
 import signal
-import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -27,6 +26,8 @@ from hub.auth import SECRET_ENV, TokenSigner, load_or_create_secret
 from hub.checkpoints import load_or_create_key
 from hub.commands.common import add_config_arg, add_data_args, config_from_args, fail
 from hub.core.errors import AgoraError, ConfigError
+from hub.observe.logs import LOG_FORMATS
+from hub.observe.logs import configure as configure_logging
 
 if TYPE_CHECKING:
     from hub.config import HubConfig
@@ -39,6 +40,10 @@ CLUSTER_ENV: Final = {
 }
 """Environment variables that override ``[cluster]`` keys (docs/operations.md); an empty one
 counts as unset."""
+
+TRACE_EXPORTERS: Final = ("none", "console", "otlp")
+"""``--traces`` (:data:`hub.observe.tracing.EXPORTERS`, not imported: ``agora --help`` does not
+load OpenTelemetry)."""
 
 
 def register(subparsers: Any) -> None:
@@ -73,6 +78,20 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--no-http", action="store_true", help="do not open the HTTP port at all")
     parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="stderr log lines as text (default) or JSON Lines with workspace, seq, agent, "
+        "execId fields",
+    )
+    parser.add_argument(
+        "--traces",
+        choices=TRACE_EXPORTERS,
+        default="none",
+        help="export OpenTelemetry traces: none (default), console (stderr) or otlp "
+        "(needs agora-hub[otlp]; endpoint from OTEL_EXPORTER_OTLP_ENDPOINT)",
+    )
+    parser.add_argument(
         "--max-executions",
         type=int,
         default=None,
@@ -89,9 +108,14 @@ async def serve_command(args: argparse.Namespace) -> int:
     """Run the hub; 0 after a clean shutdown, 2 for bad configuration or a bind failure."""
     # Imported here so that `agora --help` does not pull in websockets and the store drivers.
     from hub.log.factory import open_store
+    from hub.observe.tracing import Tracing, provider_for
     from hub.server.app import Hub
 
-    _configure_logging()
+    configure_logging(args.log_format)
+    try:
+        tracing = Tracing(provider_for(args.traces))
+    except ImportError as e:
+        return fail("serve", str(e))
     try:
         config = with_cluster_env(config_from_args(args), os.environ)
         data_dir = config.storage.data_dir
@@ -121,7 +145,9 @@ async def serve_command(args: argparse.Namespace) -> int:
         rust=settings.rust.resolved(os.environ),
     )
     try:
-        hub = Hub(config, store, signer, runtime=runtime, checkpoint_key=checkpoint_key)
+        hub = Hub(
+            config, store, signer, runtime=runtime, checkpoint_key=checkpoint_key, tracing=tracing
+        )
     except AgoraError as e:
         return fail("serve", e)
     if not args.no_http:
@@ -151,6 +177,7 @@ async def serve_command(args: argparse.Namespace) -> int:
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
+        await tracing.aclose()
     logging.getLogger("agora.server").info("stopped")
     return 0
 
@@ -193,13 +220,3 @@ async def _serve_http(
         logging.getLogger("agora.server").error("HTTP listener not started: %s", e)
     except Exception:  # Hub.spawn: must not raise
         logging.getLogger("agora.server").exception("HTTP listener failed")
-
-
-def _configure_logging() -> None:
-    root = logging.getLogger()
-    if not root.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    logging.getLogger("websockets").setLevel(logging.WARNING)

@@ -24,13 +24,25 @@ from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequen
 from dataclasses import dataclass
 from typing import Any, Final
 
+from opentelemetry.trace import SpanKind
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
-__all__ = ["HEALTH_PATH", "METRICS_PATH", "READY_PATH", "Door", "Readiness", "create_app"]
+from hub.core.validation import TRACEPARENT_RE
+from hub.observe.tracing import Tracing
+
+__all__ = [
+    "HEALTH_PATH",
+    "METRICS_PATH",
+    "READY_PATH",
+    "Door",
+    "Readiness",
+    "create_app",
+    "traced",
+]
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -107,3 +119,32 @@ def _metrics_endpoint(registry: CollectorRegistry) -> Callable[[Request], Awaita
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     return metrics
+
+
+def traced(app: ASGIApp, tracing: Tracing, name: str) -> ASGIApp:
+    """``app`` with each HTTP request a span ``name`` (kind SERVER), the child of the request's
+    W3C ``traceparent`` header when it has a valid one (an invalid one starts a new trace).
+    Tracing off: ``app`` itself."""
+    if not tracing.enabled:
+        return app
+
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        parent: str | None = None
+        for key, value in scope.get("headers", ()):
+            if key == b"traceparent":
+                text = value.decode("latin-1").strip()
+                parent = text if TRACEPARENT_RE.fullmatch(text) else None
+        attributes = {"http.request.method": scope.get("method", ""), "url.path": scope["path"]}
+        with tracing.span(name, parent, attributes=attributes, kind=SpanKind.SERVER) as span:
+
+            async def sending(message: MutableMapping[str, Any]) -> None:
+                if span is not None and message["type"] == "http.response.start":
+                    span.set_attribute("http.response.status_code", message["status"])
+                await send(message)
+
+            await app(scope, receive, sending)
+
+    return middleware

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Self
 
 import uvicorn
 
-from hub.http.app import ASGIApp, Door, create_app
+from hub.http.app import ASGIApp, Door, create_app, traced
 
 if TYPE_CHECKING:
     from hub.auth import TokenSigner
@@ -152,7 +152,8 @@ async def doors(
             public_url=url,
         )
         stack.push_async_callback(service.aclose)
-        found.append(Door("", await service.open_app(), name="a2a"))
+        app = traced(await service.open_app(), hub.tracing, "agora.a2a")
+        found.append(Door("", app, name="a2a"))
     return found
 
 

@@ -229,6 +229,7 @@ class Connection:
             sent,
             by,
             f" reason={reason}" if reason else "",
+            extra={"agent": self.session.agent, "peer": self.peer, "code": sent},
         )
 
     @property
@@ -250,7 +251,12 @@ class Connection:
                 self._announced = True
                 if not await self._admit(self.session.agent):
                     return
-                log.info("open agent=%s peer=%s", self.session.agent, self.peer)
+                log.info(
+                    "open agent=%s peer=%s",
+                    self.session.agent,
+                    self.peer,
+                    extra={"agent": self.session.agent, "peer": self.peer},
+                )
                 self._spawn(self._end_with_token(), "token")
             if self._announced:
                 data = await self.ws.recv()  # ConnectionClosed ends it (see _guard)

@@ -87,3 +87,29 @@ def test_without_a_fallback_an_unknown_path_is_404_and_no_registry_no_metrics() 
 def test_bad_compositions_are_refused(doors: list[Door]) -> None:
     with pytest.raises(ValueError):
         create_app(doors, lambda: {})
+
+
+def test_a_traced_door_continues_the_request_traceparent() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from hub.http.app import traced
+    from hub.observe.tracing import Tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    app = create_app([Door("", traced(_locked(), Tracing(provider), "agora.a2a"))], lambda: {})
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    with TestClient(app) as client:
+        client.get("/a2a/jsonrpc", headers={"traceparent": parent})
+        client.get("/a2a/jsonrpc", headers={"traceparent": "junk", "authorization": "Bearer ok"})
+    first, second = exporter.get_finished_spans()
+    assert f"{first.context.trace_id:032x}" == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert first.attributes is not None and first.attributes["http.response.status_code"] == 401
+    assert second.parent is None  # an invalid header starts a new trace
+    assert second.attributes is not None and second.attributes["http.response.status_code"] == 200
+    # Off: the door itself, no wrapper.
+    door = _locked()
+    assert traced(door, Tracing(), "agora.a2a") is door

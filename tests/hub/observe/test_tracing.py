@@ -60,7 +60,11 @@ async def test_one_trace_across_a_publish_and_an_execution(
         assert result["status"] == "completed", result
         events = await p.log("w")
 
-    spans = {s.name: s for s in exporter.get_finished_spans()}
+    for _ in range(200):  # the exec span ends just after execFinished commits
+        spans = {s.name: s for s in exporter.get_finished_spans()}
+        if "agora.exec" in spans:
+            break
+        await asyncio.sleep(0.02)
     publish, run = spans["agora.publish"], spans["agora.exec"]
     for span in (publish, run):
         assert f"{span.context.trace_id:032x}" == TRACE_ID  # the client's trace
