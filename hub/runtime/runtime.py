@@ -38,6 +38,7 @@ import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
 
 from backends.base import Admission, validate_request
 from hub.core.capability import Capability
@@ -56,7 +57,6 @@ from hub.core.execution.errors import BackendUnavailable
 from hub.core.execution.settings import RuntimeSettings
 from hub.core.validation import validate_traceparent, validate_workspace
 from hub.core.wire.frames import Exec, RuntimeResult
-from hub.observe.tracing import Tracing
 from hub.runtime.execution import Execution, supervise
 from hub.runtime.journal import ExecFollower, Journals, Resume
 from hub.runtime.pruning import Pruner
@@ -66,6 +66,9 @@ from hub.runtime.registry import BackendRegistry
 from hub.runtime.request import execution_request, requested_payload
 from hub.runtime.results import TextDecoders, encoding_of, runtime_result
 from hub.workspaces import Workspaces
+
+if TYPE_CHECKING:
+    from hub.observe.tracing import Tracing
 
 __all__ = ["ExecStream", "Runtime", "default_node"]
 
@@ -135,7 +138,7 @@ class Runtime:
         self._closing = False
         self.on_finished: Callable[[str, str, float], None] | None = None
         """Told (backend id, final status, seconds) as each execution ends (the metrics)."""
-        self.tracing = Tracing()
+        self.tracing: Tracing | None = None
         """Where the ``agora.exec`` spans go (the hub sets its own; default: nowhere)."""
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -284,26 +287,31 @@ class Runtime:
         execution.accepted.set_result(written.events[0].id)
         return exec_id
 
-    async def _task(self, execution: Execution, admission: Admission) -> None:
-        """One execution's task: its lifecycle, then retention for its workspace. The
-        backend's slot is released if the run never took it (the request was not written, or
-        the run ended before ``execute``)."""
-        began = time.monotonic()
+    async def _traced(self, execution: Execution, tracing: Tracing) -> None:
+        """:func:`supervise` as the span ``agora.exec``, the child of the exec frame's
+        ``traceparent``; the run's events (started, output, files, finished) keep the span's."""
         attributes: dict[str, str | int] = {
             "agora.workspace": execution.workspace,
             "agora.exec_id": execution.exec_id,
             "agora.backend": execution.instance.id,
             "agora.agent": execution.agent,
         }
+        with tracing.span("agora.exec", execution.traceparent, attributes=attributes) as span:
+            execution.traceparent = tracing.traceparent(span) or execution.traceparent
+            await supervise(execution, self.settings, self.node)
+            if span is not None:
+                span.set_attribute("agora.status", execution.status)
+
+    async def _task(self, execution: Execution, admission: Admission) -> None:
+        """One execution's task: its lifecycle, then retention for its workspace. The
+        backend's slot is released if the run never took it (the request was not written, or
+        the run ended before ``execute``)."""
+        began = time.monotonic()
         try:
-            with self.tracing.span(
-                "agora.exec", execution.traceparent, attributes=attributes
-            ) as span:
-                # The run's events (started, output, files, finished) keep the span's context.
-                execution.traceparent = self.tracing.traceparent(span) or execution.traceparent
+            if self.tracing is None or not self.tracing.enabled:
                 await supervise(execution, self.settings, self.node)
-                if span is not None:
-                    span.set_attribute("agora.status", execution.status)
+            else:
+                await self._traced(execution, self.tracing)
         finally:
             if self.on_finished is not None:
                 self.on_finished(execution.instance.id, execution.status, time.monotonic() - began)
