@@ -63,6 +63,11 @@ class ServerConfig(_Section, frozen=True):
     # memberLeft/memberJoined pair per reconnect (0: record every leave at once).
     presence_grace_s: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 5.0
 
+    @property
+    def a2a_port(self) -> int:
+        """The old name of :attr:`http_port` (A2A is served on the HTTP port)."""
+        return self.http_port
+
 
 class LimitsConfig(SessionLimits, _Section, frozen=True):
     """``[limits]``: per-connection and per-event bounds. See docs/operations.md for what
