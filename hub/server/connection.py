@@ -249,7 +249,7 @@ class Connection:
                 return
             if not self._announced and self.session.agent is not None:
                 self._announced = True
-                if not await self._admit(self.session.agent):
+                if not await self._traced_admit(self.session.agent):
                     return
                 log.info(
                     "open agent=%s peer=%s",
@@ -278,6 +278,21 @@ class Connection:
                 actions = self.session.receive(data)
             else:
                 actions = self.session.receive_binary(data)
+
+    async def _traced_admit(self, agent: str) -> bool:
+        """:meth:`_admit`, as the span ``agora.hello`` (the child of the hello's
+        ``traceparent``) when tracing is on."""
+        tracing = self.hub.tracing
+        if not tracing.enabled:
+            return await self._admit(agent)
+        attributes = {"agora.agent": agent, "agora.peer": self.peer}
+        with tracing.span(
+            "agora.hello", self.session.hello_traceparent, attributes=attributes
+        ) as span:
+            admitted = await self._admit(agent)
+            if span is not None:
+                span.set_attribute("agora.admitted", admitted)
+            return admitted
 
     async def _admit(self, agent: str) -> bool:
         """Count the connection under ``agent``; over ``[limits] max_connections_per_agent``

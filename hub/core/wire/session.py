@@ -48,7 +48,12 @@ from hub.core.errors import (
 )
 from hub.core.events import Event
 from hub.core.records import AppendResult
-from hub.core.validation import DEFAULT_LIMITS, validate_traceparent, validate_workspace
+from hub.core.validation import (
+    DEFAULT_LIMITS,
+    TRACEPARENT_RE,
+    validate_traceparent,
+    validate_workspace,
+)
 from hub.core.wire.frames import (
     Ack,
     AnyClientFrame,
@@ -520,6 +525,8 @@ class ServerSession:
         self.limits = limits if limits is not None else SessionLimits()
         # Told the wire code of every error answer (the hub's metrics; rare, off the hot path).
         self._on_error = on_error
+        self.hello_traceparent: str | None = None
+        """The last accepted ``hello``'s W3C ``traceparent`` (the hub's ``agora.hello`` span)."""
         self.capability: Capability | None = None
         self.subscriptions: set[str] = set()
         self.bad_frames = 0
@@ -562,6 +569,10 @@ class ServerSession:
             return self._bad_frame(error, rid)
         if self.capability is None:
             if isinstance(frame, Hello):
+                # Before authentication nothing is answered but the hello itself: an
+                # invalid traceparent there is ignored (the span starts a new trace).
+                if frame.traceparent is not None and TRACEPARENT_RE.fullmatch(frame.traceparent):
+                    self.hello_traceparent = frame.traceparent
                 return self._authenticate(frame.token, frame.rid)
             return self._unauthenticated(frame.rid)
         if self._expired():

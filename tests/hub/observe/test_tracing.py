@@ -19,8 +19,8 @@ from hub.log.factory import open_store
 from hub.observe.tracing import Tracing, provider_for
 from hub.server.app import Hub
 from tests.support.hub import BANNER_TIMEOUT
-from tests.support.peer import exec_peer, message
-from tests.support.tokens import make_signer
+from tests.support.peer import ExecPeer, exec_peer, message, open_peer
+from tests.support.tokens import make_signer, mint_exec
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
@@ -53,7 +53,9 @@ async def test_one_trace_across_a_publish_and_an_execution(
 ) -> None:
     hub, exporter = traced
     assert hub.url is not None
-    async with exec_peer(hub.url) as p:
+    async with open_peer(ExecPeer, hub.url) as p:
+        await p.send({"op": "hello", "token": mint_exec(), "traceparent": TRACEPARENT})
+        assert (await p.recv())["op"] == "welcome"
         ack = await p.publish("w", message("run the tests", traceparent=TRACEPARENT))
         assert ack["op"] == "ack", ack
         result = await p.run(source="echo hi", traceparent=TRACEPARENT)
@@ -66,7 +68,7 @@ async def test_one_trace_across_a_publish_and_an_execution(
             break
         await asyncio.sleep(0.02)
     publish, run = spans["agora.publish"], spans["agora.exec"]
-    for span in (publish, run):
+    for span in (spans["agora.hello"], publish, run):
         assert f"{span.context.trace_id:032x}" == TRACE_ID  # the client's trace
         assert span.parent is not None and f"{span.parent.span_id:016x}" == PARENT_ID
     assert run.attributes is not None and run.attributes["agora.status"] == "completed"
