@@ -23,9 +23,9 @@ import contextlib
 import ipaddress
 import logging
 import socket
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from types import TracebackType
-from typing import Final, Self
+from typing import Any, Final, Self
 
 import uvicorn
 from a2a.server.routes import (
@@ -46,9 +46,11 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from starlette.applications import Starlette
+from starlette.routing import Mount
 
-from a2a_adapter.auth import AgoraContextBuilder, BearerAuth
+from a2a_adapter.auth import AgoraContextBuilder, ASGIApp, BearerAuth
 from a2a_adapter.bridge import Bridge
+from a2a_adapter.files import BLOBS_PATH, create_blob_app
 from a2a_adapter.handler import AgoraRequestHandler
 from a2a_adapter.limits import BodyLimits
 from a2a_adapter.responses import ExactResponses
@@ -154,12 +156,17 @@ def create_app(
     revocations: Revocations,
     *,
     limits: Limits = DEFAULT_LIMITS,
-) -> BodyLimits:
+    mounts: Mapping[str, ASGIApp] | None = None,
+) -> ASGIApp:
     """The ASGI app: the SDK's card, JSON-RPC and REST routes (their output made exact:
     :mod:`a2a_adapter.responses`) behind bearer authentication, behind the body limits (size
-    before reading, nesting before parsing)."""
+    before reading, nesting before parsing). ``mounts``: other doors by path prefix (``/mcp``),
+    each with its own auth and limits."""
     builder = AgoraContextBuilder()
     routes = [
+        # [blobs door] GET /blobs/{workspace}/{sha256} (a2a_adapter/files.py); moves to
+        # hub/http. First: the REST routes' patterns would take its paths.
+        Mount(BLOBS_PATH, app=create_blob_app(handler.workspaces)),
         *create_agent_card_routes(handler.card, cache_control=CARD_CACHE_CONTROL),
         *create_jsonrpc_routes(handler, JSONRPC_PATH, context_builder=builder),
         # Clients that join the interface URL with "/" post here: answer, do not redirect.
@@ -169,12 +176,30 @@ def create_app(
     authenticated = BearerAuth(
         ExactResponses(Starlette(routes=routes)), signer, {AGENT_CARD_WELL_KNOWN_PATH}, revocations
     )
-    return BodyLimits(
+    a2a = BodyLimits(
         authenticated,
         max_body_bytes=limits.max_event_bytes,
         max_depth=limits.max_depth,
         jsonrpc_paths=frozenset({JSONRPC_PATH, JSONRPC_PATH + "/"}),
     )
+    # -- other doors on this port (MCP at /mcp); the integrator moves this to hub/http/ --
+    return _PathMounts(dict(mounts), a2a) if mounts else a2a
+
+
+class _PathMounts:
+    """``/prefix`` and ``/prefix/…`` go to that door (path unchanged), the rest to ``default``."""
+
+    def __init__(self, mounts: dict[str, ASGIApp], default: ASGIApp) -> None:
+        self.mounts = mounts
+        self.default = default
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope.get("path", "") if scope["type"] in ("http", "websocket") else ""
+        for prefix, app in self.mounts.items():
+            if path == prefix or path.startswith(prefix + "/"):
+                await app(scope, receive, send)
+                return
+        await self.default(scope, receive, send)
 
 
 class _Server(uvicorn.Server):
@@ -220,7 +245,9 @@ class A2AService:
         shutdown_timeout: float = 3.0,
         bridge: bool = True,
         revocations: Revocations | None = None,
+        mounts: Mapping[str, ASGIApp] | None = None,
     ) -> None:
+        self.mounts = mounts  # other doors on this port (create_app)
         self.workspaces = workspaces
         self.revocations = revocations or Revocations(workspaces)
         self._own_revocations = revocations is None
@@ -293,7 +320,7 @@ class A2AService:
             await asyncio.sleep(0.01)
         log.info("agora A2A listening on %s", self.url)
 
-    async def open_app(self) -> BodyLimits:
+    async def open_app(self) -> ASGIApp:
         """The A2A door without a listener of its own (``hub.http`` mounts it on the one HTTP
         port): load and follow revocations, start the bridge, and return the ASGI app whose
         card advertises :attr:`url` (set ``port``/``public_url`` first). :meth:`aclose` ends
@@ -315,7 +342,13 @@ class A2AService:
             runtime=self.runtime,
             blocking_timeout=self.blocking_timeout,
         )
-        app = create_app(self.handler, self.signer, self.revocations, limits=self.workspaces.limits)
+        app = create_app(
+            self.handler,
+            self.signer,
+            self.revocations,
+            limits=self.workspaces.limits,
+            mounts=self.mounts,
+        )
         if self._own_revocations:
             stop = self._revocations_stop
             self._tasks.append(asyncio.create_task(self.revocations.run(stop)))
@@ -366,6 +399,7 @@ async def serve_a2a(
     runtime: A2ARuntime | None = None,
     on_ready: Callable[[str], None] | None = None,
     revocations: Revocations | None = None,
+    mounts: Mapping[str, ASGIApp] | None = None,
 ) -> None:
     """Serve A2A on ``host:port`` (default ``config.server.host``/``http_port``) until ``stop``
     is set or the task is cancelled; once listening, set ``ready`` and call ``on_ready`` with
@@ -379,6 +413,7 @@ async def serve_a2a(
         port=port,
         runtime=runtime,
         revocations=revocations,
+        mounts=mounts,
     ) as service:
         if ready is not None:
             ready.set()

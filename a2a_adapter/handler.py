@@ -71,6 +71,7 @@ from a2a.utils.task import apply_history_length, validate_history_length, valida
 from google.protobuf import json_format
 
 from a2a_adapter.auth import until_token_ends
+from a2a_adapter.files import intake_file_parts
 from a2a_adapter.mapping import (
     INTERRUPTED_STATES,
     TERMINAL_STATES,
@@ -438,6 +439,7 @@ class AgoraRequestHandler(RequestHandler):
                 raise UnsupportedOperationError(message="executions take no further messages")
             self._require(cap, "write", ref.workspace)
             await self._join(ref.workspace, cap, meta)
+            files = await self._intake_files(ref.workspace, message)  # [blobs] file parts
             draft: Event
             if view.interrupted:
                 draft = FeedbackProvided(
@@ -452,6 +454,7 @@ class AgoraRequestHandler(RequestHandler):
                     payload=message_posted_payload(message),
                 )
             stored = await self._publish(ref.workspace, draft, cap)
+            await self._publish_files(ref.workspace, files, message.task_id, stored.id, cap)
             ref, view = await self._find(message.task_id, cap)
             return ref, await self._as_of(ref, view, stored.seq)
 
@@ -461,6 +464,7 @@ class AgoraRequestHandler(RequestHandler):
             return await self._start_exec(workspace, exec_request, message, cap, meta)
         self._require(cap, "write", workspace)
         await self._join(workspace, cap, meta)
+        files = await self._intake_files(workspace, message)  # [blobs] file parts
         event_id = _message_event_id(cap.agent, message)
         need = NeedWork(
             id=event_id,
@@ -471,6 +475,7 @@ class AgoraRequestHandler(RequestHandler):
         )
         stored = await self._publish(workspace, need, cap)
         task_id = stored.correlation_id or need.correlation_id or ""
+        await self._publish_files(workspace, files, task_id, stored.id, cap)
         message.task_id = task_id
         ref, view = await self._find(task_id, cap)
         return ref, await self._as_of(ref, view, stored.seq)
@@ -577,6 +582,27 @@ class AgoraRequestHandler(RequestHandler):
             cap.require(right, workspace)
         except Forbidden as e:
             raise a2a_error(e) from e
+
+    async def _intake_files(self, workspace: str, message: Message) -> list[Event]:
+        """The message's file parts stored as blobs (a2a_adapter/files.py)."""
+        try:
+            return await intake_file_parts(self.workspaces, workspace, message)
+        except AgoraError as e:
+            raise a2a_error(e) from e
+
+    async def _publish_files(
+        self, workspace: str, drafts: list[Event], task_id: str, cause: str, cap: Capability
+    ) -> None:
+        """The artifacts of a message's file parts, in its task (ids derived from it, so a
+        message sent again publishes nothing new)."""
+        for i, draft in enumerate(drafts):
+            event = msgspec.structs.replace(
+                draft,
+                id=derived_event_id(cause, "file", str(i)),
+                correlation_id=task_id,
+                causation_id=cause,
+            )
+            await self._publish(workspace, event, cap)
 
     async def _publish(self, workspace: str, draft: Event, cap: Capability) -> Event:
         try:

@@ -53,6 +53,7 @@ from a2a.types.a2a_pb2 import (
 from google.protobuf import json_format, struct_pb2
 
 from hub.core.events import (
+    ArtifactPublished,
     Event,
     ExecFinished,
     ExecOutput,
@@ -103,6 +104,15 @@ SYNTHETIC_KEY: Final = "agora.synthetic"
 Shape = Literal["none", "text", "message", "artifact", "json", "output"]
 
 
+BLOBS_PATH: Final = "/blobs"
+"""Where the HTTP port serves blobs (a2a_adapter/files.py)."""
+
+
+def blob_path(workspace: str, sha256: str) -> str:
+    """The download path of a blob through ``workspace`` (relative to the HTTP port)."""
+    return f"{BLOBS_PATH}/{workspace}/{sha256}"
+
+
 class MappingError(ValueError):
     """An A2A object that does not carry what :func:`from_a2a` needs (names what is wrong)."""
 
@@ -130,6 +140,9 @@ CROSSINGS: Final[Mapping[str, Crossing]] = {
     "feedbackProvided": Crossing("status", S.TASK_STATE_WORKING, Role.ROLE_USER, "work"),
     "messagePosted": Crossing("status", None, Role.ROLE_USER, "work"),
     "workPublished": Crossing("artifact", None, Role.ROLE_AGENT, "work"),
+    # An artifact in a task (a peer's file part, docs/a2a.md "Files"): an A2A artifact whose
+    # parts are its payload (data) and a file part with its download URL (a2a_adapter/files.py).
+    "artifactPublished": Crossing("artifact", None, Role.ROLE_AGENT, "work"),
     "completed": Crossing("status", S.TASK_STATE_COMPLETED, Role.ROLE_AGENT, "work"),
     "workCancelled": Crossing("status", S.TASK_STATE_CANCELED, Role.ROLE_USER, "work"),
     "execRequested": Crossing("status", S.TASK_STATE_SUBMITTED, Role.ROLE_USER, "exec"),
@@ -445,6 +458,12 @@ def to_a2a(
             if shape == "none":
                 shape, parts = "json", [Part(data=_value(None))]
             artifact = Artifact(artifact_id=event.id or f"{task_id}:{event.seq}", parts=parts)
+            if isinstance(event, ArtifactPublished):
+                a = event.payload
+                artifact.name = a.key
+                artifact.parts.append(
+                    Part(url=blob_path(context_id, a.blob), filename=a.key, media_type=a.media_type)
+                )
             chunk_append, last = False, False
         metadata[PAYLOAD_KEY] = shape
         return [

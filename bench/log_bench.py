@@ -15,7 +15,10 @@ acknowledged append is fsynced) and the same event (a ~200-byte text payload). M
     workspaces (8 agents per workspace, Agora's model; the store assigns seqs, so they never
     conflict), and a second row gives each writer its own workspace. eventsourcing: each
     thread appends to its own aggregate (writers sharing an aggregate would conflict on
-    versions and have to retry, which would only slow it down).
+    versions and have to retry, which would only slow it down). That row compares group
+    commit against one transaction per call; the row "vs es with group commit" gives
+    eventsourcing the same asyncio group commit Agora has (64 asyncio writers, one writer
+    task ``put``-ting each drained batch in one transaction), which compares the stores.
 (c) replay events/s over M events of one workspace / aggregate: read + decode + a trivial fold
     (count of events per kind, last seq).
 (d) Agora alone: (b)'s 64-writer appends/s with each workspace's Merkle tree and signed
@@ -43,6 +46,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
+import contextlib
 import os
 import platform
 import shutil
@@ -77,10 +82,17 @@ from hub.log.sqlite import SqliteEventStore
 
 TEXT = ("Agora bench payload: the quick brown fox jumps over the lazy dog. " * 4)[:200]
 WRITERS = 64
-TARGETS = {"single": 3_500.0, "concurrent": 50_000.0, "replay": 500_000.0}
+TARGETS = {
+    "single": 3_500.0,
+    "concurrent": 50_000.0,
+    "concurrent_gc": 50_000.0,
+    "replay": 500_000.0,
+}
 # (a) has no ratio target: with one writer awaiting each append, both sides must pay one
 # fsync per append, so the ratio can only approach 1x.
-RATIO_TARGETS = {"single": 0.0, "concurrent": 2.0, "replay": 2.0}
+# concurrent_gc: eventsourcing given the same group commit; no ratio target (the honest
+# figure: what the store itself adds or costs, issue 16).
+RATIO_TARGETS = {"single": 0.0, "concurrent": 2.0, "concurrent_gc": 0.0, "replay": 2.0}
 TREE_RATIO_TARGET = 0.9  # (d): appends/s with the tree and checkpoints on / off
 
 
@@ -196,6 +208,58 @@ def es_concurrent(db: Path, n: int) -> float:
     if errors:
         raise errors[0]
     return per_writer * WRITERS / elapsed
+
+
+async def es_group_commit(db: Path, n: int, batch_max: int = 256) -> float:
+    """(b) for eventsourcing with the group commit Agora has: 64 asyncio writers (each its
+    own aggregate) queue their events; one writer task drains the queue and ``put``s the
+    whole batch (one transaction, one fsync) on one thread, then wakes each caller. The same
+    shape as hub.log.writer.GroupCommit, so the ratio compares the stores, not the
+    batching."""
+    store, datastore = es_open(db)
+    per_writer = n // WRITERS
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[Posted, asyncio.Future[None]]] = asyncio.Queue()
+    executor = concurrent.futures.ThreadPoolExecutor(1)
+
+    async def commit_loop() -> None:
+        while True:
+            batch = [await queue.get()]
+            while len(batch) < batch_max and not queue.empty():
+                batch.append(queue.get_nowait())
+            try:
+                await loop.run_in_executor(executor, store.put, [e for e, _ in batch])
+            except Exception as e:
+                for _, fut in batch:
+                    fut.set_exception(e)
+            else:
+                for _, fut in batch:
+                    fut.set_result(None)
+
+    async def writer() -> None:
+        oid = uuid.uuid4()
+        for version in range(1, per_writer + 1):
+            event = Posted(
+                originator_id=oid,
+                originator_version=version,
+                timestamp=Posted.create_timestamp(),
+                text=TEXT,
+            )
+            done = loop.create_future()
+            queue.put_nowait((event, done))
+            await done
+
+    committer = asyncio.create_task(commit_loop())
+    try:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(writer() for _ in range(WRITERS)))
+        return per_writer * WRITERS / (time.perf_counter() - t0)
+    finally:
+        committer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await committer
+        executor.shutdown()
+        datastore.close()
 
 
 def es_replay(db: Path, m: int, repeats: int) -> list[float]:
@@ -433,6 +497,8 @@ def main(argv: list[str] | None = None) -> int:
         b_ag = repeat(lambda p: asyncio.run(agora_concurrent(p, n_conc)), root, "b-ag", repeats)
         b_es = repeat(lambda p: es_concurrent(p, n_conc), root, "b-es", repeats)
         rows.append((f"(b) appends/s, {WRITERS} writers", "concurrent", b_ag, b_es))
+        b_es_gc = repeat(lambda p: asyncio.run(es_group_commit(p, n_conc)), root, "b-esgc", repeats)
+        rows.append(("    vs es with group commit", "concurrent_gc", b_ag, b_es_gc))
         b_own = repeat(
             lambda p: asyncio.run(agora_concurrent(p, n_conc, workspaces=WRITERS)),
             root,

@@ -1,4 +1,4 @@
-"""Sandbox latency: the in-process backends and the Rust pipeline beside the process floor.
+"""Sandbox latency: the in-process backends, Deno and the Rust pipeline beside the process floor.
 
     python bench/sandbox_bench.py [--runs N] [--quick] [--no-rust]
 
@@ -14,6 +14,11 @@ one warm-up run:
   thread; ``wasm  cold`` — the same with a module the cache has not seen (compilation
   included).
 * ``python  exec`` — a pydantic-monty snippet with ``input``/``value`` (pooled worker).
+* ``js  cold`` — a JavaScript module on the ``javascript`` backend (Deno) without a pool: a
+  fresh confined ``deno`` process per run; ``js  ts cold`` — the same with a TypeScript module;
+  ``js  in-deno part of cold`` — of the cold runs, only the time from deno asking for its run
+  to its result (the channel's timestamps); ``js  warm`` — the default (pooled) instance, a
+  warm worker idle before each run (a burst beyond the pool's size runs cold).
 * ``rust  cold`` — check + build + run of a source not in the build cache;
   ``rust  cached`` — the same source again (build cache hit: only the run).
 
@@ -41,6 +46,7 @@ from backends.base import (
     Source,
     collect,
 )
+from backends.javascript import JavaScriptBackend
 from backends.monty import PythonBackend
 from backends.process import ProcessBackend
 from backends.wasm import WasmBackend
@@ -127,6 +133,46 @@ async def bench(runs: int, rust: bool) -> list[tuple[str, list[float]]]:
                 ),
             )
         )
+    js_module = Source("export default (input) => ({ n: input.n * 2 });")
+    ts_module = Source(
+        "export default (input: { n: number }): { n: number } => ({ n: input.n * 2 });"
+    )
+    async with JavaScriptBackend(warm_workers=0) as js:
+        ok, why = js.available()
+        if not ok:
+            raise RuntimeError(f"the javascript backend is unavailable: {why}")
+        for name, language, module in (
+            ("js       cold (deno per run)", ExecutionLanguage.JAVASCRIPT, js_module),
+            ("js       ts cold", ExecutionLanguage.TYPESCRIPT, ts_module),
+        ):
+            js.timings.clear()
+            rows.append(
+                (
+                    name,
+                    await timed(
+                        lambda language=language, module=module: one(
+                            js, language=language, payload=module, input={"n": 21}
+                        ),
+                        runs,
+                    ),
+                )
+            )
+            if language == ExecutionLanguage.JAVASCRIPT:
+                inside = [after for _, after in list(js.timings)[1:]]
+                rows.append(("js       in-deno part of cold", inside))
+    async with JavaScriptBackend(warm_workers=1) as js:
+        samples = []
+        for i in range(runs + 1):
+            async with asyncio.timeout(60):  # a warm worker is idle before each timed run
+                while True:
+                    if js.idle_workers >= 1:
+                        break
+                    await asyncio.sleep(0.005)
+            began = time.perf_counter()
+            await one(js, language=ExecutionLanguage.JAVASCRIPT, payload=js_module, input={"n": 21})
+            if i:  # the first is the warm-up
+                samples.append((time.perf_counter() - began) * 1000)
+        rows.append(("js       warm (pooled worker)", samples))
     async with PythonBackend() as python:
         rows.append(
             (

@@ -29,11 +29,13 @@ COMMANDS: tuple[str, ...] = (
     "witness",
     "export",
     "import_",
+    "blobs",
     "workspaces",
     "db",
     "tool_schema",
     "images",
     "backends",
+    "mcp",
 )
 
 

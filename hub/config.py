@@ -22,7 +22,9 @@ from hub.core.execution.policy import Access
 from hub.core.execution.settings import RuntimeSettings
 from hub.core.validation import (
     DEFAULT_LIMITS,
+    DEFAULT_MAX_BLOB_BYTES,
     DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_MAX_WORKSPACE_BYTES,
     EVENT_FRAME_RESERVE,
     Limits,
     validate_backend_id,
@@ -37,7 +39,7 @@ NODE_ID_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,128}")
 records and the ``nodes`` table is keyed by."""
 
 
-BackendKind = Literal["process", "container", "wasm", "python", "rust"]
+BackendKind = Literal["process", "container", "wasm", "python", "rust", "javascript"]
 
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]  # 0: let the OS choose (tests)
 Seconds = Annotated[float, msgspec.Meta(gt=0, le=86400)]  # at most a day: a typo, not a plan
@@ -88,6 +90,10 @@ class LimitsConfig(SessionLimits, _Section, frozen=True):
     max_state_contents_bytes: Positive = 4 * 1024 * 1024
     max_file_bytes: Positive = DEFAULT_LIMITS.max_file_bytes
     blob_threshold: Positive = DEFAULT_LIMITS.blob_threshold
+    # One blob's size (putBlob over it: tooLarge) and a workspace's quota: the bytes of its
+    # files and artifacts together (a putBlob or publish that would pass it: tooLarge).
+    max_blob_bytes: Positive = DEFAULT_MAX_BLOB_BYTES
+    max_workspace_bytes: Positive = DEFAULT_MAX_WORKSPACE_BYTES
     snapshot_every: Positive = 1000  # events between projection snapshots
 
     def draft_limits(self) -> Limits:
@@ -170,6 +176,18 @@ class A2AConfig(_Section, frozen=True):
     peers: tuple[PeerConfig, ...] = ()
 
 
+class McpConfig(_Section, frozen=True):
+    """``[mcp]``: the MCP door at ``/mcp`` of the HTTP port (docs/mcp.md)."""
+
+    max_sessions: Positive = 256  # MCP sessions open at once (each holds a hub connection)
+    session_idle_s: Seconds = 1800.0  # a session with no request or stream this long is closed
+    # code_exec's language (rust, python, wasm, shell) -> backend instance id, over the
+    # defaults (the instance named after the kind; shell: process).
+    backends: dict[Literal["rust", "python", "wasm", "shell"], str] = msgspec.field(
+        default_factory=dict
+    )
+
+
 class HubConfig(_Section, frozen=True):
     """The whole configuration; every field has a default, so ``HubConfig()`` is valid."""
 
@@ -183,6 +201,7 @@ class HubConfig(_Section, frozen=True):
     cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)
     auth: AuthConfig = msgspec.field(default_factory=AuthConfig)
     audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
+    mcp: McpConfig = msgspec.field(default_factory=McpConfig)
 
     def with_overrides(
         self,

@@ -174,6 +174,22 @@ class Workspaces:
         live = await self._open(workspace)
         return dict(live.committed.files)
 
+    async def references_blob(self, workspace: str, sha256: str) -> bool:
+        """Whether the committed state of ``workspace`` references blob ``sha256`` (a file's
+        content or an artifact): what lets a reader of the workspace download it."""
+        validate_workspace(workspace)
+        committed = (await self._open(workspace)).committed
+        return any(e.blob == sha256 for e in committed.files.values()) or any(
+            a.blob == sha256 for a in committed.artifacts.values()
+        )
+
+    async def stored_bytes(self, workspace: str) -> int:
+        """The bytes the workspace's files and artifacts hold now (its quota's usage)."""
+        validate_workspace(workspace)
+        committed = (await self._open(workspace)).committed
+        files = sum(max(0, e.size) for e in committed.files.values())
+        return files + sum(a.size_bytes for a in committed.artifacts.values())
+
     async def head(self, workspace: str, *, at_least: int | None = None) -> int:
         """The last committed seq (0 for an empty workspace). When it is below ``at_least``
         (a seq a client saw on another node), catch up from the store first."""
@@ -467,7 +483,7 @@ class Workspaces:
                 raise BadRequest("artifactPublished needs payload.blob", field="payload.blob")
             if not await self.store.blobs.has(a.blob):
                 raise NotFound(f"blob {a.blob} is not in the blob store", field="payload.blob")
-            size = len(await self.store.blobs.get(a.blob))
+            size = await self.store.blobs.size(a.blob)  # never the whole blob in memory
             artifact = msgspec.structs.replace(a, sha256=a.blob, size_bytes=size)
             return msgspec.structs.replace(draft, payload=artifact)
         if not isinstance(draft, FileWritten):
@@ -476,7 +492,7 @@ class Workspaces:
         if p.blob is not None:
             if not await self.store.blobs.has(p.blob):
                 raise NotFound(f"blob {p.blob} is not in the blob store", field="payload.blob")
-            size = len(await self.store.blobs.get(p.blob))
+            size = await self.store.blobs.size(p.blob)
             payload = msgspec.structs.replace(p, sha256=p.blob, size=size)
         else:
             content = file_content(p.text, p.base64, "payload.base64")

@@ -26,10 +26,14 @@ _SHIM = "re-export shim of a public import path (the module moved to hub/core/)"
 
 COVERED_ELSEWHERE: Final[dict[str, str]] = {
     # -- added this round: covered by the tests of their package or door ---------------------
+    "hub/server/blob_ops.py": "the blob ops over real hubs (SQLite, PostgreSQL): "
+    "tests/hub/client/test_blobs.py",
     "a2a_adapter/responses.py": "exact numbers and SSE ids on the wire: "
     "tests/a2a_adapter/test_numbers.py, test_resume.py",
     "backends/cgroups.py": "run cgroups (v1/v2): tests/backends/test_confine.py, test_escape.py",
     "backends/mock.py": "the mock backend is the subject of tests/backends/test_every_backend.py",
+    "backends/javascript/bootstrap.py": "tests/backends/javascript/test_backend.py",
+    "backends/javascript/channel.py": "tests/backends/javascript/test_backend.py",
     "backends/container/attach.py": "tests/backends/container/test_backend.py",
     "backends/container/engine.py": "tests/backends/container/test_backend.py, test_images.py",
     "backends/container/mounts.py": "tests/backends/container/test_backend.py",

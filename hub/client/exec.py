@@ -20,7 +20,7 @@ import msgspec
 
 from hub.core.cursor import Step
 from hub.core.errors import AgoraError, BadRequest, Internal, Unavailable
-from hub.core.events import Event, ExecOutput
+from hub.core.events import ArtifactRef, Event, ExecOutput
 from hub.core.execution.policy import PolicyPatch
 from hub.core.wire import frames
 from hub.core.wire.client import ResumeCursor, encode_frame, event_of
@@ -61,6 +61,8 @@ class ExecOutcome(msgspec.Struct, frozen=True, kw_only=True):
     pulled: int = 0
     skipped: list[dict[str, Any]] = []
     diagnostics: list[Any] = []
+    artifacts: list[ArtifactRef] = []
+    """The artifacts the run published (``exec(artifacts=[globs])``)."""
 
 
 def _exec_result(result: frames.RuntimeResult) -> ExecOutcome:
@@ -83,6 +85,7 @@ def _exec_result(result: frames.RuntimeResult) -> ExecOutcome:
         pulled=result.pulled,
         skipped=[msgspec.to_builtins(s) for s in result.skipped],
         diagnostics=[] if result.diagnostics is msgspec.UNSET else list(result.diagnostics),
+        artifacts=list(result.artifacts),
     )
 
 
@@ -322,12 +325,15 @@ class WorkspaceRuntime:
         timeout_ms: int | None = None,
         encoding: str = "utf8",
         policy: PolicyPatch | Mapping[str, Any] | None = None,
+        artifacts: Iterable[str] = (),
     ) -> ExecHandle:
         """Start an execution; returns its handle once the hub accepted it (``execRequested``
         is in the log). ``backend``: an instance id (default: the hub's first). ``id``: the
         execution id (default: a UUID). ``module``: WASM bytes, or the sha256 of a blob.
         ``input``: a JSON value for callable backends. ``encoding``: ``"utf8"`` (text) or
         ``"base64"`` (bytes) for the output. ``policy``: narrows the instance's policy.
+        ``artifacts``: globs of output files to publish as artifacts after the run (the
+        result's ``artifacts``; fetch one with ``ws.get_blob(ref.sha256)``).
 
         Raises ``Forbidden`` (no ``exec`` right, backend not in the token, a wider policy),
         ``NotFound`` (unknown backend), ``BadRequest`` (invalid, ``input`` on a non-callable
@@ -367,6 +373,7 @@ class WorkspaceRuntime:
             timeout_ms=timeout_ms,
             encoding=cast(Any, encoding),
             policy=patch,
+            artifacts=list(artifacts),
         )
         call = _ExecCall(session, rid, exec_id, encode_frame(frame))
         session._expect(rid, call, once=True)

@@ -41,6 +41,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
@@ -130,7 +131,7 @@ class Session:
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         token: str,
         *,
         reconnect: bool = True,
@@ -146,7 +147,11 @@ class Session:
         witness_file: str | Path | None = None,
         max_identical_closes: int = MAX_IDENTICAL_CLOSES,
     ) -> None:
-        self.url = url
+        self.urls: tuple[str, ...] = (url,) if isinstance(url, str) else tuple(url)
+        """The hub nodes this session may use, in order of preference (see :func:`connect`)."""
+        if not self.urls or not all(isinstance(u, str) and u for u in self.urls):
+            raise BadRequest("url: a hub URL, or a non-empty list of them", field="url")
+        self._at = 0  # index in urls of the node in use (or tried next)
         self.agent = ""
         self.rights: tuple[str, ...] = ()
         self.server = ""
@@ -189,6 +194,11 @@ class Session:
         elif witness_file is not None or checkpoint_key is not None:
             raise BadRequest("checkpoint_key and witness_file are for verify=True")
 
+    @property
+    def url(self) -> str:
+        """The URL of the node in use (or the one to be tried next)."""
+        return self.urls[self._at]
+
     # -- lifecycle ------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
@@ -210,8 +220,20 @@ class Session:
         answered ``hello`` with."""
         if self._task is not None or self._closing is not None:
             raise BadRequest("a session can be opened once")
-        ws = await self._handshake()
+        ws = await self._first_handshake()
         self._task = asyncio.create_task(self._run(ws), name=f"agora-session {self.url}")
+
+    async def _first_handshake(self) -> ClientConnection:
+        """Open on the first node of :attr:`urls` that answers; the last ``Unavailable`` when
+        none does. Any other refusal (a bad token) is the answer of every node: raised at once."""
+        for at in range(len(self.urls)):
+            self._at = at
+            try:
+                return await self._handshake()
+            except Unavailable:
+                if at == len(self.urls) - 1:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover (urls is never empty)
 
     async def aclose(self) -> None:
         """Close the connection and end every subscription and pending call. Idempotent; the
@@ -362,7 +384,11 @@ class Session:
                 return await self._handshake()
             except (Unavailable, Internal, RateLimited, Busy) as e:
                 last = e
-                log.debug("reconnect attempt %d failed: %s", attempt, e)
+                log.debug("reconnect attempt %d to %s failed: %s", attempt, self.url, e)
+                # Fail over: the next attempt goes to the next node (round robin). Feeds
+                # resume by seq, which every node sharing the store agrees on: no gap, no
+                # duplicate (docs/protocol.md "Reconnecting").
+                self._at = (self._at + 1) % len(self.urls)
 
     async def _serve(self, ws: ClientConnection) -> tuple[int | None, str]:
         """Attach ``ws``, read it until it closes; return the close code and reason."""
@@ -570,7 +596,7 @@ class Session:
 
 
 def connect(
-    url: str,
+    url: str | Sequence[str],
     token: str,
     *,
     reconnect: bool = True,
@@ -587,6 +613,10 @@ def connect(
     max_identical_closes: int = MAX_IDENTICAL_CLOSES,
 ) -> Session:
     """A session with the hub at ``url`` (``ws://host:port``), authenticated by ``token``.
+
+    ``url`` may be a list of the nodes of one cluster (sharing one PostgreSQL store): the
+    session opens on the first that answers and, when its node goes away, reconnects to the
+    next one (round robin, under ``backoff``), resuming every subscription where it was.
 
     Use ``async with connect(url, token) as session:``; entering raises
     :class:`~hub.core.errors.Unauthorized` for a bad or expired token and

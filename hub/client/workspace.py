@@ -17,11 +17,14 @@ import asyncio
 import base64
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 import msgspec
 
+from hub.client import blobs as blob_io
+from hub.client.blobs import BlobSource, Progress
 from hub.client.errors import SessionClosed
 from hub.client.exec import WorkspaceRuntime
 from hub.client.feed import Subscription
@@ -33,6 +36,8 @@ from hub.core.errors import BadRequest, Internal, NotFound, RateLimited, TamperD
 from hub.core.events import (
     COLLABORATION_KINDS,
     AnyEvent,
+    ArtifactPayload,
+    ArtifactPublished,
     Blocked,
     Completed,
     Event,
@@ -53,6 +58,7 @@ from hub.core.events import (
 )
 from hub.core.merkle import ProofError, check_inclusion, leaf_hash
 from hub.core.projections.workspace import WorkspaceState
+from hub.core.validation import DEFAULT_LIMITS
 from hub.core.wire import frames
 
 if TYPE_CHECKING:
@@ -73,6 +79,12 @@ RATE_LIMIT_RETRIES: Final = 8
 """How often a rate-limited publish is sent again (after the wait the hub asked for)."""
 
 MAX_RATE_LIMIT_WAIT: Final = 5.0
+
+INLINE_LIMIT: Final = DEFAULT_LIMITS.blob_threshold
+"""File content above this many bytes goes up as a blob (the hub's default threshold)."""
+
+TEXT_MEDIA_TYPE: Final = "text/plain; charset=utf-8"
+"""The media type a large text file written without one gets, so it reads back as text."""
 """Seconds: the longest wait before sending a rate-limited publish again."""
 
 INDEX_SIZE: Final = 4096
@@ -347,10 +359,21 @@ class Workspace:
         base_rev: int | None = None,
         *,
         media_type: str | None = None,
+        progress: Progress | None = None,
     ) -> FileWritten:
-        """Write ``path`` (text as UTF-8, bytes as base64). ``base_rev``: the rev this write
-        replaces (0: the file must not exist; None: no check). Raises ``Conflict`` (stale
-        ``base_rev``, ``details['rev']``), ``BadRequest`` (bad path), ``TooLarge``."""
+        """Write ``path`` (text as UTF-8, bytes as base64; content over the blob threshold
+        is uploaded as a blob first and the event references it). ``base_rev``: the rev this
+        write replaces (0: the file must not exist; None: no check). Raises ``Conflict``
+        (stale ``base_rev``, ``details['rev']``), ``BadRequest`` (bad path), ``TooLarge``."""
+        raw = content.encode() if isinstance(content, str) else content
+        if len(raw) > INLINE_LIMIT:
+            if isinstance(content, str) and media_type is None:
+                media_type = TEXT_MEDIA_TYPE  # so read_file gives text back
+            sha, _ = await blob_io.upload(self.session, self.name, raw, progress=progress)
+            payload = FileWrittenPayload(
+                path=path, blob=sha, base_rev=base_rev, media_type=media_type
+            )
+            return await self._emit(FileWritten(payload=payload))
         if isinstance(content, str):
             payload = FileWrittenPayload(
                 path=path, text=content, base_rev=base_rev, media_type=media_type
@@ -364,10 +387,10 @@ class Workspace:
             )
         return await self._emit(FileWritten(payload=payload))
 
-    async def read_file(self, path: str) -> str | bytes:
+    async def read_file(self, path: str, *, progress: Progress | None = None) -> str | bytes:
         """The current content of ``path`` from the state: ``str`` if it was written as text,
-        else ``bytes``. Raises ``NotFound`` (no such file, or the content lives in the blob
-        store, which ``agora.v1`` cannot read: ``details['blob']``)."""
+        else ``bytes``; content in the blob store is downloaded (``getBlob``), text when its
+        media type is ``text/*``. Raises ``NotFound`` (no such file)."""
         entry = (await self.state(contents=True, paths=[path])).files.get(path)
         if entry is None:
             raise NotFound(f"no file {path!r} in workspace {self.name!r}", path=path)
@@ -375,11 +398,50 @@ class Workspace:
             return entry.text
         if entry.base64 is not None:
             return base64.b64decode(entry.base64)
-        raise NotFound(
-            f"{path!r} is in the blob store ({entry.size} bytes); its content is not inline",
-            path=path,
-            blob=entry.blob,
-        )
+        if entry.blob is None:
+            raise Internal(f"{path!r} has no content in the state")
+        data = await self.get_blob(entry.blob, progress=progress)
+        assert isinstance(data, bytes)
+        if (entry.media_type or "").startswith("text/"):
+            return data.decode("utf-8", errors="replace")
+        return data
+
+    # -- blobs (docs/protocol.md, "Blobs") -------------------------------------------------
+
+    async def put_blob(self, source: BlobSource, *, progress: Progress | None = None) -> str:
+        """Store ``source`` (bytes, a path, or an async byte stream) in the hub's blob store
+        and return its sha256; an interrupted upload of the same content resumes. Raises
+        ``TooLarge`` (``max_blob_bytes``, the workspace's quota), ``Forbidden``."""
+        sha, _ = await blob_io.upload(self.session, self.name, source, progress=progress)
+        return sha
+
+    async def get_blob(
+        self, sha256: str, dest: str | Path | None = None, *, progress: Progress | None = None
+    ) -> bytes | Path:
+        """A blob this workspace references (a file's content, an artifact): its bytes, or
+        written to ``dest`` (returned). Raises ``NotFound``, ``IntegrityError``."""
+        return await blob_io.download(self.session, self.name, sha256, dest, progress=progress)
+
+    def open_blob(
+        self, sha256: str, *, offset: int = 0, length: int | None = None
+    ) -> AsyncIterator[bytes]:
+        """The bytes of a referenced blob as an async stream, from ``offset`` (``length`` of
+        them, or to its end). Raises ``NotFound`` when iterated."""
+        return blob_io.stream(self.session, self.name, sha256, offset=offset, length=length)
+
+    async def publish_artifact(
+        self,
+        key: str,
+        source: BlobSource,
+        media_type: str = "application/octet-stream",
+        *,
+        progress: Progress | None = None,
+    ) -> ArtifactPublished:
+        """Upload ``source`` (bytes, a path or an async byte stream) and publish it as the
+        artifact ``key``; the hub fills ``sha256`` and ``sizeBytes`` from the stored blob."""
+        sha = await self.put_blob(source, progress=progress)
+        payload = ArtifactPayload(key=key, media_type=media_type, blob=sha)
+        return await self._emit(ArtifactPublished(payload=payload))
 
     async def delete_file(self, path: str, base_rev: int | None = None) -> FileDeleted:
         """Delete ``path``. Raises ``NotFound`` (no such file), ``Conflict`` (stale

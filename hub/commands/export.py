@@ -125,6 +125,9 @@ async def run(args: argparse.Namespace) -> int:
     async def body(store: EventStore) -> int:
         await require_head(store, args.workspace)
         target = FileBlobStore(args.blobs) if args.blobs is not None else None
+        if args.blobs is not None:
+            # Created even when no event references a blob: `import --blobs DIR` needs it.
+            args.blobs.mkdir(parents=True, exist_ok=True)
         with _output(args.output) as out:
             count, copied, missing = await _export(store, args.workspace, out, target)
         where = f" to {args.output}" if args.output is not None else ""

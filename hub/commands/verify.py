@@ -40,10 +40,11 @@ from hub.commands._audit import (
     warn,
     with_store,
 )
+from hub.commands.blobs import referenced_blobs
 from hub.commands.checkpoint import read_verifier, verifier_from_args
 from hub.commands.common import fail
 from hub.core.checkpoint import Checkpoint, NoteError, NoteVerifier, open_checkpoint, origin_for
-from hub.core.errors import AgoraError, BadRequest, IntegrityError
+from hub.core.errors import AgoraError, BadRequest, IntegrityError, NotFound
 from hub.core.projections.snapshots import SNAPSHOT_NAME, SNAPSHOT_VERSION, from_snapshot
 from hub.core.projections.workspace import WorkspaceState
 from hub.core.records import Head
@@ -107,6 +108,8 @@ async def run(args: argparse.Namespace) -> int:
         total = 0
         for head in heads:
             checked, problem = await verify_workspace(store, head, show_progress=show)
+            if problem is None:
+                problem = await verify_blobs(store, head.workspace)
             total += checked
             if problem is None:
                 print(f"ok {head.workspace} {checked} events")
@@ -161,6 +164,19 @@ async def verify_workspace(
             "deleting them repairs this"
         )
     return report.checked, None
+
+
+async def verify_blobs(store: EventStore, workspace: str) -> str | None:
+    """The first problem with the blobs ``workspace`` references (missing, or content
+    that no longer hashes to its name), or None. Each blob is read in ranges."""
+    for sha, seq in sorted((await referenced_blobs(store, workspace)).items(), key=lambda i: i[1]):
+        try:
+            await store.blobs.check(sha)
+        except NotFound:
+            return f"seq {seq}: references blob {sha}, which is not in the blob store"
+        except IntegrityError:
+            return f"seq {seq}: blob {sha} does not match its hash"
+    return None
 
 
 async def verify_checkpoints(store: EventStore, args: argparse.Namespace) -> int:

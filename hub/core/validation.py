@@ -53,6 +53,13 @@ DEFAULT_MAX_FRAME_BYTES: Final = 1024 * 1024
 """``[limits] max_frame_bytes``: the largest WebSocket frame the hub reads or sends."""
 
 
+DEFAULT_MAX_BLOB_BYTES: Final = 256 * 1024 * 1024
+"""``[limits] max_blob_bytes``: the largest blob one upload may store."""
+
+DEFAULT_MAX_WORKSPACE_BYTES: Final = 4 * 1024 * 1024 * 1024
+"""``[limits] max_workspace_bytes``: the quota of one workspace (its files and artifacts)."""
+
+
 class Limits(msgspec.Struct, frozen=True, kw_only=True):
     """Size limits applied to drafts. Defaults are documented in docs/events.md."""
 

@@ -8,11 +8,11 @@ down) and ``GET /metrics`` (Prometheus text format, when a registry is given).
 A door is an ASGI app with **its own auth policy** (the A2A door wraps itself in
 :class:`a2a_adapter.auth.BearerAuth`; a viewer keeps its page public and checks tokens on its
 API): the composition never authenticates on a door's behalf. A door has a ``prefix``
-(``/ui``, ``/mcp``, ``/blobs``): requests under it are passed on with the prefix moved to
-``root_path`` (Starlette ``Mount``). At most one door is the ``fallback`` (prefix ``""``):
-it gets every path no other route took, unchanged — the A2A door, whose routes
-(``/.well-known/agent-card.json``, ``/a2a/jsonrpc``, ``/a2a/rest/...``) are at the root.
-Without a fallback an unknown path is a plain 404.
+(``/ui``, ``/mcp``, ``/blobs``): ``/prefix`` and every path under ``/prefix/`` go to it with
+the path unchanged (its own routes name the full path). At most one door is the
+``fallback`` (prefix ``""``): it gets every path no other route took — the A2A door, whose
+routes (``/.well-known/agent-card.json``, ``/a2a/jsonrpc``, ``/a2a/rest/...``) are at the
+root. Without a fallback an unknown path is a plain 404.
 
 To add a door: build its app in the door's own package (a factory function), then add a
 ``Door("/ui", app)`` in :func:`hub.http.serve.doors` — nothing else changes.
@@ -72,7 +72,7 @@ def create_app(
     readiness: Readiness,
     *,
     registry: CollectorRegistry | None = None,
-) -> Starlette:
+) -> ASGIApp:
     """The one port's app. Raises ``ValueError`` for a prefix that is not ``""`` or
     ``/name`` (no trailing slash), a prefix used twice, a second fallback or a prefix that
     shadows the hub's routes."""
@@ -82,22 +82,39 @@ def create_app(
     ]
     if registry is not None:
         routes.append(Route(METRICS_PATH, _metrics_endpoint(registry), methods=["GET", "HEAD"]))
-    seen: set[str] = set()
-    fallback: Door | None = None
+    prefixed: dict[str, ASGIApp] = {}
+    fallback: ASGIApp | None = None
     for door in doors:
         prefix = door.prefix
-        if prefix in seen:
+        if prefix in prefixed or (prefix == "" and fallback is not None):
             raise ValueError(f"two HTTP doors under {prefix!r}")
-        seen.add(prefix)
         if prefix == "":
-            fallback = door
+            fallback = door.app
             continue
         if not prefix.startswith("/") or prefix.endswith("/") or prefix in _RESERVED:
             raise ValueError(f"bad HTTP door prefix {prefix!r}")
-        routes.append(Mount(prefix, app=door.app, name=door.name or None))
+        prefixed[prefix] = door.app
     if fallback is not None:  # last: every path the routes above did not take
-        routes.append(Mount("", app=fallback.app, name=fallback.name or None))
-    return Starlette(routes=routes)
+        routes.append(Mount("", app=fallback))
+    return _Doors(prefixed, Starlette(routes=routes))
+
+
+class _Doors:
+    """``/prefix`` and ``/prefix/…`` go to that door, path unchanged; the rest to ``rest``
+    (the hub's routes, then the fallback door)."""
+
+    def __init__(self, doors: dict[str, ASGIApp], rest: ASGIApp) -> None:
+        self.doors = doors
+        self.rest = rest
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            path: str = scope.get("path", "")
+            for prefix, app in self.doors.items():
+                if path == prefix or path.startswith(prefix + "/"):
+                    await app(scope, receive, send)
+                    return
+        await self.rest(scope, receive, send)
 
 
 async def _health(request: Request) -> Response:

@@ -14,6 +14,7 @@ import contextlib
 import ipaddress
 import logging
 import socket
+import sys
 from collections.abc import Callable, Generator
 from contextlib import AsyncExitStack
 from types import TracebackType
@@ -136,10 +137,26 @@ class HttpService:
 async def doors(
     hub: Hub, signer: TokenSigner, config: HubConfig, url: str, stack: AsyncExitStack, *, a2a: bool
 ) -> list[Door]:
-    """The HTTP doors of this hub, each opened on ``stack`` (closed before the listener):
-    the A2A door (the fallback: its routes are at the root) when ``a2a``. Other doors are
-    added here: ``Door("/ui", create_viewer_app(...))``."""
-    found: list[Door] = []
+    """The HTTP doors of this hub, each opened on ``stack`` (closed before the listener): the
+    viewer at ``/ui`` (docs/viewer.md), MCP at ``/mcp`` (docs/mcp.md) and, when ``a2a``, the
+    A2A door (the fallback: its routes are at the root; it serves ``/blobs/…`` too). A new
+    door is one more ``Door(prefix, app)`` here."""
+    from hub.mcp.http import MCP_PATH, McpHttp
+    from hub.viewer import VIEWER_PATH, create_viewer_app
+
+    ws_url = hub.url or ""
+    viewer = create_viewer_app(hub.workspaces, signer, hub.revocations, ws_url=ws_url)
+    mcp = await stack.enter_async_context(
+        McpHttp(
+            ws_url,
+            signer,
+            hub.revocations,
+            limits=hub.workspaces.limits,
+            settings=config.mcp,
+            host=config.server.host,
+        )
+    )
+    found = [Door(VIEWER_PATH, viewer, name="viewer"), Door(MCP_PATH, mcp.app, name="mcp")]
     if a2a:
         from a2a_adapter.app import A2AService
 
@@ -180,4 +197,5 @@ async def serve_http(
         log.info("agora HTTP listening on %s (%s)", service.url, ", ".join(d.name for d in found))
         if on_ready is not None:
             on_ready(service.url)
+        print(f"agora viewer on {service.url}/ui/", file=sys.stderr, flush=True)
         await stop.wait()

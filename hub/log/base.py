@@ -8,9 +8,12 @@ Vocabulary (the same in SQL columns, Struct fields, CLI flags and docs): *worksp
 from __future__ import annotations
 
 import abc
+import asyncio
+import hashlib
 from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
 from types import TracebackType
-from typing import ClassVar, Self
+from typing import ClassVar, Final, Self
 
 from hub.core.chain import GENESIS, verify_chain
 from hub.core.checkpoint import CheckpointRecord
@@ -21,6 +24,25 @@ from hub.core.records import AppendResult, Head, Snapshot, VerifyReport
 
 CommitObserver = Callable[[int, float, bool], None]
 """Told (requests committed, seconds, whether the transaction raised) after each one."""
+
+CHECK_CHUNK: Final = 1024 * 1024
+"""Bytes read at a time while a blob's hash is checked."""
+
+
+def _hash_file(path: Path) -> tuple[int, str]:
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(CHECK_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
+def _read_at(path: Path, offset: int, length: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(length)
 
 
 class BlobStore(abc.ABC):
@@ -36,6 +58,80 @@ class BlobStore(abc.ABC):
 
     @abc.abstractmethod
     async def has(self, sha256: str) -> bool: ...
+
+    # -- streaming (the wire's putBlob/getBlob, docs/protocol.md "Blobs") ---------------------
+    # A blob is written in chunks into an *upload* named by its (sha256, size), committed once
+    # whole (hashed by the store, never trusted from the client), and read back in ranges, so
+    # neither side ever holds a whole blob in memory.
+
+    @abc.abstractmethod
+    async def size(self, sha256: str) -> int:
+        """The stored blob's size in bytes. Raises :class:`hub.core.errors.NotFound`."""
+
+    @abc.abstractmethod
+    async def read(self, sha256: str, offset: int, length: int) -> bytes:
+        """At most ``length`` bytes of the blob from ``offset`` (fewer at its end). Raises
+        :class:`hub.core.errors.NotFound`, ``BadRequest`` for an offset beyond the end."""
+
+    @abc.abstractmethod
+    async def upload_offset(self, sha256: str, size: int) -> int:
+        """Begin (or resume) the upload of blob ``sha256`` of ``size`` bytes; return how many
+        bytes from the start it already holds (where the client resumes)."""
+
+    @abc.abstractmethod
+    async def write_chunk(self, sha256: str, size: int, offset: int, data: bytes) -> int:
+        """Write ``data`` at ``offset`` of the upload (``offset`` at most what it holds: a
+        resent chunk is written again, harmlessly); return the bytes it now holds. Raises
+        ``NotFound`` for no such upload, ``BadRequest`` for a gap or a chunk past ``size``."""
+
+    @abc.abstractmethod
+    async def commit(self, sha256: str, size: int) -> None:
+        """Hash the whole upload and store it as the blob. Idempotent (a stored blob commits
+        at once). Raises ``BadRequest`` while bytes are missing, and (the upload then discarded)
+        when its content does not hash to ``sha256``."""
+
+    @abc.abstractmethod
+    async def delete(self, sha256: str) -> bool:
+        """Remove the blob; whether it was there (``agora blobs gc``)."""
+
+    @abc.abstractmethod
+    def list(self) -> AsyncIterator[tuple[str, int, float]]:
+        """Every stored blob as (sha256, size, epoch seconds it was stored)."""
+
+    @abc.abstractmethod
+    async def purge_uploads(self, before: float) -> int:
+        """Drop the uploads last written before ``before`` (epoch seconds), never committed
+        (``agora blobs gc``); return how many."""
+
+    async def put_file(self, path: Path) -> tuple[str, int]:
+        """Store the file at ``path`` chunk by chunk (hashed first, then uploaded and checked
+        on commit), never whole in memory; return its (sha256, size)."""
+        size, sha256 = await asyncio.to_thread(_hash_file, path)
+        if await self.has(sha256):
+            return sha256, size
+        offset = await self.upload_offset(sha256, size)
+        while offset < size:
+            part = await asyncio.to_thread(_read_at, path, offset, CHECK_CHUNK)
+            if not part:
+                break  # the file shrank meanwhile: the commit refuses it
+            offset = await self.write_chunk(sha256, size, offset, part)
+        await self.commit(sha256, size)
+        return sha256, size
+
+    async def check(self, sha256: str) -> None:
+        """Read the whole blob in ranges and check it hashes to its name (``agora verify``).
+        Raises ``NotFound``, :class:`IntegrityError`."""
+        total = await self.size(sha256)
+        digest = hashlib.sha256()
+        offset = 0
+        while offset < total:
+            part = await self.read(sha256, offset, CHECK_CHUNK)
+            if not part:
+                break
+            digest.update(part)
+            offset += len(part)
+        if offset != total or digest.hexdigest() != sha256:
+            raise IntegrityError(f"blob {sha256} does not match its hash", sha256=sha256)
 
 
 class EventStore(abc.ABC):

@@ -5,6 +5,11 @@ layout git uses for loose objects: it keeps directories small and makes the name
 Writes are crash-safe: a temporary file in the target directory is written and fsynced, renamed
 into place (atomic on POSIX), then the directory is fsynced so the rename itself is durable.
 All file work runs in a worker thread (``asyncio.to_thread``); the event loop never blocks.
+
+Chunked uploads (the wire's ``putBlob``) grow a file ``root/.uploads/<sha256>.<size>``; the
+commit hashes it in a worker thread, fsyncs it and renames it into place, so a blob only ever
+appears whole and checked. A partial upload survives a restart: the client resumes at its
+length.
 """
 
 from __future__ import annotations
@@ -14,15 +19,18 @@ import contextlib
 import hashlib
 import os
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Final
 
 from hub.core.errors import BadRequest, IntegrityError, NotFound, TooLarge, Unavailable
-from hub.core.validation import SHA256_RE
+from hub.core.validation import DEFAULT_MAX_BLOB_BYTES, SHA256_RE
 from hub.log.base import BlobStore
 
-DEFAULT_MAX_BLOB_BYTES: Final = 256 * 1024 * 1024
+__all__ = ["DEFAULT_MAX_BLOB_BYTES", "UPLOADS_DIR", "FileBlobStore"]
 _TMP_PREFIX: Final = ".tmp-"
+UPLOADS_DIR: Final = ".uploads"
+_HASH_CHUNK: Final = 1024 * 1024
 
 
 class FileBlobStore(BlobStore):
@@ -72,7 +80,193 @@ class FileBlobStore(BlobStore):
         path = self.path_of(sha256)
         return await asyncio.to_thread(path.is_file)
 
+    async def size(self, sha256: str) -> int:
+        path = self.path_of(sha256)
+        try:
+            return (await asyncio.to_thread(path.stat)).st_size
+        except FileNotFoundError as e:
+            raise NotFound(f"blob {sha256} not found", sha256=sha256) from e
+        except OSError as e:
+            raise Unavailable(f"cannot read blob {sha256}: {e}") from e
+
+    async def read(self, sha256: str, offset: int, length: int) -> bytes:
+        path = self.path_of(sha256)
+        return await asyncio.to_thread(self._read_sync, sha256, path, offset, length)
+
+    def _upload_path(self, sha256: str, size: int) -> Path:
+        self.path_of(sha256)  # validates the name
+        return self.root / UPLOADS_DIR / f"{sha256}.{size}"
+
+    async def upload_offset(self, sha256: str, size: int) -> int:
+        self._check_size(size)
+        if await self.has(sha256):
+            return size
+        path = self._upload_path(sha256, size)
+
+        def begin() -> int:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "ab") as f:
+                return f.tell()
+
+        try:
+            return await asyncio.to_thread(begin)
+        except OSError as e:
+            raise Unavailable(f"cannot begin the upload of blob {sha256}: {e}") from e
+
+    async def write_chunk(self, sha256: str, size: int, offset: int, data: bytes) -> int:
+        path = self._upload_path(sha256, size)
+        if offset < 0 or offset + len(data) > size:
+            raise BadRequest(
+                f"a chunk at {offset} of {len(data)} bytes does not fit a blob of {size}",
+                field="$.offset",
+            )
+        return await asyncio.to_thread(self._write_sync, sha256, path, offset, data)
+
+    async def commit(self, sha256: str, size: int) -> None:
+        if await self.has(sha256):
+            return
+        path = self._upload_path(sha256, size)
+        await asyncio.to_thread(self._commit_sync, sha256, size, path)
+
+    async def delete(self, sha256: str) -> bool:
+        path = self.path_of(sha256)
+
+        def remove() -> bool:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                return False
+            return True
+
+        return await asyncio.to_thread(remove)
+
+    async def list(self) -> AsyncIterator[tuple[str, int, float]]:
+        def scan() -> list[tuple[str, int, float]]:
+            found: list[tuple[str, int, float]] = []
+            if not self.root.is_dir():
+                return found
+            for d in self.root.iterdir():
+                if len(d.name) != 2 or not d.is_dir():
+                    continue
+                for f in d.iterdir():
+                    sha = d.name + f.name
+                    if SHA256_RE.fullmatch(sha):
+                        st = f.stat()
+                        found.append((sha, st.st_size, st.st_mtime))
+            return found
+
+        for item in await asyncio.to_thread(scan):
+            yield item
+
+    async def purge_uploads(self, before: float) -> int:
+        uploads = self.root / UPLOADS_DIR
+
+        def purge() -> int:
+            n = 0
+            if not uploads.is_dir():
+                return 0
+            for f in uploads.iterdir():
+                with contextlib.suppress(OSError):
+                    if f.stat().st_mtime < before:
+                        f.unlink()
+                        n += 1
+            return n
+
+        return await asyncio.to_thread(purge)
+
+    def _check_size(self, size: int) -> None:
+        if size < 0:
+            raise BadRequest("a blob's size is not negative", field="$.size")
+        if size > self.max_bytes:
+            raise TooLarge(
+                f"blob is {size} bytes; the limit is {self.max_bytes}",
+                field="$.size",
+                size=size,
+                limit=self.max_bytes,
+            )
+
     # -- worker-thread side -----------------------------------------------------------------
+
+    def _read_sync(self, sha256: str, path: Path, offset: int, length: int) -> bytes:
+        try:
+            with open(path, "rb") as f:
+                total = os.fstat(f.fileno()).st_size
+                if offset < 0 or offset > total:
+                    raise BadRequest(
+                        f"offset {offset} is beyond the blob's {total} bytes", field="$.offset"
+                    )
+                f.seek(offset)
+                return f.read(max(0, length))
+        except FileNotFoundError as e:
+            raise NotFound(f"blob {sha256} not found", sha256=sha256) from e
+        except OSError as e:
+            raise Unavailable(f"cannot read blob {sha256}: {e}") from e
+
+    def _write_sync(self, sha256: str, path: Path, offset: int, data: bytes) -> int:
+        try:
+            fd = os.open(path, os.O_WRONLY)
+        except FileNotFoundError as e:
+            raise NotFound(
+                f"no upload of blob {sha256} under way: send putBlob first", sha256=sha256
+            ) from e
+        except OSError as e:
+            raise Unavailable(f"cannot write blob {sha256}: {e}") from e
+        try:
+            held = os.fstat(fd).st_size
+            if offset > held:
+                raise BadRequest(
+                    f"chunk at {offset} leaves a gap: the upload holds {held} bytes",
+                    field="$.offset",
+                    offset=held,
+                )
+            view = memoryview(data)
+            at = offset
+            while view:
+                n = os.pwrite(fd, view, at)
+                view, at = view[n:], at + n
+            return max(held, at)
+        except OSError as e:
+            raise Unavailable(f"cannot write blob {sha256}: {e}") from e
+        finally:
+            os.close(fd)
+
+    def _commit_sync(self, sha256: str, size: int, upload: Path) -> None:
+        target = self.root / sha256[:2] / sha256[2:]
+        try:
+            with open(upload, "rb") as f:
+                held = os.fstat(f.fileno()).st_size
+                if held != size:
+                    raise BadRequest(
+                        f"the upload holds {held} of {size} bytes; send the rest first",
+                        field="$.sha256",
+                        offset=held,
+                    )
+                digest = hashlib.sha256()
+                while chunk := f.read(_HASH_CHUNK):
+                    digest.update(chunk)
+                os.fsync(f.fileno())
+        except FileNotFoundError as e:
+            raise NotFound(
+                f"no upload of blob {sha256} under way: send putBlob first", sha256=sha256
+            ) from e
+        except OSError as e:
+            raise Unavailable(f"cannot commit blob {sha256}: {e}") from e
+        if digest.hexdigest() != sha256:
+            with contextlib.suppress(OSError):
+                upload.unlink()
+            # The client's fault, not the store's: a bad request (IntegrityError means damage).
+            raise BadRequest(
+                f"the uploaded content does not hash to {sha256}; upload discarded",
+                field="$.sha256",
+                actual=digest.hexdigest(),
+            )
+        try:
+            created = _mkdirs(target.parent)
+            os.replace(upload, target)
+            for d in (target.parent, *created):
+                _fsync_dir(d)
+        except OSError as e:
+            raise Unavailable(f"cannot commit blob {sha256}: {e}") from e
 
     def _put_sync(self, data: bytes) -> str:
         digest = hashlib.sha256(data).hexdigest()

@@ -143,6 +143,40 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             """,
         ),
     ),
+    Migration(
+        4,
+        "chunked blobs (blob_parts), uploads in progress (blob_uploads); blobs.size/stored_at",
+        (
+            # A blob uploaded in chunks (the wire's putBlob) is kept as its chunks, so neither
+            # the hub nor the database ever handles it whole; ``blobs`` keeps one row per blob
+            # (``data`` empty and ``chunked`` true for those), the one list gc and verify read.
+            """
+            ALTER TABLE {schema}.blobs
+                ADD COLUMN size      BIGINT,
+                ADD COLUMN chunked   BOOLEAN     NOT NULL DEFAULT false,
+                ADD COLUMN stored_at TIMESTAMPTZ NOT NULL DEFAULT now()
+            """,
+            """
+            CREATE TABLE {schema}.blob_parts (
+                sha256 TEXT   NOT NULL,
+                off    BIGINT NOT NULL,
+                data   BYTEA  NOT NULL,
+                PRIMARY KEY (sha256, off)
+            )
+            """,
+            # Chunks of uploads not yet committed, by the (sha256, size) the client announced.
+            """
+            CREATE TABLE {schema}.blob_uploads (
+                sha256     TEXT        NOT NULL,
+                size       BIGINT      NOT NULL,
+                off        BIGINT      NOT NULL,
+                data       BYTEA       NOT NULL,
+                written_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+                PRIMARY KEY (sha256, size, off)
+            )
+            """,
+        ),
+    ),
 )
 
 LATEST: Final = MIGRATIONS[-1].version

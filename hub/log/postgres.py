@@ -49,7 +49,7 @@ import contextlib
 import hashlib
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, Final, TypeAlias
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -286,10 +286,59 @@ class _Sql:
         self.delete_snapshots = f"DELETE FROM {s}.snapshots WHERE workspace = $1"
         self.delete_all_snapshots = f"DELETE FROM {s}.snapshots"
         self.blob_put = (
-            f"INSERT INTO {s}.blobs (sha256, data) VALUES ($1, $2) ON CONFLICT (sha256) DO NOTHING"
+            f"INSERT INTO {s}.blobs (sha256, data, size) "
+            "VALUES ($1, $2::bytea, octet_length($2::bytea)) ON CONFLICT (sha256) DO NOTHING"
         )
         self.blob_get = f"SELECT data FROM {s}.blobs WHERE sha256 = $1"
         self.blob_has = f"SELECT EXISTS (SELECT 1 FROM {s}.blobs WHERE sha256 = $1)"
+        self.blob_meta = (
+            f"SELECT chunked, coalesce(size, octet_length(data)) FROM {s}.blobs WHERE sha256 = $1"
+        )
+        self.blob_substring = (
+            f"SELECT substring(data FROM $2 FOR $3) FROM {s}.blobs WHERE sha256 = $1"
+        )
+        self.blob_parts = (
+            f"SELECT off, data FROM {s}.blob_parts WHERE sha256 = $1 AND off < $3 "
+            "AND off + octet_length(data) > $2 ORDER BY off"
+        )
+        self.blob_all_parts = f"SELECT off, data FROM {s}.blob_parts WHERE sha256 = $1 ORDER BY off"
+        self.upload_held = (
+            f"SELECT coalesce(max(off + octet_length(data)), 0) FROM {s}.blob_uploads "
+            "WHERE sha256 = $1 AND size = $2"
+        )
+        self.upload_write = (
+            f"INSERT INTO {s}.blob_uploads AS u (sha256, size, off, data) "
+            "VALUES ($1, $2, $3, $4) ON CONFLICT (sha256, size, off) DO UPDATE SET "
+            "data = EXCLUDED.data, written_at = now() "
+            "WHERE octet_length(EXCLUDED.data) >= octet_length(u.data)"
+        )
+        self.upload_parts = (
+            f"SELECT off, data FROM {s}.blob_uploads WHERE sha256 = $1 AND size = $2 ORDER BY off"
+        )
+        self.upload_move = (
+            f"INSERT INTO {s}.blob_parts (sha256, off, data) SELECT sha256, off, data "
+            f"FROM {s}.blob_uploads WHERE sha256 = $1 AND size = $2 ON CONFLICT DO NOTHING"
+        )
+        self.upload_drop = f"DELETE FROM {s}.blob_uploads WHERE sha256 = $1 AND size = $2"
+        self.blob_put_chunked = (
+            f"INSERT INTO {s}.blobs (sha256, data, size, chunked) VALUES ($1, ''::bytea, $2, true) "
+            "ON CONFLICT (sha256) DO NOTHING"
+        )
+        self.blob_delete = f"DELETE FROM {s}.blobs WHERE sha256 = $1"
+        self.upload_purge = (
+            f"DELETE FROM {s}.blob_uploads u WHERE (u.sha256, u.size) IN (SELECT sha256, size "
+            f"FROM {s}.blob_uploads GROUP BY sha256, size "
+            "HAVING max(written_at) < to_timestamp($1))"
+        )
+        self.upload_count = (
+            f"SELECT count(*) FROM (SELECT 1 FROM {s}.blob_uploads GROUP BY sha256, size "
+            "HAVING max(written_at) < to_timestamp($1)) AS stale"
+        )
+        self.blob_delete_parts = f"DELETE FROM {s}.blob_parts WHERE sha256 = $1"
+        self.blob_list = (
+            f"SELECT sha256, coalesce(size, octet_length(data)), extract(epoch FROM stored_at) "
+            f"FROM {s}.blobs"
+        )
 
 
 def _hash_map(rows: list[asyncpg.Record]) -> dict[int, bytes]:
@@ -365,6 +414,8 @@ class PostgresBlobStore(BlobStore):
         if data is None:
             raise NotFound(f"blob {sha256} not found", sha256=sha256)
         data = bytes(data)
+        if not data:  # a chunked blob keeps its content in blob_parts
+            data = await self.read(sha256, 0, await self.size(sha256))
         if await _sha256(data) != sha256:
             raise IntegrityError(f"blob {sha256} does not match its hash", sha256=sha256)
         return data
@@ -376,6 +427,163 @@ class PostgresBlobStore(BlobStore):
             return bool(await self._pool().fetchval(self._sql.blob_has, sha256))
         except _DRIVER_ERRORS as e:
             raise _translate(e, "looking up a blob") from e
+
+    # -- streaming -----------------------------------------------------------------------
+
+    async def _meta(self, sha256: str) -> tuple[bool, int]:
+        self._check(sha256)
+        try:
+            row = await self._pool().fetchrow(self._sql.blob_meta, sha256)
+        except _DRIVER_ERRORS as e:
+            raise _translate(e, "looking up a blob") from e
+        if row is None:
+            raise NotFound(f"blob {sha256} not found", sha256=sha256)
+        return bool(row[0]), int(row[1])
+
+    async def size(self, sha256: str) -> int:
+        return (await self._meta(sha256))[1]
+
+    async def read(self, sha256: str, offset: int, length: int) -> bytes:
+        chunked, total = await self._meta(sha256)
+        if offset < 0 or offset > total:
+            raise BadRequest(
+                f"offset {offset} is beyond the blob's {total} bytes", field="$.offset"
+            )
+        end = min(total, offset + max(0, length))
+        if end <= offset:
+            return b""
+        try:
+            if not chunked:
+                data = await self._pool().fetchval(
+                    self._sql.blob_substring, sha256, offset + 1, end - offset
+                )
+                return bytes(data or b"")
+            rows = await self._pool().fetch(self._sql.blob_parts, sha256, offset, end)
+        except _DRIVER_ERRORS as e:
+            raise _translate(e, "reading a blob") from e
+        return _stitch(((int(r[0]), bytes(r[1])) for r in rows), offset, end)
+
+    def _check_size(self, size: int) -> None:
+        if size < 0:
+            raise BadRequest("a blob's size is not negative", field="$.size")
+        if size > self.max_bytes:
+            raise TooLarge(
+                f"blob is {size} bytes; the limit is {self.max_bytes}",
+                field="$.size",
+                size=size,
+                limit=self.max_bytes,
+            )
+
+    async def upload_offset(self, sha256: str, size: int) -> int:
+        self._check(sha256)
+        self._check_size(size)
+        if await self.has(sha256):
+            return size
+        try:
+            return int(await self._pool().fetchval(self._sql.upload_held, sha256, size))
+        except _DRIVER_ERRORS as e:
+            raise _translate(e, "reading an upload") from e
+
+    async def write_chunk(self, sha256: str, size: int, offset: int, data: bytes) -> int:
+        self._check(sha256)
+        self._check_size(size)
+        if offset < 0 or offset + len(data) > size:
+            raise BadRequest(
+                f"a chunk at {offset} of {len(data)} bytes does not fit a blob of {size}",
+                field="$.offset",
+            )
+        try:
+            async with self._pool().acquire() as conn, conn.transaction():
+                held = int(await conn.fetchval(self._sql.upload_held, sha256, size))
+                if offset > held:
+                    raise BadRequest(
+                        f"chunk at {offset} leaves a gap: the upload holds {held} bytes",
+                        field="$.offset",
+                        offset=held,
+                    )
+                if data:
+                    await conn.execute(self._sql.upload_write, sha256, size, offset, bytes(data))
+                return max(held, offset + len(data))
+        except _DRIVER_ERRORS as e:
+            raise _translate(e, "writing an upload") from e
+
+    async def commit(self, sha256: str, size: int) -> None:
+        self._check(sha256)
+        if await self.has(sha256):
+            return
+        digest = hashlib.sha256()
+        try:
+            async with self._pool().acquire() as conn, conn.transaction():
+                at = 0
+                # A cursor: the upload's chunks stream through, one at a time.
+                async for row in conn.cursor(self._sql.upload_parts, sha256, size):
+                    off, part = int(row[0]), bytes(row[1])
+                    if off > at:
+                        break  # a gap (cannot happen through write_chunk)
+                    fresh = part[at - off :]
+                    digest.update(fresh)
+                    at += len(fresh)
+                if at != size:
+                    raise BadRequest(
+                        f"the upload holds {at} of {size} bytes; send the rest first",
+                        field="$.sha256",
+                        offset=at,
+                    )
+                if digest.hexdigest() != sha256:
+                    await conn.execute(self._sql.upload_drop, sha256, size)
+                else:
+                    await conn.execute(self._sql.upload_move, sha256, size)
+                    await conn.execute(self._sql.blob_put_chunked, sha256, size)
+                    await conn.execute(self._sql.upload_drop, sha256, size)
+        except _DRIVER_ERRORS as e:
+            raise _translate(e, "committing a blob") from e
+        if digest.hexdigest() != sha256:
+            raise BadRequest(
+                f"the uploaded content does not hash to {sha256}; upload discarded",
+                field="$.sha256",
+                actual=digest.hexdigest(),
+            )
+
+    async def delete(self, sha256: str) -> bool:
+        self._check(sha256)
+        try:
+            async with self._pool().acquire() as conn, conn.transaction():
+                status = await conn.execute(self._sql.blob_delete, sha256)
+                await conn.execute(self._sql.blob_delete_parts, sha256)
+        except _DRIVER_ERRORS as e:
+            raise _translate(e, "deleting a blob") from e
+        return _rowcount(status) > 0
+
+    async def purge_uploads(self, before: float) -> int:
+        try:
+            async with self._pool().acquire() as conn, conn.transaction():
+                n = int(await conn.fetchval(self._sql.upload_count, before))
+                await conn.execute(self._sql.upload_purge, before)
+        except _DRIVER_ERRORS as e:
+            raise _translate(e, "purging uploads") from e
+        return n
+
+    async def list(self) -> AsyncIterator[tuple[str, int, float]]:
+        try:
+            rows = await self._pool().fetch(self._sql.blob_list)
+        except _DRIVER_ERRORS as e:
+            raise _translate(e, "listing blobs") from e
+        for row in rows:
+            yield str(row[0]), int(row[1]), float(row[2])
+
+
+def _stitch(parts: Iterable[tuple[int, bytes]], start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` of a blob from its chunks (ordered by offset, possibly
+    overlapping where an upload was resumed with another chunk size)."""
+    out = bytearray()
+    at = start
+    for off, data in parts:
+        if off > at or at >= end:
+            break
+        piece = data[at - off : end - off]
+        out += piece
+        at += len(piece)
+    return bytes(out)
 
 
 async def _sha256(data: bytes) -> str:

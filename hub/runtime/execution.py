@@ -38,6 +38,7 @@ from hub.core.events import (
 from hub.core.execution.errors import ExecutionInternal
 from hub.core.execution.settings import RuntimeSettings
 from hub.runtime.access import LogAccess
+from hub.runtime.artifacts import collect_artifacts
 from hub.runtime.coalesce import Coalescer, Flush
 from hub.runtime.outcome import (
     bounded,
@@ -80,6 +81,7 @@ class Execution:
     __slots__ = (
         "accepted",
         "agent",
+        "artifacts",
         "done",
         "exec_id",
         "instance",
@@ -102,8 +104,11 @@ class Execution:
         instance: BackendInstance,
         request: ExecutionRequest,
         agent: str,
+        artifacts: tuple[str, ...] = (),
     ) -> None:
         self.workspaces = workspaces
+        self.artifacts = artifacts
+        """Globs of the output paths to publish as artifacts after the run."""
         self.workspace = workspace
         self.exec_id = request.exec_id
         self.instance = instance
@@ -213,6 +218,16 @@ async def supervise(execution: Execution, settings: RuntimeSettings, node: str) 
             finished = msgspec.structs.replace(
                 finished, pulled=len(drafts), skipped=[*finished.skipped, *skipped]
             )
+            if execution.artifacts:
+                published, refs = await collect_artifacts(
+                    workspaces.store.blobs,
+                    mirror.root,
+                    execution.artifacts,
+                    execution.exec_id,
+                    execution.request_event_id,
+                )
+                drafts += published
+                finished = msgspec.structs.replace(finished, artifacts=[*finished.artifacts, *refs])
         await _record(execution, finished, drafts, pending)
     except asyncio.CancelledError:
         raise

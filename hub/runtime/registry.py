@@ -1,16 +1,16 @@
 """The named backend instances a hub runs code on (``[[backends]]`` in agora.toml).
 
-Each :class:`BackendInstance` is one configured backend: its ``id`` (what ``exec {backend}``
-routes by and what a token's ``backends`` claim names), its ``kind`` (``process``,
-``container``, ``wasm``, ``python``, ``rust``), its ``access`` (``read``: nothing the run changes
-is written back to the workspace; ``read-write``) and its ``limits`` (the instance's default
-policy — the widest a request may ask for — and the backend's own settings).
+Each :class:`BackendInstance` is one configured backend: its ``id`` (what ``exec {backend}`` routes
+by and what a token's ``backends`` claim names), its ``kind`` (``process``, ``container``,
+``wasm``, ``python``, ``rust``, ``javascript``), its ``access`` (``read``: nothing the run changes
+is written back to the workspace; ``read-write``) and its ``limits`` (the instance's default policy
+— the widest a request may ask for — and the backend's own settings).
 
-With no ``[[backends]]`` the hub has one instance of each kind, named after it, in that order
-(``process`` first, so it is the default), with ``read-write`` access; ``wasm``, ``python`` and
-``rust`` only when their modules import here. An instance is created even when it cannot run
-here (no Docker engine, no rustc): :meth:`BackendInstance.available` says why, and ``exec`` on
-it is ``unavailable``.
+With no ``[[backends]]`` the hub has one instance of each kind, named after it (``javascript``'s is
+``js``), in that order (``process`` first, so it is the default), with ``read-write`` access;
+``wasm``, ``python``, ``rust`` and ``javascript`` only when their modules import here. An instance
+is created even when it cannot run here (no Docker engine, no rustc):
+:meth:`BackendInstance.available` says why, and ``exec`` on it is ``unavailable``.
 
 ``limits`` keys (docs/execution.md, "Runtime"): the policy fields ``network``, ``timeout_ms``,
 ``max_stdout_bytes``, ``max_stderr_bytes``, ``memory_bytes``, ``pids``, ``cpus``,
@@ -68,15 +68,25 @@ __all__ = [
 
 log = logging.getLogger("agora.runtime")
 
-KINDS: Final[tuple[BackendKind, ...]] = ("process", "container", "wasm", "python", "rust")
+KINDS: Final[tuple[BackendKind, ...]] = (
+    "process",
+    "container",
+    "wasm",
+    "python",
+    "rust",
+    "javascript",
+)
 _MODULES: Final[dict[BackendKind, tuple[str, str]]] = {
     "process": ("backends.process", "ProcessBackend"),
     "container": ("backends.container", "ContainerBackend"),
     "wasm": ("backends.wasm", "WasmBackend"),
     "python": ("backends.monty", "PythonBackend"),
     "rust": ("backends.rust", "RustBackend"),
+    "javascript": ("backends.javascript", "JavaScriptBackend"),
 }
-_OPTIONAL: Final[frozenset[str]] = frozenset({"wasm", "python", "rust"})
+_OPTIONAL: Final[frozenset[str]] = frozenset({"wasm", "python", "rust", "javascript"})
+# The id of a kind's default instance, where it is not the kind itself.
+_DEFAULT_IDS: Final[dict[str, str]] = {"javascript": "js"}
 _POLICY_KEYS: Final[frozenset[str]] = frozenset(
     {
         "network",
@@ -109,7 +119,9 @@ def default_configs() -> tuple[BackendConfig, ...]:
     """The instances of a hub without ``[[backends]]``: every kind whose module imports,
     named after the kind, ``read-write``."""
     kinds = [k for k in KINDS if k not in _OPTIONAL or _import(k)[0] is not None]
-    return tuple(BackendConfig(id=k, kind=k, access="read-write") for k in kinds)
+    return tuple(
+        BackendConfig(id=_DEFAULT_IDS.get(k, k), kind=k, access="read-write") for k in kinds
+    )
 
 
 class UnavailableBackend:

@@ -87,4 +87,5 @@ def runtime_result(
         pulled=finished.pulled,
         skipped=skipped,
         diagnostics=list(finished.diagnostics) if finished.diagnostics else msgspec.UNSET,
+        artifacts=list(finished.artifacts),
     )

@@ -57,6 +57,7 @@ from hub.core.execution.errors import BackendUnavailable
 from hub.core.execution.settings import RuntimeSettings
 from hub.core.validation import validate_traceparent, validate_workspace
 from hub.core.wire.frames import Exec, RuntimeResult
+from hub.runtime.artifacts import artifact_globs
 from hub.runtime.execution import Execution, supervise
 from hub.runtime.journal import ExecFollower, Journals, Resume
 from hub.runtime.pruning import Pruner
@@ -228,6 +229,7 @@ class Runtime:
         if exec_id is None:
             exec_id = request.exec_id if request.exec_id is not None else str(uuid.uuid4())
         prepared = execution_request(instance, request, exec_id, capability.agent)
+        globs = artifact_globs(request.artifacts)
         validate_request(prepared.request, instance.capabilities)
         self.workspaces.refuse_quarantined(workspace)
         # What the backend would refuse (its cap, its validation of the code) is refused now,
@@ -257,7 +259,12 @@ class Runtime:
             admission.release()
             raise
         execution = Execution(
-            self.workspaces, workspace, instance, prepared.request, capability.agent
+            self.workspaces,
+            workspace,
+            instance,
+            prepared.request,
+            capability.agent,
+            globs,
         )
         if request.traceparent is not None:
             execution.traceparent = validate_traceparent(request.traceparent, "$.traceparent")

@@ -55,6 +55,7 @@ from hub.revocations import Revocations
 from hub.runtime import BackendRegistry, Runtime, RuntimeSettings
 from hub.runtime.recovery_index import RecoveryIndex
 from hub.server.admission import Admission
+from hub.server.blob_ops import BlobOps
 from hub.server.checkpoint_ops import AuditOps
 from hub.server.connection import Connection
 from hub.server.fanout import Fanout
@@ -146,6 +147,7 @@ class Hub:
         key = checkpoint_key or generate_signer(key_name_for(audit.hub_id or "ephemeral"))
         self.checkpointer = Checkpointer(store, key, audit)
         self.audit = AuditOps(self.checkpointer)
+        self.blob_ops = BlobOps(self.workspaces, limits)
         self.workspaces.add_listener(self._committed)
         self.node_id = resolve_node_id(config.cluster)
         # Revoked tokens (hub.revocations): refused at hello, and they end live connections.

@@ -19,8 +19,10 @@ connection's publishes in flight first.
 Requests that wait for an execution (``execResult``, ``kill``, ``getExec``) run as tasks of the
 connection, beside the reader.
 
-The writer takes every frame queued at once, frames each with the ``websockets`` protocol
-object and writes them with one ``transport.write`` (RFC 6455 frames, one syscall for many).
+The writer takes every frame queued at once and writes them with one ``transport.write``
+(RFC 6455 frames, one syscall for many). Without extensions it frames them itself (an event
+comes framed from the fan-out, built once for every subscriber: ``WireText``); with
+permessage-deflate the ``websockets`` protocol object frames and compresses each one.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from hub.core.projections.workspace import WorkspaceState
 from hub.core.records import AppendResult
 from hub.core.wire.session import (
     Action,
+    BlobRequest,
     CheckpointRequest,
     Close,
     CosignRequest,
@@ -70,7 +73,14 @@ from hub.core.wire.session import (
     encode_exec_event_frame,
     encode_frame,
 )
-from hub.server.fanout import NOT_AN_EVENT, FanoutSubscription, Outgoing, SendQueue
+from hub.server.fanout import (
+    NOT_AN_EVENT,
+    FanoutSubscription,
+    Outgoing,
+    SendQueue,
+    WireText,
+    text_frame,
+)
 from hub.server.tasks import InFlight
 
 if TYPE_CHECKING:
@@ -378,6 +388,9 @@ class Connection:
                 case CheckpointRequest() | ProofRequest() | CosignRequest():
                     if not await self._answer(action, self.hub.audit.answer(action)):
                         return False
+                case BlobRequest():
+                    if not await self._answer_blob(action):
+                        return False
         return True
 
     # -- publishing -------------------------------------------------------------------------------
@@ -533,6 +546,21 @@ class Connection:
         state = await self.hub.workspaces.state(request.workspace, at_seq=request.at_seq)
         return state_reply(state, request, self.hub.config.limits.max_state_contents_bytes)
 
+    async def _answer_blob(self, request: BlobRequest) -> bool:
+        """A blob op, answered in the reader (one chunk at a time: the client's window and
+        this wait are the transfer's back-pressure); its reply is queued paced, as it may be
+        half a megabyte."""
+        try:
+            result = await self.hub.blob_ops.answer(request)
+        except Exception as e:
+            return await self._perform(self._failed(request, e))
+        for action in self.session.completed(request, result):
+            if isinstance(action, Send):
+                frame = (encode_frame(action.frame), None, NOT_AN_EVENT)
+                if not await self._put(frame, paced=True):
+                    return False
+        return True
+
     async def _answer(self, request: Request, work: Coroutine[Any, Any, Any]) -> bool:
         try:
             result = await work
@@ -673,6 +701,12 @@ class Connection:
             close: Close | None = None
             async with ws.send_context():
                 size = 0
+                # Without extensions a server frame is header + payload (unmasked): the
+                # fan-out's events come framed already (WireText.wire, built once for every
+                # subscriber), the rest is framed here; with permessage-deflate the protocol
+                # object frames (and compresses) each one.
+                plain = not protocol.extensions
+                chunks: list[bytes] = []
                 while queue and size < WRITE_BYTES:
                     item = queue.popleft()
                     if isinstance(item, Close):
@@ -683,10 +717,18 @@ class Connection:
                         # Recorded as the frame goes into the transport, ahead of any close
                         # frame: the 4408 reason names the last seq the client will get.
                         last_sent[workspace] = seq
-                    protocol.send_text(data)
+                    if not plain:
+                        protocol.send_text(data)
+                    elif type(data) is WireText:
+                        chunks.append(data.wire)
+                    else:
+                        chunks.append(text_frame(data))
                     size += len(data)
-                # send_text only adds frames (never the EOF marker b"").
-                ws.transport.write(b"".join(protocol.data_to_send()))
+                if not plain:
+                    # send_text only adds frames (never the EOF marker b"").
+                    chunks = protocol.data_to_send()
+                if chunks:
+                    ws.transport.write(chunks[0] if len(chunks) == 1 else b"".join(chunks))
             if close is not None:
                 self.stop(close.code, close.reason)
                 return

@@ -3,7 +3,10 @@
 :class:`Fanout` is a :class:`hub.workspaces.Workspaces` listener. Workspaces calls it
 synchronously, in seq order, with each committed batch; it encodes each event's ``event`` frame
 **once per workspace** (the stored JSON embedded with ``msgspec.Raw``) and offers the same
-``bytes`` object to every subscription of that workspace. Offering only enqueues: a connection
+``bytes`` object to every subscription of that workspace. A server's WebSocket frame is never
+masked, so the whole frame (header + payload, :class:`WireText`) is built once as well: a
+connection without extensions writes those very bytes, coalesced with whatever else it has
+queued, and frames nothing per subscriber. Offering only enqueues: a connection
 whose bounded :class:`SendQueue` is full is told to :meth:`Outlet.overflow` (the server closes
 it with 4408) and the others, and the writer, never wait for it.
 
@@ -20,6 +23,7 @@ per-reader event stream would give up.)
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Final, Generic, Protocol, TypeVar
@@ -28,13 +32,55 @@ from hub.core.cursor import DUPLICATE, NEXT, SeqCursor
 from hub.core.events import Event, encode_event
 from hub.core.wire.session import encode_event_frame
 
-__all__ = ["Fanout", "FanoutSubscription", "Outgoing", "Outlet", "SendQueue"]
+__all__ = [
+    "Fanout",
+    "FanoutSubscription",
+    "Outgoing",
+    "Outlet",
+    "SendQueue",
+    "WireText",
+    "text_frame",
+]
 
 Outgoing = tuple[bytes, str | None, int]
 """One queued frame: its JSON bytes, and for an ``event`` frame its workspace and seq (else
-``None``, 0); the writer records the last seq it handed to the socket per workspace."""
+``None``, 0); the writer records the last seq it handed to the socket per workspace. The
+fan-out's JSON bytes are a :class:`WireText`, which also carries the whole WebSocket frame."""
 
 NOT_AN_EVENT: Final = 0
+
+_SHORT: Final = struct.Struct("!BB")
+_MEDIUM: Final = struct.Struct("!BBH")
+_LONG: Final = struct.Struct("!BBQ")
+
+
+def text_frame(payload: bytes) -> bytes:
+    """The RFC 6455 frame a server sends for the text message ``payload``: FIN, opcode 1, no
+    mask (§5.1: a server never masks), no extension bits. Byte for byte what ``websockets``
+    writes for it when no extension (permessage-deflate) was negotiated; built here because
+    that frame is then the same for every subscriber, so the fan-out builds it once per event
+    instead of the protocol object once per subscriber (see :class:`WireText`)."""
+    n = len(payload)
+    if n < 126:
+        return _SHORT.pack(0x81, n) + payload
+    if n < 65536:
+        return _MEDIUM.pack(0x81, 126, n) + payload
+    return _LONG.pack(0x81, 127, n) + payload
+
+
+class WireText(bytes):
+    """An ``event`` frame's JSON (the bytes themselves, as any queued frame), with ``wire``,
+    its whole WebSocket frame (:func:`text_frame`), built once per event for every subscriber.
+    A connection that negotiated no extension writes ``wire`` as it is: no framing, no copy
+    per subscriber but the one into its coalesced write."""
+
+    wire: bytes
+
+    def __new__(cls, payload: bytes) -> WireText:
+        self = super().__new__(cls, payload)
+        self.wire = text_frame(payload)
+        return self
+
 
 T = TypeVar("T")
 
@@ -275,7 +321,9 @@ class Fanout:
         subs = self._subscriptions.get(workspace)
         if not subs:
             return
-        frames = [(ev.seq, encode_event_frame(workspace, encode_event(ev))) for ev in batch]
+        frames = [
+            (ev.seq, WireText(encode_event_frame(workspace, encode_event(ev)))) for ev in batch
+        ]
         self.frames_encoded += len(frames)
         for subscription in tuple(subs.values()):
             subscription.deliver(frames)

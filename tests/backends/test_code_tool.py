@@ -142,6 +142,38 @@ async def test_python_exception_is_an_error(tool: CodeTool) -> None:
     assert out["status"] == "error" and "ZeroDivisionError" in out["stderr"]
 
 
+async def test_javascript_and_typescript(tool: CodeTool) -> None:
+    js = await call(
+        tool,
+        language="javascript",
+        code="export default (input) => { console.log('hi'); return { sum: input.a + input.b }; };",
+        input={"a": 1, "b": 2},
+    )
+    ok, why = (js["status"] != "error" or "unavailable" not in js["stderr"], js["stderr"])
+    require("deno", ok, why)
+    assert (js["status"], js["value"], js["stdout"], js["language"]) == (
+        "success",
+        {"sum": 3},
+        "hi\n",
+        "javascript",
+    )
+    ts = await call(
+        tool,
+        language="typescript",
+        code="export default (input: { n: number }): number => input.n * 2;",
+        input={"n": 21},
+    )
+    assert (ts["status"], ts["value"]) == ("success", 42)
+    broken = await call(tool, language="typescript", code="export default (")
+    assert broken["status"] == "compile_error"
+    thrown = await call(tool, language="javascript", code="export default () => { throw 1; };")
+    assert thrown["status"] == "error"
+    looping = await call(
+        tool, language="javascript", code="export default () => { for (;;) {} };", timeout_secs=1
+    )
+    assert looping["status"] == "timeout"
+
+
 async def test_wasm_text_and_base64(tool: CodeTool) -> None:
     out = await call(tool, language="wasm", code=wat.HELLO)
     assert (out["status"], out["stdout"]) == ("success", "hello from wasi\n")

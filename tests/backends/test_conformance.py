@@ -2,7 +2,7 @@
 codes, stdin and argv, signals, process groups, the environment, mounts) of the backends that
 run ``command``: ``process``, ``container`` (warm pool) and ``container-cold`` (see
 conftest.py). Part 1, the contract on every backend (``process``, ``container``, ``wasm``,
-``python``, ``rust``, ``mock``), is test_every_backend.py.
+``python``, ``rust``, ``javascript``, ``mock``), is test_every_backend.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The sandbox escape suite: what a hostile program with the ``exec`` right tries, on every
-backend (``process``, ``container``, ``wasm``, ``python``, ``rust``), each case asserting its
-specific outcome — blocked (and how), or the policy that would allow it refused.
+backend (``process``, ``container``, ``wasm``, ``python``, ``rust``, ``javascript``), each
+case asserting its specific outcome — blocked (and how), or the policy that would allow it refused.
 
 The targets are real: a data directory holding a signing secret (mode 0600) and ``agora.db``
 beside the workspace, the host's ``/etc/shadow``, a stand-in "hub" process whose environment
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -51,7 +52,7 @@ from tests.support.docker import TEST_OWNER
 from tests.support.require import require
 
 MIB = 1024 * 1024
-KINDS = ["process", "container", "wasm", "python", "rust"]
+KINDS = ["process", "container", "wasm", "python", "rust", "javascript"]
 HOSTILE_PIDS = 64
 HOSTILE_MEMORY = 64 * MIB
 OUTPUT_CAP = MIB
@@ -214,6 +215,46 @@ def monty_programs(t: Targets) -> dict[str, str]:
     }
 
 
+def js_programs(t: Targets) -> dict[str, str]:
+    """The cases as ES modules for Deno: each attempt through the Deno APIs and through the
+    ``agora:workspace`` host module, printing ``blocked`` when refused."""
+    rel = os.path.relpath
+
+    def attempt(call: str) -> str:
+        return (
+            f"try {{ console.log(await {call}); }} "
+            "catch (e) { console.log('blocked', e.name, e.message); }\n"
+        )
+
+    head = 'import { readFile, writeFile } from "agora:workspace";\n'
+    return {
+        "read_secret": head
+        + attempt(f"Deno.readTextFile({json.dumps(str(t.secret_file))})")
+        + attempt(f"readFile({json.dumps(rel(t.secret_file, t.workdir))})")
+        + attempt(f"import({json.dumps('file://' + str(t.secret_file))})"),
+        "read_shadow": head
+        + attempt('Deno.readTextFile("/etc/shadow")')
+        + attempt(f"readFile({json.dumps(rel('/etc/shadow', t.workdir))})"),
+        "hub_environ": head
+        + attempt(f'Deno.readTextFile("/proc/{t.hub_pid}/environ")')
+        + attempt('Deno.env.get("PATH")')
+        + attempt("Deno.env.toObject()"),
+        "write_outside": head
+        + attempt(f"Deno.writeTextFile({json.dumps(str(t.outside / 'planted'))}, 'pwned')")
+        + attempt(f"writeFile({json.dumps(rel(t.outside / 'planted', t.workdir))}, 'pwned')"),
+        "write_data_dir": head
+        + attempt(f"Deno.writeTextFile({json.dumps(str(t.data_dir / 'planted'))}, 'x')")
+        + attempt(f"writeFile({json.dumps(rel(t.data_dir / 'planted', t.workdir))}, 'x')"),
+        "connect_hub": f'await Deno.connect({{ hostname: "127.0.0.1", port: {t.port} }});\n'
+        f'await fetch("http://127.0.0.1:{t.port}/");\n',
+        "memory_hog": "const x = new Uint8Array(512 * 1024 * 1024); x.fill(1);"
+        " console.log(x.length);\n",
+        "infinite_loop": "while (true) {}\n",
+        "output_flood": "const line = 'x'.repeat(1000000);\n"
+        "for (let i = 0; i < 200; i++) console.log(line);\n",
+    }
+
+
 def wasi_file(path: str, data: bytes | None) -> str:
     """A WASI command that opens ``path`` relative to the preopened workspace (fd 3) and
     prints it, or (``data``) creates it and writes ``data``. Exit 100 + errno when the open
@@ -312,6 +353,7 @@ NO_PROCESSES = {"fork_bomb", "setsid_child", "double_fork"}
 STRUCTURAL: dict[str, set[str]] = {
     "wasm": NO_PROCESSES | {"connect_hub"},
     "python": NO_PROCESSES | {"symlink_out"},
+    "javascript": NO_PROCESSES | {"symlink_out"},
 }
 
 
@@ -364,6 +406,9 @@ class Hostile:
                     **fields,
                 )
             ]
+        if self.kind == "javascript":
+            source = js_programs(t)[case]
+            return [req(language=ExecutionLanguage.JAVASCRIPT, payload=Source(source), **fields)]
         if self.kind == "python":
             source = monty_programs(t)[case]
             return [req(language=ExecutionLanguage.PYTHON, payload=Source(source), **fields)]
@@ -419,6 +464,12 @@ async def open_hostile(kind: str) -> AsyncIterator[Hostile]:
         from backends.monty import PythonBackend
 
         backend = PythonBackend()
+    elif kind == "javascript":
+        from backends.javascript import JavaScriptBackend
+
+        # strict_js's 5 s ceiling raised for the cases that ask for 8 s.
+        policy = JavaScriptBackend().default_policy.replace(timeout_ms=30_000)
+        backend = JavaScriptBackend(policy=policy)
     else:
         from backends.rust import RustBackend
 
@@ -426,7 +477,11 @@ async def open_hostile(kind: str) -> AsyncIterator[Hostile]:
     await backend.start()
     try:
         ok, why = backend.available()
-        require({"process": "bwrap", "container": "docker"}.get(kind, kind), ok, why)
+        require(
+            {"process": "bwrap", "container": "docker", "javascript": "deno"}.get(kind, kind),
+            ok,
+            why,
+        )
         yield Hostile(kind, backend, workspace_rw(backend))
     finally:
         await backend.aclose()

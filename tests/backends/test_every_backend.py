@@ -1,5 +1,6 @@
 """The backend conformance suite, part 1: the :class:`~backends.base.CodeExecutor` contract on
-every backend — ``process``, ``container``, ``wasm``, ``python``, ``rust`` and ``mock``.
+every backend — ``process``, ``container``, ``wasm``, ``python``, ``rust``, ``javascript`` and
+``mock``.
 
 Each backend gets the same behaviours written in its own language (a :class:`Dialect`: shell,
 WebAssembly text, Python, Rust, the mock's script), and each case checks what the backend
@@ -52,7 +53,7 @@ from tests.backends.helpers import drain
 from tests.support.docker import TEST_OWNER, docker_available
 from tests.support.require import require
 
-KINDS = ["process", "container", "wasm", "python", "rust", "mock"]
+KINDS = ["process", "container", "wasm", "python", "rust", "javascript", "mock"]
 FIRST_OUTPUT_S = 60.0  # generous: a cold Rust build comes before the first byte
 
 
@@ -144,6 +145,26 @@ DIALECTS: dict[str, Dialect] = {
         value=_rust("input"),
         write_out=_rust('std::fs::write("out.txt", "written\\n").unwrap(); input'),
     ),
+    "javascript": Dialect(
+        language=ExecutionLanguage.JAVASCRIPT,
+        out_err_fail=Source(
+            "console.log('out'); console.error('err');\n"
+            "export default () => { throw new Error('x'); };"
+        ),
+        fail_exit=1,  # an exception: failed/exit 1 with the stack
+        ok=Source("export default () => null;"),
+        loop=Source("export default () => { while (true) {} };"),
+        partial_then_loop=Source("console.log('partial');\nwhile (true) {}"),
+        two_mib=Source(
+            "const s = new TextEncoder().encode('x'.repeat(65536));\n"
+            "for (let i = 0; i < 32; i++) Deno.stdout.writeSync(s);"
+        ),
+        value=Source("export default (input) => input;"),
+        write_out=Source(
+            'import { writeFile } from "agora:workspace";\n'
+            "export default async () => { await writeFile('out.txt', 'written\\n'); };"
+        ),
+    ),
     "mock": Dialect(
         language=ExecutionLanguage.COMMAND,
         out_err_fail=Source("echo out\nerror err\nexit 3"),
@@ -203,6 +224,10 @@ async def _make(kind: str) -> CodeExecutor:
         return PythonBackend()
     if kind == "rust":
         return RustBackend()
+    if kind == "javascript":
+        from backends.javascript import JavaScriptBackend
+
+        return JavaScriptBackend()
     return MockBackend()
 
 
@@ -213,7 +238,7 @@ async def subject(request: pytest.FixtureRequest) -> AsyncIterator[Subject]:
     try:
         await backend.start()
         ok, why = backend.available()
-        require("docker" if kind == "container" else kind, ok, why)
+        require({"container": "docker", "javascript": "deno"}.get(kind, kind), ok, why)
         base = backend.default_policy
         caps = backend.capabilities
         if caps.enforces_network and base.network != "disabled":

@@ -5,7 +5,9 @@ on this machine, but fail it when ``AGORA_REQUIRE`` lists the service (CI sets
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
 
 import pytest
 
@@ -22,3 +24,30 @@ def require(service: str, available: bool, why: str) -> None:
     if service in required_services():
         pytest.fail(f"{service} is required (AGORA_REQUIRE) but unavailable: {why}")
     pytest.skip(f"{service} unavailable: {why}")
+
+
+CHROMIUM = "/usr/bin/chromium"
+"""Debian's Chromium, which the viewer's browser tests drive through Playwright (no browser is
+ever downloaded; `.ci/services` installs the package)."""
+
+
+def require_chromium() -> str:
+    """The Chromium executable for Playwright; skip (or fail under ``AGORA_REQUIRE=chromium``)
+    when it or the ``playwright`` package is missing."""
+    path = CHROMIUM if os.access(CHROMIUM, os.X_OK) else shutil.which("chromium")
+    require("chromium", path is not None, "Debian's chromium is not installed")
+    require(
+        "chromium",
+        importlib.util.find_spec("playwright") is not None,
+        "the playwright package is not installed",
+    )
+    assert path is not None
+    return path
+
+
+def require_node() -> str:
+    """The ``npm`` executable (node >= 18); skip or fail under ``AGORA_REQUIRE=node``."""
+    npm = shutil.which("npm")
+    require("node", npm is not None and shutil.which("node") is not None, "node/npm missing")
+    assert npm is not None
+    return npm

@@ -28,6 +28,7 @@ class ExecutionLanguage(enum.StrEnum):
 
     RUST = "rust"
     JAVASCRIPT = "javascript"
+    TYPESCRIPT = "typescript"
     WASM = "wasm"
     PYTHON = "python"
     COMMAND = "command"

@@ -118,6 +118,9 @@ class ExecutionResult(
     duration_ms: int = 0
     metadata: ExecutionMetadata | None = None
     diagnostics: list[Diagnostic] = []
+    skipped: list[SkippedWrite] = []
+    """Workspace writes the program asked for and the backend refused (a host-function
+    backend on a ``read`` instance): the runtime reports them in ``execFinished.skipped``."""
 
     @property
     def has_value(self) -> bool:
@@ -143,7 +146,7 @@ class ExecutionResult(
             duration_ms=self.duration_ms,
             pushed=pushed,
             pulled=pulled,
-            skipped=list(skipped or []),
+            skipped=[*self.skipped, *(skipped or [])],
             diagnostics=[msgspec.to_builtins(d) for d in self.diagnostics],
             artifacts=list(self.metadata.artifacts) if self.metadata else [],
         )

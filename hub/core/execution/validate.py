@@ -60,6 +60,7 @@ CALLABLE_LANGUAGES: Final[frozenset[ExecutionLanguage]] = frozenset(
     {
         ExecutionLanguage.RUST,
         ExecutionLanguage.JAVASCRIPT,
+        ExecutionLanguage.TYPESCRIPT,
         ExecutionLanguage.WASM,
         ExecutionLanguage.PYTHON,
     }

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
-from hub.core.events import AnyEvent
+from hub.core.events import AnyEvent, ArtifactRef
 from hub.core.execution.policy import PolicyPatch
 
 Rid = str | int | None
@@ -99,6 +99,9 @@ class Exec(ClientFrame, tag="exec", frozen=True):
     timeout_ms: Annotated[int, msgspec.Meta(ge=1)] | None = None
     encoding: Literal["utf8", "base64"] | None = None
     policy: PolicyPatch | None = None
+    artifacts: list[str] = []
+    """Globs of output paths in the workspace (``out/*.png``): after the run each matching
+    file is stored as a blob and published as an artifact (docs/execution.md, "Artifacts")."""
 
 
 class ExecResultQuery(ClientFrame, tag="execResult", frozen=True):
@@ -163,6 +166,54 @@ class Cosign(ClientFrame, tag="cosign", frozen=True):
     key: str
 
 
+MAX_BLOB_CHUNK: Final = 512 * 1024
+"""The most content one ``blobChunk`` or ``blobData`` frame carries (base64 in JSON: about
+700 KB, within ``[limits] max_frame_bytes``' default of 1 MiB)."""
+
+Sha256 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+Size = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class PutBlob(ClientFrame, tag="putBlob", frozen=True):
+    """Begin, or resume, the upload of a blob of ``size`` bytes hashing to ``sha256``; the
+    reply ``blobStatus`` says from which ``offset`` to send (``stored``: nothing to send)."""
+
+    workspace: str
+    sha256: Sha256
+    size: Size
+
+
+class BlobChunk(ClientFrame, tag="blobChunk", frozen=True):
+    """``data`` (base64, at most 512 KiB decoded) at ``offset`` of the upload begun with
+    ``putBlob``; ``offset`` at most what the hub holds (a resent chunk is harmless). The reply
+    ``blobStatus`` carries the bytes the hub now holds."""
+
+    workspace: str
+    sha256: Sha256
+    size: Size
+    offset: Size
+    data: bytes
+
+
+class CommitBlob(ClientFrame, tag="commitBlob", frozen=True):
+    """The whole blob was sent: the hub hashes it and stores it (``badRequest`` when it does
+    not hash to ``sha256``: the upload is then discarded). The reply is ``blobStatus``."""
+
+    workspace: str
+    sha256: Sha256
+    size: Size
+
+
+class GetBlob(ClientFrame, tag="getBlob", frozen=True):
+    """Read at most ``length`` (default and cap 512 KiB) bytes of a blob the workspace
+    references (a file or an artifact), from ``offset``; the reply is ``blobData``."""
+
+    workspace: str
+    sha256: Sha256
+    offset: Size = 0
+    length: Annotated[int, msgspec.Meta(ge=1)] | None = None
+
+
 AnyClientFrame = (
     Hello
     | Subscribe
@@ -177,6 +228,10 @@ AnyClientFrame = (
     | CheckpointQuery
     | ProofQuery
     | Cosign
+    | PutBlob
+    | BlobChunk
+    | CommitBlob
+    | GetBlob
 )
 
 
@@ -283,6 +338,8 @@ class RuntimeResult(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     pulled: int
     skipped: list[SkippedEntry]
     diagnostics: list[Any] | msgspec.UnsetType = msgspec.UNSET
+    artifacts: list[ArtifactRef] = []
+    """The artifacts the run published (``artifactPublished`` events, key = path)."""
 
 
 class ExecResult(ServerFrame, tag="execResult", frozen=True):
@@ -349,6 +406,28 @@ class ProofFrame(ServerFrame, tag="proof", frozen=True):
     hashes: list[bytes] = []
 
 
+class BlobStatus(ServerFrame, tag="blobStatus", frozen=True):
+    """Where an upload stands: ``offset`` bytes of ``size`` held; ``stored``: the blob is in
+    the store (committed, or it was already)."""
+
+    workspace: str
+    sha256: str
+    size: int
+    offset: int
+    stored: bool = False
+
+
+class BlobData(ServerFrame, tag="blobData", frozen=True):
+    """The reply to ``getBlob``: ``data`` (base64) from ``offset`` of the blob of ``size``
+    bytes (empty at its end)."""
+
+    workspace: str
+    sha256: str
+    size: int
+    offset: int
+    data: bytes
+
+
 AnyServerFrame = (
     Welcome
     | Subscribed
@@ -365,4 +444,6 @@ AnyServerFrame = (
     | ExecEnd
     | CheckpointFrame
     | ProofFrame
+    | BlobStatus
+    | BlobData
 )

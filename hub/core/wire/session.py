@@ -57,8 +57,12 @@ from hub.core.validation import (
 from hub.core.wire.frames import (
     Ack,
     AnyClientFrame,
+    BlobChunk,
+    BlobData,
+    BlobStatus,
     CheckpointFrame,
     CheckpointQuery,
+    CommitBlob,
     Cosign,
     Dispose,
     Disposed,
@@ -70,6 +74,7 @@ from hub.core.wire.frames import (
     ExecEvent,
     ExecResult,
     ExecResultQuery,
+    GetBlob,
     GetExec,
     GetState,
     Hello,
@@ -78,6 +83,7 @@ from hub.core.wire.frames import (
     ProofFrame,
     ProofQuery,
     Publish,
+    PutBlob,
     Resume,
     Rid,
     RuntimeResult,
@@ -94,6 +100,7 @@ __all__ = [
     "MAX_CLOSE_REASON_BYTES",
     "SERVER_NAME",
     "Action",
+    "BlobRequest",
     "CheckpointRequest",
     "Close",
     "CosignRequest",
@@ -267,8 +274,20 @@ class CosignRequest(msgspec.Struct, frozen=True):
     key: str
 
 
+class BlobRequest(msgspec.Struct, frozen=True):
+    """A blob op (``putBlob``, ``blobChunk``, ``commitBlob``, ``getBlob``) of ``agent``, its
+    rights checked; answer with the ``blobStatus``/``blobData`` frame (its rid is set here).
+    The shell queues the reply paced (``getBlob`` replies are large)."""
+
+    rid: Rid
+    workspace: str
+    agent: str
+    frame: PutBlob | BlobChunk | CommitBlob | GetBlob
+
+
 Request = (
-    SubscribeRequest
+    BlobRequest
+    | SubscribeRequest
     | UnsubscribeRequest
     | PublishRequest
     | StateRequest
@@ -651,6 +670,9 @@ class ServerSession:
                 return [Send(_checkpoint_frame(rid, workspace, result))]
             case ProofRequest():
                 return [Send(_proof_frame(request, result))]
+            case BlobRequest(rid=rid):
+                assert isinstance(result, BlobStatus | BlobData)
+                return [Send(msgspec.structs.replace(result, rid=rid))]
         raise AssertionError(f"unknown request {request!r}")  # pragma: no cover
 
     def failed(
@@ -842,6 +864,12 @@ class ServerSession:
             case Cosign(rid=rid, workspace=workspace, cosignature=note, key=key):
                 self._check(capability, _WRITE, workspace)
                 return [CosignRequest(rid, workspace, note, key)]
+            case PutBlob() | BlobChunk() | CommitBlob():
+                self._check(capability, _WRITE, frame.workspace)
+                return [BlobRequest(frame.rid, frame.workspace, capability.agent, frame)]
+            case GetBlob():
+                self._check(capability, _READ, frame.workspace)
+                return [BlobRequest(frame.rid, frame.workspace, capability.agent, frame)]
         raise AssertionError(f"unhandled frame {frame!r}")  # pragma: no cover
 
     def _exec(self, frame: Exec, capability: Capability) -> ExecRequest:

@@ -1,5 +1,5 @@
 """hub.http.app, the composition of the one HTTP port: the probes and /metrics are the hub's
-own public routes, a door under a prefix gets its requests with the prefix in ``root_path``,
+own public routes, a door under a prefix gets its requests with the path unchanged,
 the fallback door gets every other path unchanged, and bad compositions are refused."""
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from hub.http.app import Door, create_app
 def _echo(name: str) -> Starlette:
     async def endpoint(request: Request) -> JSONResponse:
         scope: dict[str, Any] = request.scope
-        return JSONResponse({"door": name, "path": scope["path"], "root": scope["root_path"]})
+        return JSONResponse(
+            {"door": name, "path": scope["path"], "root": scope.get("root_path", "")}
+        )
 
     return Starlette(routes=[Route("/{rest:path}", endpoint)])
 
@@ -56,9 +58,11 @@ def test_probes_and_metrics_are_public_and_doors_keep_their_own_auth() -> None:
         assert client.get("/").status_code == 401
         assert client.get("/a2a/jsonrpc").status_code == 401
         assert client.get("/a2a/jsonrpc", headers={"authorization": "Bearer ok"}).text == "yes\n"
-        # A prefixed door: its path below the prefix, the prefix in root_path; no auth added.
+        # A prefixed door: the full path, unchanged; no auth added.
         ui = client.get("/ui/w/demo").json()
-        assert ui == {"door": "ui", "path": "/ui/w/demo", "root": "/ui"}
+        assert ui == {"door": "ui", "path": "/ui/w/demo", "root": ""}
+        assert client.get("/ui").json()["door"] == "ui"
+        assert client.get("/uix").status_code == 401  # not under /ui: the fallback's
         ready["store"] = False
         not_ready = client.get("/readyz")
         assert not_ready.status_code == 503

@@ -410,7 +410,13 @@ async def test_migration_3_adds_the_tree_to_an_existing_log(schema: str) -> None
         await store.append("ws", [msg(str(i)) for i in range(5)])
     async with connection() as conn:
         await conn.execute(f'DROP TABLE "{schema}".merkle_hashes, "{schema}".checkpoints')
-        await conn.execute(f'DELETE FROM "{schema}".schema_version WHERE version = 3')
+        # Migration 4 (chunked blobs) undone too: the schema is as version 2 left it.
+        await conn.execute(f'DROP TABLE "{schema}".blob_parts, "{schema}".blob_uploads')
+        await conn.execute(
+            f'ALTER TABLE "{schema}".blobs DROP COLUMN size, DROP COLUMN chunked, '
+            "DROP COLUMN stored_at"
+        )
+        await conn.execute(f'DELETE FROM "{schema}".schema_version WHERE version >= 3')
         assert await current_version(conn, schema) == 2
     async with PostgresEventStore(DSN, schema=schema) as store:
         assert await store.read_hash_map("ws", [0]) == {}
@@ -418,4 +424,4 @@ async def test_migration_3_adds_the_tree_to_an_existing_log(schema: str) -> None
         # 6 leaves: 6 leaf hashes + 3 + 1 interior ones, every one of them stored.
         assert len(await store.read_hash_map("ws", list(range(20)))) == 10
     async with connection() as conn:
-        assert await current_version(conn, schema) == LATEST == 3
+        assert await current_version(conn, schema) == LATEST == 4

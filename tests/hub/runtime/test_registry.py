@@ -18,7 +18,7 @@ from tests.support.paths import REPO
 
 def test_no_config_means_one_instance_of_each_kind() -> None:
     configs = default_configs()
-    assert [c.id for c in configs] == ["process", "container", "wasm", "python", "rust"]
+    assert [c.id for c in configs] == ["process", "container", "wasm", "python", "rust", "js"]
     assert {c.access for c in configs} == {"read-write"}
     registry = BackendRegistry.from_config(())
     assert registry.default_id == "process" and registry.ids == [c.id for c in configs]
@@ -132,4 +132,5 @@ def test_agora_backends_without_config_lists_every_kind() -> None:
         "wasm",
         "python",
         "rust",
+        "javascript",
     ]

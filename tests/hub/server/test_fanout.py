@@ -11,8 +11,15 @@ from typing import Any
 import pytest
 
 from hub.core.events import MessagePosted
-from hub.server.fanout import Fanout, FanoutSubscription, Outgoing, SendQueue
-from tests.support.peer import message, peer
+from hub.server.fanout import (
+    Fanout,
+    FanoutSubscription,
+    Outgoing,
+    SendQueue,
+    WireText,
+    text_frame,
+)
+from tests.support.peer import message, of_kind, peer
 from tests.support.tokens import mint
 
 
@@ -65,6 +72,20 @@ def test_frames_are_encoded_once_and_shared() -> None:
     assert fanout.frames_encoded == 2
     first = outlets[0].items[0][0]
     assert all(o.items[0][0] is first for o in outlets)
+    # ... and so is its WebSocket frame: built once, the same bytes for every subscriber.
+    assert isinstance(first, WireText) and first.wire == text_frame(bytes(first))
+
+
+@pytest.mark.parametrize("size", [0, 1, 125, 126, 127, 65535, 65536, 70000])
+def test_text_frame_is_what_websockets_writes(size: int) -> None:
+    """The fan-out frames events itself: byte for byte a server's unmasked text frame as the
+    websockets protocol object builds it (RFC 6455 §5.2, every length encoding)."""
+    from websockets.frames import TEXT, Frame
+
+    payload = bytes(i % 251 for i in range(size))
+    assert text_frame(payload) == Frame(TEXT, payload).serialize(mask=False, extensions=[])
+    wire = WireText(payload)
+    assert wire == payload and wire.wire == text_frame(payload)
 
 
 def test_full_queue_overflows_that_subscriber_only() -> None:
@@ -198,3 +219,25 @@ def test_send_queue_one_frame_alone_always_fits() -> None:
     assert queue.overflowing
     with pytest.raises(ValueError):
         SendQueue(4, max_bytes=10)  # no size
+
+
+async def test_frames_reach_a_client_with_and_without_deflate(start_hub: Any) -> None:
+    """Pre-built frames go to a plain connection as they are; a connection that negotiated
+    permessage-deflate gets each frame through the protocol object (compressed), the same
+    events and acks either way."""
+    hub = start_hub('[server]\ncompression = "deflate"\n')
+    async with contextlib.AsyncExitStack() as stack:
+        plain = await stack.enter_async_context(peer(hub.url, mint("plain")))
+        deflated = await stack.enter_async_context(
+            peer(hub.url, mint("deflated"), compression="deflate")
+        )
+        assert not plain.ws.protocol.extensions and deflated.ws.protocol.extensions
+        for p in (plain, deflated):
+            await p.call("subscribe", workspace="wd")
+        ack = await plain.call("publish", workspace="wd", events=[message("a" * 300)] * 3)
+        ack2 = await deflated.call("publish", workspace="wd", events=[message("b")])
+        for p in (plain, deflated):
+            got = await p.events("wd", ack2["seqs"][-1])
+            texts = [e["payload"]["text"] for e in of_kind(got, "messagePosted")]
+            assert texts == ["a" * 300] * 3 + ["b"]
+        assert ack["seqs"][-1] < ack2["seqs"][0]

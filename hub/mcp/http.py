@@ -1,0 +1,233 @@
+"""The MCP Streamable HTTP transport at ``/mcp`` on the hub's HTTP port.
+
+::
+
+    async with McpHttp("ws://127.0.0.1:8765", signer, revocations) as door:
+        app = door.app            # an ASGI app: mount it at /mcp
+
+Authorization follows the MCP spec's authorization section for a resource server: every HTTP
+request carries ``Authorization: Bearer <capability token>`` (never in the query string).
+A missing, malformed, invalid, expired or revoked token gets HTTP 401 with
+``WWW-Authenticate: Bearer realm="agora", error="…"`` (RFC 6750 §3) and reaches nothing of
+the SDK; the token's rights are then the hub's to enforce.
+
+Sessions: each MCP session (``Mcp-Session-Id``) is bound to the token id that opened it (a
+request of the session with another token is answered 404, as if the session did not exist),
+and acts through its own hub connection (:func:`hub.client.connect` with that token), opened by
+the session's first request and closed when the session ends (the client's ``DELETE``, the
+idle timeout ``[mcp] session_idle_s``, or shutdown). At most ``[mcp] max_sessions`` are open
+at once; one more is refused with 503. A request body over ``max_event_bytes`` plus
+:data:`~hub.mcp.server.MESSAGE_RESERVE` is refused with 413 before it is read whole.
+
+``?workspace=W`` on the endpoint URL sets the session's default workspace (a token naming a
+single workspace makes that one the default anyway).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from types import TracebackType
+from typing import Any, Final, Self
+
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.authentication import AuthCredentials
+from starlette.requests import Request
+
+from hub.auth import TokenSigner
+from hub.client import connect
+from hub.config import McpConfig
+from hub.core.capability import Capability
+from hub.core.errors import BadRequest, Unauthorized
+from hub.core.validation import DEFAULT_LIMITS, Limits, validate_workspace
+from hub.mcp.server import MESSAGE_RESERVE, Ctx, build_server
+from hub.mcp.tools import DEFAULT_BACKENDS, AgentLink
+from hub.revocations import Revocations
+
+__all__ = ["MCP_PATH", "McpHttp"]
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+MCP_PATH: Final = "/mcp"
+
+_SCOPE_KEY: Final = "agora.mcp"
+
+
+class McpHttp:
+    """The ``/mcp`` door (see the module doc). ``hub_url``: the WebSocket hub the sessions
+    connect to; ``host``: the interface the HTTP port binds (loopback ones turn on the SDK's
+    DNS-rebinding protection: ``Host`` and ``Origin`` must be loopback)."""
+
+    def __init__(
+        self,
+        hub_url: str,
+        signer: TokenSigner,
+        revocations: Revocations,
+        *,
+        limits: Limits = DEFAULT_LIMITS,
+        settings: McpConfig | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
+        settings = settings or McpConfig()
+        self.hub_url = hub_url
+        self.signer = signer
+        self.verify = revocations.verifier(signer.verify)
+        self.limits = limits
+        self.backends = dict(DEFAULT_BACKENDS)
+        self.backends.update(settings.backends.items())
+        self.server = build_server(self._open)
+        self.manager = StreamableHTTPSessionManager(
+            app=self.server,
+            security_settings=_security(host),
+            max_request_body_size=limits.max_event_bytes + MESSAGE_RESERVE,
+            session_idle_timeout=settings.session_idle_s,
+            max_sessions=settings.max_sessions,
+        )
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> Self:
+        await self._stack.enter_async_context(self.manager.run())
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """End every session (and its hub connection). Idempotent."""
+        await self._stack.aclose()
+
+    @property
+    def sessions(self) -> int:
+        """MCP sessions open now."""
+        return len(self.manager._server_instances)
+
+    async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI app (any path: mount it at ``/mcp``)."""
+        if scope["type"] != "http":
+            return
+        token = _bearer(scope)
+        if token is None:
+            await _unauthorized(
+                send, "invalid_request", "an Authorization: Bearer token is required"
+            )
+            return
+        try:
+            capability = self.verify(token)
+        except Unauthorized as e:
+            await self._end_session(scope, token)
+            await _unauthorized(send, "invalid_token", e.message, e.details.get("reason"))
+            return
+        access = AccessToken(
+            token=token,
+            client_id=capability.token_id,
+            scopes=list(capability.rights),
+            expires_at=capability.expires_at,
+            subject=capability.agent,
+        )
+        # The SDK binds a session to the principal of the request that opened it.
+        scope["user"] = AuthenticatedUser(access)
+        scope["auth"] = AuthCredentials(list(capability.rights))
+        scope[_SCOPE_KEY] = (token, capability)
+        await self.manager.handle_request(scope, receive, send)
+
+    async def _end_session(self, scope: Scope, token: str) -> None:
+        """A session whose own token was revoked ends now, with its hub connection, instead of
+        at the idle timeout: its next request shows it is dead. (An expired token's session
+        idles out; the hub closed its connection at the expiry.)"""
+        session_id = _header(scope, b"mcp-session-id")
+        if session_id is None:
+            return
+        try:
+            token_id = self.signer.verify(token).token_id  # valid, but revoked
+        except Unauthorized:
+            return
+        # The SDK keeps sessions and their owners privately (mcp 2.3; pinned by
+        # tests/hub/mcp/test_http.py): only the session's own token may end it.
+        manager = self.manager
+        owner = manager._session_owners.get(session_id)
+        transport = manager._server_instances.get(session_id)
+        if owner is not None and transport is not None and owner["client_id"] == token_id:
+            await manager._discard_session(session_id, transport)
+
+    @contextlib.asynccontextmanager
+    async def _open(self, ctx: Ctx) -> AsyncIterator[AgentLink]:
+        request = ctx.request
+        if not isinstance(request, Request) or _SCOPE_KEY not in request.scope:
+            raise Unauthorized("no verified token on this request")
+        token, capability = request.scope[_SCOPE_KEY]
+        assert isinstance(capability, Capability)
+        workspace = request.query_params.get("workspace")
+        if workspace is not None:
+            try:
+                validate_workspace(workspace)
+            except BadRequest as e:
+                raise BadRequest(f"?workspace=: {e.message}", field="workspace") from None
+        async with connect(self.hub_url, token) as session:
+            yield AgentLink(
+                session,
+                workspace,
+                self.backends,
+                self.limits,
+                token_workspaces=capability.workspaces,
+            )
+
+
+def _security(host: str) -> TransportSecuritySettings | None:
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        return None
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+    )
+
+
+def _header(scope: Scope, wanted: bytes) -> str | None:
+    headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
+    for name, value in headers:
+        if name.lower() == wanted:
+            return value.decode("latin-1")
+    return None
+
+
+def _bearer(scope: Scope) -> str | None:
+    headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
+    for name, value in headers:
+        if name.lower() == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+            return None
+    return None
+
+
+async def _unauthorized(send: Send, error: str, message: str, reason: object = None) -> None:
+    detail: dict[str, Any] = {"error": error, "error_description": message}
+    if isinstance(reason, str):
+        detail["reason"] = reason  # expired, revoked, invalid_signature, …
+    body = json.dumps(detail).encode()
+    description = message.replace("\\", "").replace('"', "'")
+    challenge = f'Bearer realm="agora", error="{error}", error_description="{description}"'
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"www-authenticate", challenge.encode("latin-1", "replace")),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

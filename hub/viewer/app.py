@@ -1,0 +1,257 @@
+"""The viewer's HTTP door: the built single-page app at ``/ui/`` and its read-only JSON.
+
+:func:`create_viewer_app` builds a Starlette app that answers every path under ``/ui`` (it is
+mounted by path prefix in front of the A2A app, so the A2A ``BearerAuth`` never sees these
+paths; until the one HTTP port lands the mount is a few lines in ``a2a_adapter/app.py``):
+
+- ``GET /ui/config.json`` (public): ``{"wsUrl", "version"}`` — where the page's WebSocket
+  client connects (the hub's own ``agora.v1`` port);
+- ``GET /ui/api/workspaces`` (bearer, ``read``): the workspaces the token may read, each with
+  ``head`` and ``lastActivity`` (epoch ms; 0 for a workspace without events);
+- ``GET /ui/api/w/{workspace}/verify`` (bearer, ``read``): the store's hash-chain check of the
+  workspace (``ok, checked, head, error?``), as ``agora verify`` runs it;
+- ``GET /ui/api/w/{workspace}/export[?tail=N]`` (bearer, ``read``): the stored envelopes as JSON
+  Lines, byte for byte what ``agora export`` writes (up to the head when the request came;
+  with ``tail``, only the last N: the page's catch-up is bounded);
+- ``GET /ui/assets/…``: the hashed bundle files (immutable);
+- every other ``GET /ui/…``: ``index.html``, so a deep link (``/ui/w/demo?seq=123``) opens the
+  page that then routes on its own.
+
+Everything the page shows beyond these comes over the WebSocket with the same token, so the
+hub's rights apply exactly as for any agent. A missing, bad, expired or revoked token is a 401
+(``WWW-Authenticate: Bearer``), a workspace the token may not read a 403, a bad name a 400;
+nothing here writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Final
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import (
+    FileResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from hub import __version__
+from hub.auth import TokenSigner
+from hub.core.capability import Capability
+from hub.core.chain import GENESIS, verify_chain
+from hub.core.errors import AgoraError, BadRequest, Unauthorized
+from hub.core.records import VerifyReport
+from hub.core.validation import validate_workspace
+from hub.log.base import EventStore
+from hub.revocations import Revocations
+from hub.viewer.build import STATIC_DIR
+from hub.workspaces import Workspaces
+
+__all__ = ["EXPORT_PAGE", "PREFIX", "create_viewer_app"]
+
+PREFIX: Final = "/ui"
+EXPORT_PAGE: Final = 1000
+"""Events read from the store per page of an export (bounded memory per download)."""
+
+VERIFY_PAGE: Final = 1000
+"""Events hashed per step of a verification, in a worker thread (the loop never waits)."""
+
+MAX_HEAVY: Final = 4
+"""Exports and verifications (each reads a whole log) running at once; more wait their turn,
+so read tokens cannot make the hub read every log at once."""
+
+CSP: Final = (
+    "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; "
+    "style-src 'self' 'unsafe-inline'; script-src 'self'; frame-ancestors 'none'; "
+    "base-uri 'none'; form-action 'none'"
+)
+"""The page loads only its own bundle and talks only to this origin and WebSockets."""
+
+_SECURITY_HEADERS: Final = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+class _Row(msgspec.Struct, frozen=True, rename="camel"):
+    workspace: str
+    head: int
+    last_activity: int
+
+
+def create_viewer_app(
+    workspaces: Workspaces,
+    signer: TokenSigner,
+    revocations: Revocations,
+    *,
+    ws_url: str,
+    static_dir: Path = STATIC_DIR,
+) -> Starlette:
+    """The viewer's ASGI app (routes in the module doc). ``ws_url``: the ``agora.v1`` URL the
+    page connects to by default; ``static_dir``: the built assets."""
+    verify: Callable[[str], Capability] = revocations.verifier(signer.verify)
+    store = workspaces.store
+
+    def capability(request: Request) -> Capability:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthorized("an Authorization: Bearer token is required", reason="missing")
+        return verify(token.strip())
+
+    def readable(request: Request) -> tuple[Capability, str]:
+        cap = capability(request)
+        workspace = validate_workspace(str(request.path_params["workspace"]))
+        cap.require("read", workspace)
+        return cap, workspace
+
+    async def config(_: Request) -> Response:
+        return JSONResponse(
+            {"wsUrl": ws_url, "version": __version__}, headers={"Cache-Control": "no-cache"}
+        )
+
+    async def list_workspaces(request: Request) -> Response:
+        cap = capability(request)
+        rows = {
+            h.workspace: _Row(h.workspace, h.seq, h.timestamp)
+            for h in await store.heads()
+            if cap.has("read", h.workspace)
+        }
+        for name in cap.workspaces:  # named in the token but still empty
+            if name != "*" and name not in rows and cap.has("read", name):
+                rows[name] = _Row(name, 0, 0)
+        ordered = sorted(rows.values(), key=lambda r: (-r.last_activity, r.workspace))
+        return Response(msgspec.json.encode(ordered), media_type="application/json")
+
+    heavy = asyncio.Semaphore(MAX_HEAVY)
+
+    async def verify_chain(request: Request) -> Response:
+        _, workspace = readable(request)
+        async with heavy:
+            report = await _verify(store, workspace)
+        body: dict[str, object] = {
+            "workspace": workspace,
+            "ok": report.ok,
+            "checked": report.checked,
+            "head": report.head,
+        }
+        if report.error is not None:
+            body["error"] = msgspec.to_builtins(report.error)
+        return JSONResponse(body)
+
+    async def export(request: Request) -> Response:
+        _, workspace = readable(request)
+        tail = _tail(request.query_params.get("tail"))
+        head = await workspaces.head(workspace)
+
+        async def lines() -> AsyncIterator[bytes]:
+            after = 0 if tail is None else max(0, head - tail)
+            async with heavy:
+                async for chunk in pages(after):
+                    yield chunk
+
+        async def pages(after: int) -> AsyncIterator[bytes]:
+            while after < head:
+                page = await store.read_raw(workspace, after_seq=after, limit=EXPORT_PAGE)
+                page = [(seq, raw) for seq, raw in page if seq <= head]
+                if not page:
+                    return
+                yield b"".join(raw + b"\n" for _, raw in page)
+                after = page[-1][0]
+
+        return StreamingResponse(
+            lines(),
+            media_type="application/x-ndjson",
+            headers={"Content-Disposition": f'attachment; filename="{workspace}.jsonl"'},
+        )
+
+    async def index(_: Request) -> Response:
+        page = static_dir / "index.html"
+        if not page.is_file():
+            return PlainTextResponse(
+                "the viewer is not built: run `npm ci && npm run build` in web/", status_code=503
+            )
+        return FileResponse(page, headers={**_SECURITY_HEADERS, "Cache-Control": "no-cache"})
+
+    async def to_slash(_: Request) -> Response:
+        return RedirectResponse(PREFIX + "/", status_code=308)
+
+    def guarded(
+        endpoint: Callable[[Request], Awaitable[Response]],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def run(request: Request) -> Response:
+            try:
+                return await endpoint(request)
+            except Unauthorized as e:
+                return JSONResponse(
+                    {"code": e.code, "message": e.message, "details": e.details},
+                    status_code=401,
+                    headers={"WWW-Authenticate": 'Bearer realm="agora"'},
+                )
+            except BadRequest as e:
+                return JSONResponse(
+                    {"code": e.code, "message": e.message, "details": e.details}, status_code=400
+                )
+            except AgoraError as e:
+                status = 403 if e.code == "forbidden" else 503 if e.code == "unavailable" else 500
+                return JSONResponse(
+                    {"code": e.code, "message": e.message, "details": e.details},
+                    status_code=status,
+                )
+
+        return run
+
+    api = PREFIX + "/api"
+    routes = [
+        Route(PREFIX, to_slash),
+        Route(PREFIX + "/config.json", config),
+        Route(api + "/workspaces", guarded(list_workspaces)),
+        Route(api + "/w/{workspace}/verify", guarded(verify_chain)),
+        Route(api + "/w/{workspace}/export", guarded(export)),
+        Route(api + "/{rest:path}", _not_found),
+        Mount(
+            PREFIX + "/assets",
+            StaticFiles(directory=static_dir / "assets", check_dir=False),
+        ),
+        Route(PREFIX + "/{rest:path}", index),
+    ]
+    return Starlette(routes=routes)
+
+
+async def _verify(store: EventStore, workspace: str) -> VerifyReport:
+    """``store.verify`` (the same walk and report), with the hashing of each page in a worker
+    thread: the hub's event loop keeps serving while a large log is checked."""
+    checked, prev, last = 0, GENESIS, 0
+    while True:
+        page = await store.read_batch(workspace, after_seq=last, limit=VERIFY_PAGE)
+        n, problem = await asyncio.to_thread(verify_chain, page, after_seq=last, prev=prev)
+        checked += n
+        if problem is not None:
+            head = page[n - 1].seq if n else last
+            return VerifyReport(workspace=workspace, checked=checked, head=head, error=problem)
+        if page:
+            prev, last = page[-1].hash or GENESIS, page[-1].seq
+        if len(page) < VERIFY_PAGE:
+            return VerifyReport(workspace=workspace, checked=checked, head=last)
+
+
+def _tail(text: str | None) -> int | None:
+    """``?tail=N``: only the last N events (1 ≤ N ≤ 10^9); absent: all of them."""
+    if text is None:
+        return None
+    if not text.isdigit() or not 1 <= int(text) <= 10**9:
+        raise BadRequest("tail must be an integer from 1 to 10^9", field="tail")
+    return int(text)
+
+
+async def _not_found(_: Request) -> Response:
+    return JSONResponse({"code": "notFound", "message": "no such endpoint"}, status_code=404)
