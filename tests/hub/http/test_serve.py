@@ -35,6 +35,10 @@ async def test_no_a2a_keeps_the_port_with_probes_and_metrics(starter: HubStarter
         }
         metrics = await http.get("/metrics")
         assert metrics.status_code == 200 and "agora_connections 0.0" in metrics.text
+        # The other doors stay, each with its own policy: the viewer's page is public, MCP
+        # wants its bearer token.
+        assert (await http.get("/ui/")).status_code == 200
+        assert (await http.post("/mcp", json={})).status_code == 401
         # Only the A2A routes are gone: not a 401 of theirs, a plain 404.
         for path in ("/.well-known/agent-card.json", "/a2a/jsonrpc", "/"):
             assert (await http.get(path)).status_code == 404, path
