@@ -117,7 +117,9 @@ class HubMetrics:
         self.execution_seconds.labels(backend=backend).observe(seconds)
 
     def heartbeats(self, lags: Iterable[tuple[str, float]]) -> None:
-        """The cluster's view of each node: (node id, seconds since its last beat)."""
+        """The cluster's view of each running node: (node id, seconds since its last beat);
+        a node no longer listed (stopped, reaped) loses its series."""
+        self.heartbeat_lag.clear()
         for node, lag in lags:
             self.heartbeat_lag.labels(node=node).set(lag)
 

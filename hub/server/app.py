@@ -198,6 +198,8 @@ class Hub:
                 self.cluster = ClusterNode(
                     self.store, self.workspaces, self.node_id, self.config.cluster
                 )
+                if self.cluster.heartbeat is not None:
+                    self.cluster.heartbeat.on_lags = self.metrics.heartbeats
                 await self.cluster.start()
             try:
                 await self.revocations.load()  # before the first connection is accepted

@@ -98,3 +98,12 @@ def test_two_hubs_in_one_process_share_no_series() -> None:
     one.committed("w", [object()] * 3)
     assert one.registry.get_sample_value("agora_events_appended_total") == 3.0
     assert two.registry.get_sample_value("agora_events_appended_total") == 0.0
+
+
+def test_heartbeat_lags_keep_only_the_nodes_last_told() -> None:
+    metrics = HubMetrics()
+    metrics.heartbeats([("a", 0.5), ("b", 1.5)])
+    metrics.heartbeats([("a", 0.25)])
+    get = metrics.registry.get_sample_value
+    assert get("agora_cluster_heartbeat_lag_seconds", {"node": "a"}) == 0.25
+    assert get("agora_cluster_heartbeat_lag_seconds", {"node": "b"}) is None
