@@ -51,6 +51,7 @@ from a2a_adapter.auth import AgoraContextBuilder, BearerAuth
 from a2a_adapter.bridge import Bridge
 from a2a_adapter.handler import AgoraRequestHandler
 from a2a_adapter.limits import BodyLimits
+from a2a_adapter.push import PushNotifications
 from a2a_adapter.responses import ExactResponses
 from a2a_adapter.runtime import A2ARuntime
 from a2a_adapter.store import LogTaskEventStream, LogTaskStore, TaskLocator
@@ -82,8 +83,15 @@ SECURITY_SCHEME: Final = "agoraBearer"
 PROTOCOL_VERSION: Final = "1.0"
 
 
-def build_card(base_url: str, *, executions: bool = False) -> AgentCard:
-    """The hub's AgentCard, with its interfaces under ``base_url`` (``http://host:port``)."""
+def build_card(
+    base_url: str,
+    *,
+    executions: bool = False,
+    push: bool = False,
+    grpc_url: str | None = None,
+) -> AgentCard:
+    """The hub's AgentCard, with its interfaces under ``base_url`` (``http://host:port``),
+    and the gRPC one at ``grpc_url`` (``host:port``) when given."""
     base_url = base_url.rstrip("/")
     skills = [
         AgentSkill(
@@ -109,6 +117,22 @@ def build_card(base_url: str, *, executions: bool = False) -> AgentCard:
                 tags=["execution", "sandbox"],
             )
         )
+    interfaces = [
+        AgentInterface(
+            url=base_url + JSONRPC_PATH,
+            protocol_binding="JSONRPC",
+            protocol_version=PROTOCOL_VERSION,
+        ),
+        AgentInterface(
+            url=base_url + REST_PREFIX,
+            protocol_binding="HTTP+JSON",
+            protocol_version=PROTOCOL_VERSION,
+        ),
+    ]
+    if grpc_url is not None:
+        interfaces.append(
+            AgentInterface(url=grpc_url, protocol_binding="GRPC", protocol_version=PROTOCOL_VERSION)
+        )
     return AgentCard(
         name="Agora hub",
         description=(
@@ -117,20 +141,9 @@ def build_card(base_url: str, *, executions: bool = False) -> AgentCard:
         ),
         version=__version__,
         provider=AgentProvider(organization="Agora", url=base_url),
-        supported_interfaces=[
-            AgentInterface(
-                url=base_url + JSONRPC_PATH,
-                protocol_binding="JSONRPC",
-                protocol_version=PROTOCOL_VERSION,
-            ),
-            AgentInterface(
-                url=base_url + REST_PREFIX,
-                protocol_binding="HTTP+JSON",
-                protocol_version=PROTOCOL_VERSION,
-            ),
-        ],
+        supported_interfaces=interfaces,
         capabilities=AgentCapabilities(
-            streaming=True, push_notifications=False, extended_agent_card=False
+            streaming=True, push_notifications=push, extended_agent_card=False
         ),
         security_schemes={
             SECURITY_SCHEME: SecurityScheme(
@@ -238,6 +251,7 @@ class A2AService:
         self.index = TaskIndex(workspaces)
         self.locator = TaskLocator(workspaces, self.index)
         self.handler: AgoraRequestHandler | None = None
+        self.push: PushNotifications | None = None
         self.bridge: Bridge | None = None
         self._server: _Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -281,7 +295,10 @@ class A2AService:
         self.locator.install()
         store = LogTaskStore(self.workspaces, self.locator)
         stream = LogTaskEventStream(self.workspaces, self.locator, self.follower)
-        card = build_card(self.url, executions=self.runtime is not None)
+        settings = self.config.a2a.push
+        if settings.enabled:
+            self.push = PushNotifications(self.workspaces, stream, self.revocations, settings)
+        card = build_card(self.url, executions=self.runtime is not None, push=settings.enabled)
         self.handler = AgoraRequestHandler(
             self.workspaces,
             store,
@@ -289,6 +306,7 @@ class A2AService:
             card,
             revocations=self.revocations,
             runtime=self.runtime,
+            push=self.push,
             blocking_timeout=self.blocking_timeout,
         )
         app = create_app(self.handler, self.signer, self.revocations, limits=self.workspaces.limits)
@@ -340,6 +358,8 @@ class A2AService:
                 except Exception:
                     log.exception("A2A listener task failed")
         self._tasks.clear()
+        if self.push is not None:
+            await self.push.aclose()
         if self._socket is not None:
             self._socket.close()
             self._socket = None
