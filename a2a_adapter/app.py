@@ -49,6 +49,7 @@ from starlette.applications import Starlette
 
 from a2a_adapter.auth import AgoraContextBuilder, BearerAuth
 from a2a_adapter.bridge import Bridge
+from a2a_adapter.grpc_binding import GrpcServer
 from a2a_adapter.handler import AgoraRequestHandler
 from a2a_adapter.limits import BodyLimits
 from a2a_adapter.push import PushNotifications
@@ -216,7 +217,8 @@ class A2AService:
     ``http://host:port``). Closing stops accepting, ends open streams, waits up to
     ``shutdown_timeout`` for requests in flight, then stops the bridge. ``revocations``: the
     hub's revoked tokens (``agora serve`` shares the WebSocket hub's); without, the service
-    loads and follows the system workspace itself.
+    loads and follows the system workspace itself. ``grpc_port`` (default ``[a2a]
+    grpc_port``): also serve the gRPC binding there (0: a free one, :attr:`grpc_port` tells).
     """
 
     def __init__(
@@ -233,6 +235,7 @@ class A2AService:
         shutdown_timeout: float = 3.0,
         bridge: bool = True,
         revocations: Revocations | None = None,
+        grpc_port: int | None = None,
     ) -> None:
         self.workspaces = workspaces
         self.revocations = revocations or Revocations(workspaces)
@@ -252,6 +255,8 @@ class A2AService:
         self.locator = TaskLocator(workspaces, self.index)
         self.handler: AgoraRequestHandler | None = None
         self.push: PushNotifications | None = None
+        self.grpc: GrpcServer | None = None
+        self.grpc_port = grpc_port if grpc_port is not None else config.a2a.grpc_port
         self.bridge: Bridge | None = None
         self._server: _Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -295,10 +300,25 @@ class A2AService:
         self.locator.install()
         store = LogTaskStore(self.workspaces, self.locator)
         stream = LogTaskEventStream(self.workspaces, self.locator, self.follower)
+        grpc_url = None
+        if self.grpc_port is not None:
+            self.grpc = GrpcServer(
+                self.signer,
+                self.revocations,
+                max_message_bytes=self.workspaces.limits.max_event_bytes,
+                shutdown_timeout=self.shutdown_timeout,
+            )
+            self.grpc_port = self.grpc.bind(self.host, self.grpc_port)
+            grpc_url = f"{_url_host(self.host)}:{self.grpc_port}"
         settings = self.config.a2a.push
         if settings.enabled:
             self.push = PushNotifications(self.workspaces, stream, self.revocations, settings)
-        card = build_card(self.url, executions=self.runtime is not None, push=settings.enabled)
+        card = build_card(
+            self.url,
+            executions=self.runtime is not None,
+            push=settings.enabled,
+            grpc_url=grpc_url,
+        )
         self.handler = AgoraRequestHandler(
             self.workspaces,
             store,
@@ -309,6 +329,8 @@ class A2AService:
             push=self.push,
             blocking_timeout=self.blocking_timeout,
         )
+        if self.grpc is not None:
+            await self.grpc.start(self.handler)
         app = create_app(self.handler, self.signer, self.revocations, limits=self.workspaces.limits)
         server_config = uvicorn.Config(
             app,
@@ -358,6 +380,8 @@ class A2AService:
                 except Exception:
                     log.exception("A2A listener task failed")
         self._tasks.clear()
+        if self.grpc is not None:
+            await self.grpc.aclose()
         if self.push is not None:
             await self.push.aclose()
         if self._socket is not None:
