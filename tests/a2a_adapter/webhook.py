@@ -33,6 +33,7 @@ class WebhookReceiver:
         self.delay = delay
         self.location = location
         self.received: list[Received] = []
+        self.arrival = asyncio.Event()  # set at each request (clear it to wait for the next)
         self._server: asyncio.Server | None = None
         self.port = 0
 
@@ -73,6 +74,7 @@ class WebhookReceiver:
                 self.received.append(
                     Received(method, path, headers, json.loads(raw) if raw else None)
                 )
+                self.arrival.set()
                 if self.delay:
                     await asyncio.sleep(self.delay)
                 status = self.statuses.pop(0) if self.statuses else 200
