@@ -335,9 +335,11 @@ class PushNotifications:
         return ListTaskPushNotificationConfigsResponse(configs=configs)
 
     def delete(self, task_id: str, config_id: str, owner: Capability) -> None:
+        """Remove the config; idempotent (deleting a missing one is no error, as the spec
+        wants)."""
         task = self._tasks.get(task_id)
         if task is None or task.configs.pop(self._key(owner, config_id), None) is None:
-            raise TaskNotFoundError(message=f"no push config {config_id!r} for task {task_id!r}")
+            return
         self._count -= 1
         if not task.configs:
             if task.watcher is not None:

@@ -122,6 +122,9 @@ async def test_push_config_crud_and_delivery(
             await client.get_task_push_notification_config(
                 GetTaskPushNotificationConfigRequest(task_id=task_id, id=created.id)
             )
+        await client.delete_task_push_notification_config(  # idempotent
+            DeleteTaskPushNotificationConfigRequest(task_id=task_id, id=created.id)
+        )
 
 
 async def _count(workspaces: Workspaces, n: int) -> bool:
