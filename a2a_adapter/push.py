@@ -15,7 +15,8 @@ Webhook URLs are attacker-supplied, so (:class:`UrlPolicy`):
   ``allow_loopback``, others only inside ``allowed_networks``); the request then goes to the
   checked address (the ``Host`` header and TLS SNI name the host), so a DNS answer that changes
   between check and connect cannot redirect it;
-- checked when the config is created and again before each delivery;
+- checked when the config is created (a name that does not resolve yet is accepted) and
+  again before each delivery (where it must resolve);
 - redirects are not followed, the response body is not read, each attempt has a timeout;
 - at most ``max_attempts`` attempts with exponential backoff (``backoff_s``, doubling) for
   network errors, 408, 429 and 5xx; any other status ends the delivery;
@@ -163,8 +164,10 @@ class UrlPolicy:
             path += "?" + parts.query
         return parts.scheme, host, port, path
 
-    async def check(self, url: str) -> Target:
-        """The target to call for ``url``. Raises :class:`PushRefused`."""
+    async def check(self, url: str, *, unresolved_ok: bool = False) -> Target | None:
+        """The target to call for ``url``. Raises :class:`PushRefused`. ``unresolved_ok``
+        (creating a config): a name that does not resolve *now* is accepted (None) — every
+        delivery checks again, and nothing is sent to a name that never resolved."""
         scheme, host, port, path = self.parse(url)
         try:
             addresses = [str(ipaddress.ip_address(host))]
@@ -173,8 +176,12 @@ class UrlPolicy:
                 async with asyncio.timeout(self.settings.timeout_s):
                     addresses = list(await self._resolve(host, port))
             except (OSError, TimeoutError) as e:
+                if unresolved_ok:
+                    return None
                 raise PushRefused(f"cannot resolve {host!r}") from e
         if not addresses:
+            if unresolved_ok:
+                return None
             raise PushRefused(f"cannot resolve {host!r}")
         refused = [a for a in addresses if not self.allows(a)]
         if refused:
@@ -310,7 +317,7 @@ class PushNotifications:
         """Raise InvalidParamsError unless ``config`` may be created (fields, URL policy)."""
         self._check_fields(config)
         try:
-            await self.policy.check(config.url)
+            await self.policy.check(config.url, unresolved_ok=True)
         except PushRefused as e:
             raise InvalidParamsError(
                 message=f"push URL refused: {e}", data={"agoraCode": "forbidden"}
@@ -467,6 +474,7 @@ class PushNotifications:
             target = await self.policy.check(config.url)
         except PushRefused as e:
             return None, str(e), False
+        assert target is not None  # unresolved_ok is False: a target or PushRefused
         headers = {"Host": target.host_header, "Content-Type": "application/json"}
         if config.token:
             headers[NOTIFICATION_TOKEN_HEADER] = config.token

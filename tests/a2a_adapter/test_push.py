@@ -301,14 +301,37 @@ async def test_ssrf_refused_by_default(
 
 async def test_a_name_with_one_forbidden_address_is_refused() -> None:
     async def resolver(host: str, port: int) -> list[str]:
-        return {"mixed.example": ["93.184.216.34", "127.0.0.1"], "pub.example": ["1.1.1.1"]}[host]
+        known = {"mixed.example": ["93.184.216.34", "127.0.0.1"], "pub.example": ["1.1.1.1"]}
+        if host not in known:
+            raise OSError(f"no such host {host}")
+        return known[host]
 
     policy = UrlPolicy(PushSettings(), resolver)
     target = await policy.check("https://pub.example/h?q=1")
+    assert target is not None
     assert (target.address, target.host_header, target.path) == ("1.1.1.1", "pub.example", "/h?q=1")
     with pytest.raises(ValueError, match=r"127\.0\.0\.1"):
-        await policy.check("https://mixed.example/h")
+        await policy.check("https://mixed.example/h", unresolved_ok=True)
+    # Not resolvable now: accepted at creation, refused at delivery.
+    assert await policy.check("https://nowhere.example/h", unresolved_ok=True) is None
+    with pytest.raises(ValueError, match="cannot resolve"):
+        await policy.check("https://nowhere.example/h")
     allowed = UrlPolicy(PushSettings(allowed_networks=("10.1.0.0/16",), allow_public=False))
     assert allowed.allows("10.1.2.3") and not allowed.allows("10.2.0.1")
     assert not allowed.allows("1.1.1.1")
     assert not UrlPolicy(PushSettings()).allows("::ffff:127.0.0.1")
+
+
+async def test_an_unresolvable_webhook_is_refused_at_delivery(
+    push_service: A2AService, token: TokenFactory, workspaces: Workspaces
+) -> None:
+    async with open_client(push_service.url, token(), streaming=False) as client:
+        task_id = await open_task(client)
+        await client.create_task_push_notification_config(
+            TaskPushNotificationConfig(task_id=task_id, url="http://no-such-host.invalid/hook")
+        )
+    await workspaces.publish(WORKSPACE, [Completed(correlation_id=task_id)], producer="bob")
+    await wait_for(lambda: _count(workspaces, 1), within=20)
+    [only] = [a.payload for a in await attempts(workspaces)]
+    assert (only.attempt, only.outcome) == (1, "refused")
+    assert only.error is not None and "cannot resolve" in only.error
