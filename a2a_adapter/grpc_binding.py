@@ -6,7 +6,8 @@ right and limit is the same. Authentication is the same capability token, in the
 ``authorization: Bearer <token>``: :class:`BearerInterceptor` refuses a call without a valid,
 unrevoked token with ``UNAUTHENTICATED`` (its details say why: ``expired``, ``revoked``, …)
 before any handler runs; :class:`AgoraGrpcContextBuilder` hands the capability to the handler.
-Metadata ``last-event-id`` resumes a ``SubscribeToTask`` as the SSE header does.
+Metadata ``last-event-id`` resumes a ``SubscribeToTask`` as the SSE header does; an
+``a2a-version`` other than 1.x is ``UNIMPLEMENTED`` (VersionNotSupported).
 """
 
 from __future__ import annotations
@@ -64,6 +65,14 @@ class BearerInterceptor(grpc.aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> Handler | None:
         handler = await continuation(handler_call_details)
+        version = _metadata_value(handler_call_details.invocation_metadata, "a2a-version")
+        if version is not None and version.split(".")[0] != "1":
+            # The SDK's GrpcHandler does not check it; the HTTP routes answer -32009.
+            return _refusal(
+                handler,
+                f"A2A version {version!r} is not supported (1.x)",
+                grpc.StatusCode.UNIMPLEMENTED,
+            )
         token = bearer_of(handler_call_details.invocation_metadata)
         if token is None:
             return _refusal(handler, "an authorization: Bearer token is required")
@@ -74,12 +83,23 @@ class BearerInterceptor(grpc.aio.ServerInterceptor):
         return handler
 
 
-def _refusal(handler: Handler | None, message: str) -> Handler:
+def _metadata_value(metadata: Any, name: str) -> str | None:
+    for key, value in metadata or ():
+        if str(key).lower() == name:
+            return value.decode("latin-1") if isinstance(value, bytes) else str(value)
+    return None
+
+
+def _refusal(
+    handler: Handler | None,
+    message: str,
+    code: grpc.StatusCode = grpc.StatusCode.UNAUTHENTICATED,
+) -> Handler:
     async def deny(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        await context.abort(code, message)
 
     async def deny_stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        await context.abort(code, message)
         yield None  # pragma: no cover - abort raises
 
     if handler is not None and handler.unary_stream is not None:

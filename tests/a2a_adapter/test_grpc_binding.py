@@ -173,3 +173,16 @@ async def test_an_expired_token_is_refused(
             )
     assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert "expired" in (refused.value.details() or "")
+
+
+async def test_an_unsupported_version_is_unimplemented(
+    grpc_service: A2AService, token: TokenFactory
+) -> None:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_service.grpc_port}") as channel:
+        stub = A2AServiceStub(channel)  # type: ignore[no-untyped-call]
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.GetTask(
+                GetTaskRequest(id="x"),
+                metadata=[("a2a-version", "0.3"), ("authorization", f"Bearer {token()}")],
+            )
+    assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
