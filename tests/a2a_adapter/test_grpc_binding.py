@@ -7,6 +7,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -33,7 +34,8 @@ from hub.core.events import Completed
 from hub.workspaces import Workspaces
 from tests.a2a_adapter.peers import WORKSPACE, TokenFactory, Worker, fetch_card
 from tests.a2a_adapter.webhook import WebhookReceiver
-from tests.support.tokens import make_signer
+from tests.support.hub import HubProcess
+from tests.support.tokens import make_signer, mint
 
 S = TaskState
 
@@ -186,3 +188,23 @@ async def test_an_unsupported_version_is_unimplemented(
                 metadata=[("a2a-version", "0.3"), ("authorization", f"Bearer {token()}")],
             )
     assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+async def test_agora_serve_with_a2a_grpc_port(tmp_path: Path) -> None:
+    """The real ``agora serve --a2a-grpc-port 0``: the card lists the gRPC interface and a
+    scoped token works over it (black box, real process and sockets)."""
+    hub = HubProcess(tmp_path / "data", a2a_port=0, args=["--a2a-grpc-port", "0"]).start()
+    try:
+        card = await fetch_card(hub.a2a_url)
+        [iface] = [i for i in card.supported_interfaces if i.protocol_binding == "GRPC"]
+        assert card.capabilities.push_notifications
+        peer = mint("peer", [WORKSPACE], ["read", "write"])
+        async with grpc.aio.insecure_channel(iface.url) as channel:
+            stub = A2AServiceStub(channel)  # type: ignore[no-untyped-call]
+            with pytest.raises(grpc.aio.AioRpcError) as missing:
+                await stub.GetTask(
+                    GetTaskRequest(id="nope"), metadata=[("authorization", f"Bearer {peer}")]
+                )
+        assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+    finally:
+        hub.terminate()
