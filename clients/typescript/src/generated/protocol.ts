@@ -88,6 +88,7 @@ export interface Publish {
         | ExecFinished
         | ExecDisposed
         | TokenRevoked
+        | PushAttempted
       )
     | null;
   events?:
@@ -114,6 +115,7 @@ export interface Publish {
         | ExecFinished
         | ExecDisposed
         | TokenRevoked
+        | PushAttempted
       )[]
     | null;
   expectedSeq?: number | null;
@@ -638,6 +640,43 @@ export interface TokenRevokedPayload {
   before?: number | null;
   reason?: string | null;
   tokenId?: string | null;
+}
+export interface PushAttempted {
+  causationId?: string | null;
+  consumer?: string | null;
+  correlationId?: string | null;
+  hash?: string | null;
+  id?: string;
+  kind: "pushAttempted";
+  payload: PushAttemptedPayload;
+  position?: number;
+  prev?: string | null;
+  producer?: string;
+  seq?: number;
+  timestamp?: number;
+  topic?: string | null;
+  workspace?: string;
+}
+/**
+ * ``pushAttempted``: one attempt of the A2A adapter to deliver a push notification
+ * (a2a_adapter/push.py) for task ``taskId`` to the webhook of config ``configId``.
+ *
+ * ``url`` is the webhook without its query or fragment (which may carry secrets); ``seq``
+ * the event the notification stands for, ``state`` the task state it reports. ``outcome``:
+ * ``delivered`` (2xx), ``retry`` (failed, another attempt follows), ``failed`` (no more
+ * attempts), ``refused`` (the URL is no longer allowed, or the config's token ended).
+ * ``status``: the HTTP status, if one came back; ``error``: why it failed.
+ */
+export interface PushAttemptedPayload {
+  attempt: number;
+  configId: string;
+  error?: string | null;
+  outcome: "delivered" | "failed" | "refused" | "retry";
+  seq: number;
+  state: string;
+  status?: number | null;
+  taskId: string;
+  url: string;
 }
 /**
  * The reply's ``files`` carry metadata only (rev, sha256, size, producer, seq, mediaType,
