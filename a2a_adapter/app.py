@@ -51,8 +51,10 @@ from starlette.routing import Mount
 from a2a_adapter.auth import AgoraContextBuilder, ASGIApp, BearerAuth
 from a2a_adapter.bridge import Bridge
 from a2a_adapter.files import BLOBS_PATH, create_blob_app
+from a2a_adapter.grpc_binding import GrpcServer
 from a2a_adapter.handler import AgoraRequestHandler
 from a2a_adapter.limits import BodyLimits
+from a2a_adapter.push import PushNotifications
 from a2a_adapter.responses import ExactResponses
 from a2a_adapter.runtime import A2ARuntime
 from a2a_adapter.store import LogTaskEventStream, LogTaskStore, TaskLocator
@@ -84,8 +86,15 @@ SECURITY_SCHEME: Final = "agoraBearer"
 PROTOCOL_VERSION: Final = "1.0"
 
 
-def build_card(base_url: str, *, executions: bool = False) -> AgentCard:
-    """The hub's AgentCard, with its interfaces under ``base_url`` (``http://host:port``)."""
+def build_card(
+    base_url: str,
+    *,
+    executions: bool = False,
+    push: bool = False,
+    grpc_url: str | None = None,
+) -> AgentCard:
+    """The hub's AgentCard, with its interfaces under ``base_url`` (``http://host:port``),
+    and the gRPC one at ``grpc_url`` (``host:port``) when given."""
     base_url = base_url.rstrip("/")
     skills = [
         AgentSkill(
@@ -111,6 +120,22 @@ def build_card(base_url: str, *, executions: bool = False) -> AgentCard:
                 tags=["execution", "sandbox"],
             )
         )
+    interfaces = [
+        AgentInterface(
+            url=base_url + JSONRPC_PATH,
+            protocol_binding="JSONRPC",
+            protocol_version=PROTOCOL_VERSION,
+        ),
+        AgentInterface(
+            url=base_url + REST_PREFIX,
+            protocol_binding="HTTP+JSON",
+            protocol_version=PROTOCOL_VERSION,
+        ),
+    ]
+    if grpc_url is not None:
+        interfaces.append(
+            AgentInterface(url=grpc_url, protocol_binding="GRPC", protocol_version=PROTOCOL_VERSION)
+        )
     return AgentCard(
         name="Agora hub",
         description=(
@@ -119,20 +144,9 @@ def build_card(base_url: str, *, executions: bool = False) -> AgentCard:
         ),
         version=__version__,
         provider=AgentProvider(organization="Agora", url=base_url),
-        supported_interfaces=[
-            AgentInterface(
-                url=base_url + JSONRPC_PATH,
-                protocol_binding="JSONRPC",
-                protocol_version=PROTOCOL_VERSION,
-            ),
-            AgentInterface(
-                url=base_url + REST_PREFIX,
-                protocol_binding="HTTP+JSON",
-                protocol_version=PROTOCOL_VERSION,
-            ),
-        ],
+        supported_interfaces=interfaces,
         capabilities=AgentCapabilities(
-            streaming=True, push_notifications=False, extended_agent_card=False
+            streaming=True, push_notifications=push, extended_agent_card=False
         ),
         security_schemes={
             SECURITY_SCHEME: SecurityScheme(
@@ -228,7 +242,8 @@ class A2AService:
     ``http://host:port``). Closing stops accepting, ends open streams, waits up to
     ``shutdown_timeout`` for requests in flight, then stops the bridge. ``revocations``: the
     hub's revoked tokens (``agora serve`` shares the WebSocket hub's); without, the service
-    loads and follows the system workspace itself.
+    loads and follows the system workspace itself. ``grpc_port`` (default ``[a2a]
+    grpc_port``): also serve the gRPC binding there (0: a free one, :attr:`grpc_port` tells).
     """
 
     def __init__(
@@ -246,6 +261,7 @@ class A2AService:
         bridge: bool = True,
         revocations: Revocations | None = None,
         mounts: Mapping[str, ASGIApp] | None = None,
+        grpc_port: int | None = None,
     ) -> None:
         self.mounts = mounts  # other doors on this port (create_app)
         self.workspaces = workspaces
@@ -265,6 +281,9 @@ class A2AService:
         self.index = TaskIndex(workspaces)
         self.locator = TaskLocator(workspaces, self.index)
         self.handler: AgoraRequestHandler | None = None
+        self.push: PushNotifications | None = None
+        self.grpc: GrpcServer | None = None
+        self.grpc_port = grpc_port if grpc_port is not None else config.a2a.grpc_port
         self.bridge: Bridge | None = None
         self._server: _Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -332,7 +351,25 @@ class A2AService:
         self.locator.install()
         store = LogTaskStore(self.workspaces, self.locator)
         stream = LogTaskEventStream(self.workspaces, self.locator, self.follower)
-        card = build_card(self.url, executions=self.runtime is not None)
+        grpc_url = None
+        if self.grpc_port is not None:
+            self.grpc = GrpcServer(
+                self.signer,
+                self.revocations,
+                max_message_bytes=self.workspaces.limits.max_event_bytes,
+                shutdown_timeout=self.shutdown_timeout,
+            )
+            self.grpc_port = self.grpc.bind(self.host, self.grpc_port)
+            grpc_url = f"{_url_host(self.host)}:{self.grpc_port}"
+        settings = self.config.a2a.push
+        if settings.enabled:
+            self.push = PushNotifications(self.workspaces, stream, self.revocations, settings)
+        card = build_card(
+            self.url,
+            executions=self.runtime is not None,
+            push=settings.enabled,
+            grpc_url=grpc_url,
+        )
         self.handler = AgoraRequestHandler(
             self.workspaces,
             store,
@@ -340,8 +377,11 @@ class A2AService:
             card,
             revocations=self.revocations,
             runtime=self.runtime,
+            push=self.push,
             blocking_timeout=self.blocking_timeout,
         )
+        if self.grpc is not None:
+            await self.grpc.start(self.handler)
         app = create_app(
             self.handler,
             self.signer,
@@ -382,6 +422,10 @@ class A2AService:
                     log.exception("A2A listener task failed")
         self._tasks.clear()
         self._serving = None
+        if self.grpc is not None:
+            await self.grpc.aclose()
+        if self.push is not None:
+            await self.push.aclose()
         if self._socket is not None:
             self._socket.close()
             self._socket = None

@@ -8,6 +8,7 @@ reference is in docs/operations.md, "Configuration file".
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import tomllib
 from pathlib import Path
@@ -170,10 +171,30 @@ class AuditConfig(_Section, frozen=True):
     hub_id: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9._-]{1,64}$")] | None = None
 
 
+class PushSettings(_Section, frozen=True):
+    """``[a2a.push]``: A2A push notifications (docs/a2a.md, "Push notifications"). Webhook
+    URLs come from clients, so only what the operator allows is called: globally routable
+    addresses (``allow_public``), the networks in ``allowed_networks`` (CIDRs, e.g.
+    ``"10.1.0.0/16"``), and loopback only with ``allow_loopback`` (tests)."""
+
+    enabled: bool = True
+    allow_public: bool = True
+    allow_loopback: bool = False
+    allowed_networks: tuple[str, ...] = ()
+    max_configs_per_task: Annotated[int, msgspec.Meta(ge=1, le=100)] = 8
+    max_configs: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 10_000
+    max_attempts: Annotated[int, msgspec.Meta(ge=1, le=20)] = 4
+    timeout_s: Annotated[float, msgspec.Meta(gt=0, le=60)] = 5.0
+    backoff_s: Annotated[float, msgspec.Meta(ge=0, le=60)] = 0.5  # doubles after each attempt
+
+
 class A2AConfig(_Section, frozen=True):
-    """``[a2a]``."""
+    """``[a2a]``. ``grpc_port``: serve the A2A gRPC binding there too (0: a free port;
+    absent: no gRPC)."""
 
     peers: tuple[PeerConfig, ...] = ()
+    push: PushSettings = msgspec.field(default_factory=PushSettings)
+    grpc_port: Port | None = None
 
 
 class McpConfig(_Section, frozen=True):
@@ -279,6 +300,14 @@ def parse_config(raw: object, source: str = "<config>") -> HubConfig:
                 source=source,
             )
         names.add(peer.name)
+    for i, net in enumerate(config.a2a.push.allowed_networks):
+        try:
+            ipaddress.ip_network(net, strict=False)
+        except ValueError as e:
+            raise ConfigError(
+                f"{source}: a2a.push.allowed_networks[{i}]: {net!r} is not a network (CIDR)",
+                source=source,
+            ) from e
     cluster = config.cluster
     if cluster.node_id is not None and not NODE_ID_RE.fullmatch(cluster.node_id):
         raise ConfigError(

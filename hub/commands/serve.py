@@ -92,6 +92,12 @@ def register(subparsers: Any) -> None:
         "(needs agora-hub[otlp]; endpoint from OTEL_EXPORTER_OTLP_ENDPOINT)",
     )
     parser.add_argument(
+        "--a2a-grpc-port",
+        type=int,
+        default=None,
+        help="also serve A2A over gRPC on this port; 0 picks a free one (default: [a2a] grpc_port)",
+    )
+    parser.add_argument(
         "--max-executions",
         type=int,
         default=None,
@@ -118,6 +124,9 @@ async def serve_command(args: argparse.Namespace) -> int:
         return fail("serve", str(e))
     try:
         config = with_cluster_env(config_from_args(args), os.environ)
+        if args.a2a_grpc_port is not None:  # the A2A gRPC binding (docs/a2a.md)
+            grpc_a2a = msgspec.structs.replace(config.a2a, grpc_port=args.a2a_grpc_port)
+            config = msgspec.structs.replace(config, a2a=grpc_a2a)
         data_dir = config.storage.data_dir
         secret = load_or_create_secret(data_dir, os.environ)
         # Read once: gone from the environment, so no child (a backend's program, a compiler,

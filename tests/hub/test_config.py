@@ -175,6 +175,10 @@ def test_unknown_key_names_key_and_file(tmp_path: Path, text: str, key: str, whe
         ("[[a2a.peers]]\nname = 'p'\ncard_url = 'ftp://x'\n", "a2a.peers[0].card_url"),
         ("[[a2a.peers]]\nname = 'p'\ncard_url = 'https://x'\n[[a2a.peers]]\nname = 'p'\n"
          "card_url = 'https://y'\n", "duplicate peer name 'p'"),
+        ("[a2a.push]\nallowed_networks = ['10.0.0.0/33']\n", "a2a.push.allowed_networks[0]"),
+        ("[a2a.push]\nmax_attempts = 0\n", "a2a.push.max_attempts"),
+        ("[a2a.push]\nallow_loopback = 'yes'\n", "a2a.push.allow_loopback"),
+        ("[a2a]\ngrpc_port = 70000\n", "a2a.grpc_port"),
     ],
 )  # fmt: skip
 def test_invalid_values(tmp_path: Path, text: str, fragment: str) -> None:

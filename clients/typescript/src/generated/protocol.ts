@@ -16,6 +16,10 @@ export type ProtocolFrame =
       | CheckpointQuery
       | ProofQuery
       | Cosign
+      | PutBlob
+      | BlobChunk
+      | CommitBlob
+      | GetBlob
     )
   | (
       | Welcome
@@ -33,12 +37,15 @@ export type ProtocolFrame =
       | ExecEnd
       | CheckpointFrame
       | ProofFrame
+      | BlobStatus
+      | BlobData
     );
 
 export interface Hello {
   op: "hello";
   rid?: string | number | null;
   token: string;
+  traceparent?: string | null;
 }
 /**
  * Catch up on every event with ``seq > afterSeq`` then follow live; omitted = live only.
@@ -47,11 +54,13 @@ export interface Subscribe {
   afterSeq?: number | null;
   op: "subscribe";
   rid?: string | number | null;
+  traceparent?: string | null;
   workspace: string;
 }
 export interface Unsubscribe {
   op: "unsubscribe";
   rid?: string | number | null;
+  traceparent?: string | null;
   workspace: string;
 }
 /**
@@ -82,6 +91,7 @@ export interface Publish {
         | ExecFinished
         | ExecDisposed
         | TokenRevoked
+        | PushAttempted
       )
     | null;
   events?:
@@ -108,11 +118,13 @@ export interface Publish {
         | ExecFinished
         | ExecDisposed
         | TokenRevoked
+        | PushAttempted
       )[]
     | null;
   expectedSeq?: number | null;
   op: "publish";
   rid?: string | number | null;
+  traceparent?: string | null;
   workspace: string;
 }
 export interface NeedWork {
@@ -131,6 +143,7 @@ export interface NeedWork {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface WorkClaimed {
@@ -149,6 +162,7 @@ export interface WorkClaimed {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface WorkPublished {
@@ -167,6 +181,7 @@ export interface WorkPublished {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface FeedbackRequested {
@@ -185,6 +200,7 @@ export interface FeedbackRequested {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface FeedbackProvided {
@@ -203,6 +219,7 @@ export interface FeedbackProvided {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface Blocked {
@@ -221,6 +238,7 @@ export interface Blocked {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface Completed {
@@ -239,6 +257,7 @@ export interface Completed {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface WorkCancelled {
@@ -257,6 +276,7 @@ export interface WorkCancelled {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface MessagePosted {
@@ -273,6 +293,7 @@ export interface MessagePosted {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 /**
@@ -299,6 +320,7 @@ export interface MemberJoined {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 /**
@@ -324,6 +346,7 @@ export interface MemberLeft {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface FileWritten {
@@ -340,6 +363,7 @@ export interface FileWritten {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 /**
@@ -373,6 +397,7 @@ export interface FileDeleted {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface FileDeletedPayload {
@@ -393,6 +418,7 @@ export interface FileMoved {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface FileMovedPayload {
@@ -414,6 +440,7 @@ export interface ArtifactPublished {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 /**
@@ -441,6 +468,7 @@ export interface ExecRequested {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 /**
@@ -485,6 +513,7 @@ export interface ExecCancelRequested {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface ExecCancelRequestedPayload {
@@ -505,6 +534,7 @@ export interface ExecStarted {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface ExecStartedPayload {
@@ -527,6 +557,7 @@ export interface ExecOutput {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 /**
@@ -552,6 +583,7 @@ export interface ExecFinished {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface ExecFinishedPayload {
@@ -597,6 +629,7 @@ export interface ExecDisposed {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 /**
@@ -620,6 +653,7 @@ export interface TokenRevoked {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 /**
@@ -633,6 +667,44 @@ export interface TokenRevokedPayload {
   reason?: string | null;
   tokenId?: string | null;
 }
+export interface PushAttempted {
+  causationId?: string | null;
+  consumer?: string | null;
+  correlationId?: string | null;
+  hash?: string | null;
+  id?: string;
+  kind: "pushAttempted";
+  payload: PushAttemptedPayload;
+  position?: number;
+  prev?: string | null;
+  producer?: string;
+  seq?: number;
+  timestamp?: number;
+  topic?: string | null;
+  traceparent?: string | null;
+  workspace?: string;
+}
+/**
+ * ``pushAttempted``: one attempt of the A2A adapter to deliver a push notification
+ * (a2a_adapter/push.py) for task ``taskId`` to the webhook of config ``configId``.
+ *
+ * ``url`` is the webhook without its query or fragment (which may carry secrets); ``seq``
+ * the event the notification stands for, ``state`` the task state it reports. ``outcome``:
+ * ``delivered`` (2xx), ``retry`` (failed, another attempt follows), ``failed`` (no more
+ * attempts), ``refused`` (the URL is no longer allowed, or the config's token ended).
+ * ``status``: the HTTP status, if one came back; ``error``: why it failed.
+ */
+export interface PushAttemptedPayload {
+  attempt: number;
+  configId: string;
+  error?: string | null;
+  outcome: "delivered" | "failed" | "refused" | "retry";
+  seq: number;
+  state: string;
+  status?: number | null;
+  taskId: string;
+  url: string;
+}
 /**
  * The reply's ``files`` carry metadata only (rev, sha256, size, producer, seq, mediaType,
  * blob) unless ``contents`` is true: then inline text/base64 too, at most ``[limits]
@@ -644,6 +716,7 @@ export interface GetState {
   op: "state";
   paths?: string[] | null;
   rid?: string | number | null;
+  traceparent?: string | null;
   workspace: string;
 }
 /**
@@ -656,6 +729,7 @@ export interface GetState {
  */
 export interface Exec {
   argv?: string[];
+  artifacts?: string[];
   backend?: string | null;
   cwd?: string | null;
   encoding?: ("base64" | "utf8") | null;
@@ -672,6 +746,7 @@ export interface Exec {
   source?: string | null;
   stdin?: string | null;
   timeoutMs?: number | null;
+  traceparent?: string | null;
   workspace: string;
 }
 /**
@@ -735,6 +810,7 @@ export interface ExecResultQuery {
   execId: string;
   op: "execResult";
   rid?: string | number | null;
+  traceparent?: string | null;
   workspace: string;
 }
 /**
@@ -744,6 +820,7 @@ export interface Kill {
   execId: string;
   op: "kill";
   rid?: string | number | null;
+  traceparent?: string | null;
   workspace: string;
 }
 /**
@@ -755,6 +832,7 @@ export interface GetExec {
   op: "getExec";
   resume?: ("full" | "tail") | number;
   rid?: string | number | null;
+  traceparent?: string | null;
   workspace: string;
 }
 /**
@@ -764,6 +842,7 @@ export interface Dispose {
   execId: string;
   op: "dispose";
   rid?: string | number | null;
+  traceparent?: string | null;
   workspace: string;
 }
 /**
@@ -773,6 +852,7 @@ export interface Dispose {
 export interface CheckpointQuery {
   op: "checkpoint";
   rid?: string | number | null;
+  traceparent?: string | null;
   workspace: string;
 }
 /**
@@ -786,6 +866,7 @@ export interface ProofQuery {
   rid?: string | number | null;
   seq?: number | null;
   toSize?: number | null;
+  traceparent?: string | null;
   treeSize?: number | null;
   workspace: string;
 }
@@ -799,6 +880,59 @@ export interface Cosign {
   key: string;
   op: "cosign";
   rid?: string | number | null;
+  traceparent?: string | null;
+  workspace: string;
+}
+/**
+ * Begin, or resume, the upload of a blob of ``size`` bytes hashing to ``sha256``; the
+ * reply ``blobStatus`` says from which ``offset`` to send (``stored``: nothing to send).
+ */
+export interface PutBlob {
+  op: "putBlob";
+  rid?: string | number | null;
+  sha256: string;
+  size: number;
+  traceparent?: string | null;
+  workspace: string;
+}
+/**
+ * ``data`` (base64, at most 512 KiB decoded) at ``offset`` of the upload begun with
+ * ``putBlob``; ``offset`` at most what the hub holds (a resent chunk is harmless). The reply
+ * ``blobStatus`` carries the bytes the hub now holds.
+ */
+export interface BlobChunk {
+  data: string;
+  offset: number;
+  op: "blobChunk";
+  rid?: string | number | null;
+  sha256: string;
+  size: number;
+  traceparent?: string | null;
+  workspace: string;
+}
+/**
+ * The whole blob was sent: the hub hashes it and stores it (``badRequest`` when it does
+ * not hash to ``sha256``: the upload is then discarded). The reply is ``blobStatus``.
+ */
+export interface CommitBlob {
+  op: "commitBlob";
+  rid?: string | number | null;
+  sha256: string;
+  size: number;
+  traceparent?: string | null;
+  workspace: string;
+}
+/**
+ * Read at most ``length`` (default and cap 512 KiB) bytes of a blob the workspace
+ * references (a file or an artifact), from ``offset``; the reply is ``blobData``.
+ */
+export interface GetBlob {
+  length?: number | null;
+  offset?: number;
+  op: "getBlob";
+  rid?: string | number | null;
+  sha256: string;
+  traceparent?: string | null;
   workspace: string;
 }
 export interface Welcome {
@@ -895,6 +1029,7 @@ export interface ExecResult {
  * program returned one; ``diagnostics`` only when there are some.
  */
 export interface RuntimeResult {
+  artifacts?: ArtifactRef[];
   diagnostics?: unknown[];
   durationMs: number;
   encoding: "base64" | "utf8";
@@ -990,5 +1125,31 @@ export interface ProofFrame {
   seq?: number | null;
   toSize?: number | null;
   treeSize?: number | null;
+  workspace: string;
+}
+/**
+ * Where an upload stands: ``offset`` bytes of ``size`` held; ``stored``: the blob is in
+ * the store (committed, or it was already).
+ */
+export interface BlobStatus {
+  offset: number;
+  op: "blobStatus";
+  rid?: string | number | null;
+  sha256: string;
+  size: number;
+  stored?: boolean;
+  workspace: string;
+}
+/**
+ * The reply to ``getBlob``: ``data`` (base64) from ``offset`` of the blob of ``size``
+ * bytes (empty at its end).
+ */
+export interface BlobData {
+  data: string;
+  offset: number;
+  op: "blobData";
+  rid?: string | number | null;
+  sha256: string;
+  size: number;
   workspace: string;
 }
