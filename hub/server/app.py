@@ -174,6 +174,7 @@ class Hub:
         )
         self.runtime.on_finished = self.metrics.execution_finished
         self.runtime.tracing = self.tracing
+        self.workspaces.tracing = self.tracing
         self.metrics.bind_gauges(
             connections=lambda: self.admission.open,
             subscriptions=lambda: sum(len(c.subscriptions) for c in self.connections),

@@ -71,6 +71,18 @@ async def test_one_trace_across_a_publish_and_an_execution(
     for span in (spans["agora.hello"], publish, run):
         assert f"{span.context.trace_id:032x}" == TRACE_ID  # the client's trace
         assert span.parent is not None and f"{span.parent.span_id:016x}" == PARENT_ID
+    # publish → decide → append → fan-out: the publish span's children, in that order.
+    steps = [
+        s
+        for s in exporter.get_finished_spans()
+        if s.parent is not None and s.parent.span_id == publish.context.span_id
+    ]
+    assert [s.name for s in sorted(steps, key=lambda s: s.start_time or 0)] == [
+        "agora.decide",
+        "agora.append",
+        "agora.fanout",
+    ]
+    assert all(s.attributes and s.attributes["agora.workspace"] == "w" for s in steps)
     assert run.attributes is not None and run.attributes["agora.status"] == "completed"
     assert run.attributes["agora.backend"] == "process"
 
