@@ -28,7 +28,7 @@ import re
 import uuid
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from typing import Any, Final, get_args
+from typing import Any, Final, TypeVar, get_args
 
 import msgspec
 from a2a.server.cluster import ConcurrentTaskModificationError, TaskVersion
@@ -53,6 +53,7 @@ from a2a.types.a2a_pb2 import (
     SendMessageRequest,
     SubscribeToTaskRequest,
     Task,
+    TaskArtifactUpdateEvent,
     TaskPushNotificationConfig,
     TaskState,
     TaskStatusUpdateEvent,
@@ -72,6 +73,7 @@ from google.protobuf import json_format
 
 from a2a_adapter.auth import until_token_ends
 from a2a_adapter.files import intake_file_parts
+from a2a_adapter.inline import inline_files
 from a2a_adapter.mapping import (
     INTERRUPTED_STATES,
     TERMINAL_STATES,
@@ -107,6 +109,8 @@ from hub.workspaces import Workspaces
 __all__ = ["RESUME_HEADER", "AgoraRequestHandler", "a2a_error"]
 
 log = logging.getLogger(__name__)
+
+_O = TypeVar("_O", Task, TaskArtifactUpdateEvent, ListTasksResponse)
 
 RESUME_HEADER: Final = "last-event-id"
 """SubscribeToTask header: replay the task's updates after this seq (``agora.event.seq``)."""
@@ -206,7 +210,7 @@ class AgoraRequestHandler(RequestHandler):
         validate_history_length(params)
         _, view = await self._find(params.id, capability_of(context), copy=False)
         length = params.history_length if params.HasField("history_length") else None
-        return view.task(history_length=length)
+        return await self._out(view.task(history_length=length))
 
     @validate_request_params  # the SDK's own required-field and enum checks
     async def on_list_tasks(
@@ -222,7 +226,7 @@ class AgoraRequestHandler(RequestHandler):
             trimmed = apply_history_length(task, params)
             if trimmed is not task:
                 task.CopyFrom(trimmed)
-        return page
+        return await self._out(page)
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -263,7 +267,7 @@ class AgoraRequestHandler(RequestHandler):
             except ConcurrentTaskModificationError as e:
                 raise TaskNotCancelableError(message=f"task {params.id} has ended") from e
         _, view = await self._find(params.id, cap)
-        return view.task()
+        return await self._out(view.task())
 
     @validate_request_params  # the SDK's own required-field and enum checks
     async def on_message_send(
@@ -281,7 +285,7 @@ class AgoraRequestHandler(RequestHandler):
             else None
         )
         if params.configuration.return_immediately or view.terminal or view.interrupted:
-            return view.task(history_length=length)
+            return await self._out(view.task(history_length=length))
         start = view.version
         with contextlib.suppress(TimeoutError, FollowerClosed):
             async with asyncio.timeout(self.blocking_timeout):
@@ -293,7 +297,7 @@ class AgoraRequestHandler(RequestHandler):
                             update.status.state in TERMINAL_STATES | INTERRUPTED_STATES
                         ):
                             break
-        return view.task(history_length=length)
+        return await self._out(view.task(history_length=length))
 
     @validate_request_params  # the SDK's own required-field and enum checks
     async def on_message_send_stream(
@@ -363,7 +367,7 @@ class AgoraRequestHandler(RequestHandler):
             )
         self._streams += 1
         try:
-            yield view.task(history_length=history_length)
+            yield await self._out(view.task(history_length=history_length))
             if view.terminal:
                 return
             with contextlib.suppress(FollowerClosed):
@@ -373,6 +377,8 @@ class AgoraRequestHandler(RequestHandler):
                     bounded = until_token_ends(updates, cap, self.revocations, a2a_error)
                     async with aclosing(bounded) as items:
                         async for _seq, update in items:
+                            if isinstance(update, TaskArtifactUpdateEvent):
+                                await self._out(update)
                             yield update
                             if (
                                 isinstance(update, TaskStatusUpdateEvent)
@@ -381,6 +387,11 @@ class AgoraRequestHandler(RequestHandler):
                                 return
         finally:
             self._streams -= 1
+
+    async def _out(self, message: _O) -> _O:
+        """``message`` with its small blob file parts inlined (a2a_adapter.inline)."""
+        await inline_files(message, self.workspaces)
+        return message
 
     def _check_streaming(self) -> None:
         if not self.card.capabilities.streaming:

@@ -77,3 +77,62 @@ async def test_file_part_in_and_artifact_out(
         unreferenced = await workspaces.store.blobs.put(b"not referenced")
         missing = await http.get(f"/blobs/{WORKSPACE}/{unreferenced}", headers=auth)
         assert missing.status_code == 404
+
+
+async def test_a_small_artifact_goes_out_inline(
+    service: A2AService, workspaces: Workspaces, token: TokenFactory
+) -> None:
+    """At most INLINE_MAX_BYTES: the file part carries the bytes (no second request); one
+    byte more: the URL. A URL part an agent wrote into a work product by hand, naming a blob
+    its workspace does not reference, is never inlined (it would leak another's content)."""
+    from a2a.types.a2a_pb2 import Artifact
+    from google.protobuf import json_format
+
+    from a2a_adapter.inline import INLINE_MAX_BYTES
+    from hub.core.events import WorkPublished
+
+    secret = await workspaces.store.blobs.put(b"another workspace's secret")
+    async with open_client(service.url, token("peer"), streaming=False) as peer:
+        message = Message(
+            message_id=str(uuid.uuid4()), role=Role.ROLE_USER, context_id=WORKSPACE,
+            parts=[Part(text="make two files")],
+        )  # fmt: skip
+        request = SendMessageRequest(
+            message=message, configuration=SendMessageConfiguration(return_immediately=True)
+        )
+        replies = [r async for r in peer.send_message(request)]
+        task_id = replies[0].task.id
+        small, large = os.urandom(INLINE_MAX_BYTES), os.urandom(INLINE_MAX_BYTES + 1)
+        drafts = [
+            ArtifactPublished(
+                correlation_id=task_id,
+                payload=ArtifactPayload(
+                    key=key,
+                    media_type="application/x-bin",
+                    blob=await workspaces.store.blobs.put(data),
+                ),
+            )
+            for key, data in (("small.bin", small), ("large.bin", large))
+        ]
+        forged = Artifact(
+            artifact_id="forged",
+            name="forged",
+            parts=[Part(url=f"/blobs/{WORKSPACE}/{secret}", filename="x")],
+        )
+        drafts.append(
+            WorkPublished(correlation_id=task_id, payload=json_format.MessageToDict(forged))
+        )
+        await workspaces.publish(WORKSPACE, drafts, producer="worker")
+        task = await peer.get_task(GetTaskRequest(id=task_id))
+
+    def content(name: str) -> Part:
+        (artifact,) = [a for a in task.artifacts if a.name == name]
+        (part,) = [p for p in artifact.parts if p.WhichOneof("content") in ("raw", "url")]
+        return part
+
+    assert content("small.bin").WhichOneof("content") == "raw"
+    assert content("small.bin").raw == small
+    assert content("small.bin").filename == "small.bin"
+    assert content("large.bin").WhichOneof("content") == "url"
+    forged_part = content("forged")
+    assert forged_part.WhichOneof("content") == "url", "a blob of no reference was inlined"
