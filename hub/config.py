@@ -173,6 +173,8 @@ class McpConfig(_Section, frozen=True):
     """``[mcp]``: the MCP door at ``/mcp`` of the HTTP port (docs/mcp.md)."""
 
     max_sessions: Positive = 256  # MCP sessions open at once (each holds a hub connection)
+    # Sessions one agent may hold (all its tokens together); one more ends its oldest.
+    max_sessions_per_agent: Positive = 8
     session_idle_s: Seconds = 1800.0  # a session with no request or stream this long is closed
     # code_exec's language (rust, python, wasm, shell) -> backend instance id, over the
     # defaults (the instance named after the kind; shell: process).
