@@ -12,8 +12,8 @@ import contextlib
 import os
 import sys
 import time
-from pathlib import Path
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any, Final
 
 import httpx2
@@ -227,9 +227,11 @@ async def test_a_session_whose_hub_connection_failed_holds_no_slot(tmp_path: Pat
                 assert failed.status_code == 200 and '"isError":true' in failed.text, failed.text
                 again = await _post(client, hub, call, token, sid)
                 assert again.status_code == 404, (failed.text, again.text)
-            async with _raw_session(client, hub, hub.token("other")):
-                async with _raw_session(client, hub, hub.token("another")):
-                    pass
+            async with (
+                _raw_session(client, hub, hub.token("other")),
+                _raw_session(client, hub, hub.token("another")),
+            ):
+                pass
     finally:
         starter.close()
 
