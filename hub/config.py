@@ -183,6 +183,14 @@ class McpConfig(_Section, frozen=True):
     )
 
 
+class ViewerConfig(_Section, frozen=True):
+    """``[viewer]``: the viewer's JSON endpoints under ``/ui/api`` (docs/viewer.md)."""
+
+    exports_per_agent: Positive = 2  # exports one agent runs at once; one more: 429
+    # An export's whole response, however slowly the client reads; then the download is cut.
+    export_deadline_s: Seconds = 600.0
+
+
 class HubConfig(_Section, frozen=True):
     """The whole configuration; every field has a default, so ``HubConfig()`` is valid."""
 
@@ -197,6 +205,7 @@ class HubConfig(_Section, frozen=True):
     auth: AuthConfig = msgspec.field(default_factory=AuthConfig)
     audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
     mcp: McpConfig = msgspec.field(default_factory=McpConfig)
+    viewer: ViewerConfig = msgspec.field(default_factory=ViewerConfig)
 
     def with_overrides(
         self,

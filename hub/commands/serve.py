@@ -172,7 +172,9 @@ async def _serve_a2a(
     from hub.mcp.http import MCP_PATH, McpHttp
     from hub.viewer import VIEWER_PATH, create_viewer_app  # viewer mount (integrator: hub/http)
 
-    viewer = create_viewer_app(hub.workspaces, signer, hub.revocations, ws_url=hub_url)
+    viewer = create_viewer_app(
+        hub.workspaces, signer, hub.revocations, ws_url=hub_url, settings=config.viewer
+    )
 
     def ready(url: str) -> None:
         print(f"agora A2A on {url}", flush=True)
