@@ -188,6 +188,7 @@ class McpHttp:
         """A request without a session id (an ``initialize``): within the agent's cap."""
         for dead in [sid for sid in self.manager._server_instances if self._dead(sid)]:
             await self._discard(dead)  # they hold no slot
+        self._failed &= self.manager._server_instances.keys()  # ended otherwise (DELETE, idle)
         held = self._live(agent)
         opening = self._opening.get(agent, 0)
         # No await between the last count and the reservation: concurrent openings see each
@@ -216,9 +217,12 @@ class McpHttp:
             self._opening[agent] -= 1
             if not self._opening[agent]:
                 del self._opening[agent]
+            held = self._live(agent)
             for sid in created:
                 if sid in self.manager._server_instances:
-                    self._live(agent)[sid] = None
+                    held[sid] = None
+            if not held:
+                del self._agent_sessions[agent]  # no entry per agent ever seen
 
     async def _discard(self, session_id: str) -> None:
         """End a session and its hub connection (the SDK's private discard; mcp 2.3, pinned
