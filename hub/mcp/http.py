@@ -177,11 +177,11 @@ class McpHttp:
         return session_id in self._failed or (hub_session is not None and hub_session.closed)
 
     def _live(self, agent: str) -> OrderedDict[str, None]:
-        """The agent's sessions still open (ended ones are forgotten here, lazily)."""
+        """The agent's sessions still open and alive (ended or dead ones are forgotten here,
+        lazily; a dead one stays in ``_failed`` until it is discarded)."""
         held = self._agent_sessions.setdefault(agent, OrderedDict())
         for sid in [s for s in held if s not in self.manager._server_instances or self._dead(s)]:
             del held[sid]
-            self._failed.discard(sid)
         return held
 
     async def _open_session(self, agent: str, scope: Scope, receive: Receive, send: Send) -> None:
