@@ -80,6 +80,7 @@ from a2a_adapter.mapping import (
     message_posted_payload,
     plain,
 )
+from a2a_adapter.push import PushNotifications
 from a2a_adapter.runtime import A2AExecRequest, A2ARuntime, parse_exec_part
 from a2a_adapter.store import (
     LogTaskEventStream,
@@ -180,6 +181,7 @@ class AgoraRequestHandler(RequestHandler):
         *,
         revocations: Revocations,
         runtime: A2ARuntime | None = None,
+        push: PushNotifications | None = None,
         blocking_timeout: float = 60.0,
         max_streams: int = 512,
     ) -> None:
@@ -189,6 +191,7 @@ class AgoraRequestHandler(RequestHandler):
         self.card = card
         self.revocations = revocations
         self.runtime = runtime
+        self.push = push
         self.blocking_timeout = blocking_timeout
         self.max_streams = max_streams
         self._streams = 0
@@ -269,7 +272,9 @@ class AgoraRequestHandler(RequestHandler):
         """Append the message's event; return the task once it ends or asks for input (or
         at once with ``returnImmediately``, or as it is after ``blocking_timeout``)."""
         validate_history_length(params.configuration)
+        await self._check_push(params)
         ref, view = await self._accept(params, context)
+        await self._push_from_message(params, ref, view, capability_of(context))
         length = (
             params.configuration.history_length
             if params.configuration.HasField("history_length")
@@ -297,7 +302,9 @@ class AgoraRequestHandler(RequestHandler):
         """The Task, then its updates until it ends or asks for input."""
         validate_history_length(params.configuration)
         self._check_streaming()
+        await self._check_push(params)
         ref, view = await self._accept(params, context)
+        await self._push_from_message(params, ref, view, capability_of(context))
         length = (
             params.configuration.history_length
             if params.configuration.HasField("history_length")
@@ -644,27 +651,70 @@ class AgoraRequestHandler(RequestHandler):
             self._members.clear()
         self._members.add((workspace, agent))
 
-    # -- not offered ------------------------------------------------------------------------
+    # -- push notifications (a2a_adapter/push.py) ------------------------------------------
 
+    def _push(self) -> PushNotifications:
+        if self.push is None:
+            raise PushNotificationNotSupportedError
+        return self.push
+
+    @validate_request_params  # the SDK's own required-field and enum checks
     async def on_create_task_push_notification_config(
         self, params: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError
+        """Add a config to a task the caller may read; its state changes go to the URL."""
+        push = self._push()
+        cap = capability_of(context)
+        ref, view = await self._find(params.task_id, cap)
+        return await push.create(
+            ref, view.task_id, params, cap, after_seq=view.version, terminal=view.terminal
+        )
 
+    @validate_request_params  # the SDK's own required-field and enum checks
     async def on_get_task_push_notification_config(
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError
+        push = self._push()
+        cap = capability_of(context)
+        await self._find(params.task_id, cap, copy=False)
+        return push.get(params.task_id, params.id, cap)
 
+    @validate_request_params  # the SDK's own required-field and enum checks
     async def on_list_task_push_notification_configs(
         self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> ListTaskPushNotificationConfigsResponse:
-        raise PushNotificationNotSupportedError
+        push = self._push()
+        cap = capability_of(context)
+        await self._find(params.task_id, cap, copy=False)
+        return push.list(params.task_id, cap)
 
+    @validate_request_params  # the SDK's own required-field and enum checks
     async def on_delete_task_push_notification_config(
         self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:
-        raise PushNotificationNotSupportedError
+        push = self._push()
+        cap = capability_of(context)
+        await self._find(params.task_id, cap, copy=False)
+        push.delete(params.task_id, params.id, cap)
+
+    async def _check_push(self, params: SendMessageRequest) -> None:
+        """A message's push config is checked before its event is written (a refused config
+        leaves nothing in the log)."""
+        if params.configuration.HasField("task_push_notification_config"):
+            await self._push().check(params.configuration.task_push_notification_config)
+
+    async def _push_from_message(
+        self, params: SendMessageRequest, ref: TaskRef, view: TaskView, cap: Capability
+    ) -> None:
+        """``configuration.taskPushNotificationConfig`` of a message: a config for its task,
+        delivering from the message's event on."""
+        if not params.configuration.HasField("task_push_notification_config"):
+            return
+        config = TaskPushNotificationConfig()
+        config.CopyFrom(params.configuration.task_push_notification_config)
+        await self._push().create(
+            ref, view.task_id, config, cap, after_seq=view.version, terminal=view.terminal
+        )
 
     async def on_get_extended_agent_card(
         self, params: GetExtendedAgentCardRequest, context: ServerCallContext
