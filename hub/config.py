@@ -201,12 +201,22 @@ class McpConfig(_Section, frozen=True):
     """``[mcp]``: the MCP door at ``/mcp`` of the HTTP port (docs/mcp.md)."""
 
     max_sessions: Positive = 256  # MCP sessions open at once (each holds a hub connection)
+    # Sessions one agent may hold (all its tokens together); one more ends its oldest.
+    max_sessions_per_agent: Positive = 8
     session_idle_s: Seconds = 1800.0  # a session with no request or stream this long is closed
     # code_exec's language (rust, python, wasm, shell) -> backend instance id, over the
     # defaults (the instance named after the kind; shell: process).
     backends: dict[Literal["rust", "python", "wasm", "shell"], str] = msgspec.field(
         default_factory=dict
     )
+
+
+class ViewerConfig(_Section, frozen=True):
+    """``[viewer]``: the viewer's JSON endpoints under ``/ui/api`` (docs/viewer.md)."""
+
+    exports_per_agent: Positive = 2  # exports one agent runs at once; one more: 429
+    # An export's whole response, however slowly the client reads; then the download is cut.
+    export_deadline_s: Seconds = 600.0
 
 
 class HubConfig(_Section, frozen=True):
@@ -223,6 +233,7 @@ class HubConfig(_Section, frozen=True):
     auth: AuthConfig = msgspec.field(default_factory=AuthConfig)
     audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
     mcp: McpConfig = msgspec.field(default_factory=McpConfig)
+    viewer: ViewerConfig = msgspec.field(default_factory=ViewerConfig)
 
     def with_overrides(
         self,

@@ -145,7 +145,9 @@ async def doors(
     from hub.viewer import VIEWER_PATH, create_viewer_app
 
     ws_url = hub.url or ""
-    viewer = create_viewer_app(hub.workspaces, signer, hub.revocations, ws_url=ws_url)
+    viewer = create_viewer_app(
+        hub.workspaces, signer, hub.revocations, ws_url=ws_url, settings=config.viewer
+    )
     mcp = await stack.enter_async_context(
         McpHttp(
             ws_url,
