@@ -90,6 +90,7 @@ from a2a_adapter.store import (
     TaskRef,
     capability_of,
     load_view,
+    traceparent_of,
 )
 from a2a_adapter.taskview import TaskView
 from hub.core.capability import ANY, Capability
@@ -430,6 +431,7 @@ class AgoraRequestHandler(RequestHandler):
     ) -> tuple[TaskRef, TaskView]:
         """Append the event(s) a message means; return the task as it is right after."""
         cap = capability_of(context)
+        trace = traceparent_of(context)  # kept in the events the message writes
         message = params.message
         if not message.message_id:
             raise InvalidParamsError(message="message.messageId is required")
@@ -471,15 +473,15 @@ class AgoraRequestHandler(RequestHandler):
                     correlation_id=message.task_id,
                     payload=message_posted_payload(message),
                 )
-            stored = await self._publish(ref.workspace, draft, cap)
-            await self._publish_files(ref.workspace, files, message.task_id, stored.id, cap)
+            stored = await self._publish(ref.workspace, draft, cap, trace)
+            await self._publish_files(ref.workspace, files, message.task_id, stored.id, cap, trace)
             ref, view = await self._find(message.task_id, cap)
             return ref, await self._as_of(ref, view, stored.seq)
 
         workspace = self._workspace_for(message, cap)
         message.context_id = workspace
         if exec_request is not None:
-            return await self._start_exec(workspace, exec_request, message, cap, meta)
+            return await self._start_exec(workspace, exec_request, message, cap, meta, trace)
         self._require(cap, "write", workspace)
         await self._join(workspace, cap, meta)
         files = await self._intake_files(workspace, message)  # [blobs] file parts
@@ -491,9 +493,9 @@ class AgoraRequestHandler(RequestHandler):
             topic=_optional_id(meta, TOPIC_KEY),
             payload=message_payload(message),
         )
-        stored = await self._publish(workspace, need, cap)
+        stored = await self._publish(workspace, need, cap, trace)
         task_id = stored.correlation_id or need.correlation_id or ""
-        await self._publish_files(workspace, files, task_id, stored.id, cap)
+        await self._publish_files(workspace, files, task_id, stored.id, cap, trace)
         message.task_id = task_id
         ref, view = await self._find(task_id, cap)
         return ref, await self._as_of(ref, view, stored.seq)
@@ -529,6 +531,7 @@ class AgoraRequestHandler(RequestHandler):
         message: Message,
         cap: Capability,
         meta: dict[str, Any],
+        trace: str | None = None,
     ) -> tuple[TaskRef, TaskView]:
         if self.runtime is None:
             raise UnsupportedOperationError(
@@ -545,9 +548,8 @@ class AgoraRequestHandler(RequestHandler):
         # Derived from the message, so a retried request names the same execution.
         exec_id = str(uuid.uuid5(uuid.NAMESPACE_URL, _message_event_id(cap.agent, message)))
         try:
-            exec_id = await self.runtime.exec(
-                workspace, request.frame(workspace), exec_id=exec_id, capability=cap
-            )
+            frame = msgspec.structs.replace(request.frame(workspace), traceparent=trace)
+            exec_id = await self.runtime.exec(workspace, frame, exec_id=exec_id, capability=cap)
         except (Busy, Exists) as e:
             # This message already started it (a retry): the same task, nothing run twice.
             found = await self._retried(exec_id, cap, e)
@@ -609,7 +611,13 @@ class AgoraRequestHandler(RequestHandler):
             raise a2a_error(e) from e
 
     async def _publish_files(
-        self, workspace: str, drafts: list[Event], task_id: str, cause: str, cap: Capability
+        self,
+        workspace: str,
+        drafts: list[Event],
+        task_id: str,
+        cause: str,
+        cap: Capability,
+        trace: str | None = None,
     ) -> None:
         """The artifacts of a message's file parts, in its task (ids derived from it, so a
         message sent again publishes nothing new)."""
@@ -620,9 +628,16 @@ class AgoraRequestHandler(RequestHandler):
                 correlation_id=task_id,
                 causation_id=cause,
             )
-            await self._publish(workspace, event, cap)
+            await self._publish(workspace, event, cap, trace)
 
-    async def _publish(self, workspace: str, draft: Event, cap: Capability) -> Event:
+    async def _publish(
+        self, workspace: str, draft: Event, cap: Capability, trace: str | None = None
+    ) -> Event:
+        """Publish one draft as the token's agent, keeping the request's ``traceparent``
+        (duplicates are found by the derived id, so a retry with another trace is still the
+        same event)."""
+        if trace is not None and draft.traceparent is None:
+            draft = msgspec.structs.replace(draft, traceparent=trace)
         try:
             result = await self.workspaces.publish(workspace, [draft], producer=cap.agent)
         except AgoraError as e:
