@@ -51,8 +51,10 @@ from starlette.routing import Mount
 from a2a_adapter.auth import AgoraContextBuilder, ASGIApp, BearerAuth
 from a2a_adapter.bridge import Bridge
 from a2a_adapter.files import BLOBS_PATH, create_blob_app
+from a2a_adapter.grpc_binding import GrpcServer
 from a2a_adapter.handler import AgoraRequestHandler
 from a2a_adapter.limits import BodyLimits
+from a2a_adapter.push import PushNotifications
 from a2a_adapter.responses import ExactResponses
 from a2a_adapter.runtime import A2ARuntime
 from a2a_adapter.store import LogTaskEventStream, LogTaskStore, TaskLocator
@@ -84,8 +86,15 @@ SECURITY_SCHEME: Final = "agoraBearer"
 PROTOCOL_VERSION: Final = "1.0"
 
 
-def build_card(base_url: str, *, executions: bool = False) -> AgentCard:
-    """The hub's AgentCard, with its interfaces under ``base_url`` (``http://host:port``)."""
+def build_card(
+    base_url: str,
+    *,
+    executions: bool = False,
+    push: bool = False,
+    grpc_url: str | None = None,
+) -> AgentCard:
+    """The hub's AgentCard, with its interfaces under ``base_url`` (``http://host:port``),
+    and the gRPC one at ``grpc_url`` (``host:port``) when given."""
     base_url = base_url.rstrip("/")
     skills = [
         AgentSkill(
@@ -111,6 +120,22 @@ def build_card(base_url: str, *, executions: bool = False) -> AgentCard:
                 tags=["execution", "sandbox"],
             )
         )
+    interfaces = [
+        AgentInterface(
+            url=base_url + JSONRPC_PATH,
+            protocol_binding="JSONRPC",
+            protocol_version=PROTOCOL_VERSION,
+        ),
+        AgentInterface(
+            url=base_url + REST_PREFIX,
+            protocol_binding="HTTP+JSON",
+            protocol_version=PROTOCOL_VERSION,
+        ),
+    ]
+    if grpc_url is not None:
+        interfaces.append(
+            AgentInterface(url=grpc_url, protocol_binding="GRPC", protocol_version=PROTOCOL_VERSION)
+        )
     return AgentCard(
         name="Agora hub",
         description=(
@@ -119,20 +144,9 @@ def build_card(base_url: str, *, executions: bool = False) -> AgentCard:
         ),
         version=__version__,
         provider=AgentProvider(organization="Agora", url=base_url),
-        supported_interfaces=[
-            AgentInterface(
-                url=base_url + JSONRPC_PATH,
-                protocol_binding="JSONRPC",
-                protocol_version=PROTOCOL_VERSION,
-            ),
-            AgentInterface(
-                url=base_url + REST_PREFIX,
-                protocol_binding="HTTP+JSON",
-                protocol_version=PROTOCOL_VERSION,
-            ),
-        ],
+        supported_interfaces=interfaces,
         capabilities=AgentCapabilities(
-            streaming=True, push_notifications=False, extended_agent_card=False
+            streaming=True, push_notifications=push, extended_agent_card=False
         ),
         security_schemes={
             SECURITY_SCHEME: SecurityScheme(
@@ -223,12 +237,13 @@ def _url_host(host: str) -> str:
 class A2AService:
     """The A2A listener (and bridge) as an async context manager.
 
-    ``host``/``port`` default to ``config.server.host``/``a2a_port``; port 0 picks a free one
+    ``host``/``port`` default to ``config.server.host``/``http_port``; port 0 picks a free one
     (:attr:`port` tells which). ``public_url`` is the base URL the card advertises (default
     ``http://host:port``). Closing stops accepting, ends open streams, waits up to
     ``shutdown_timeout`` for requests in flight, then stops the bridge. ``revocations``: the
     hub's revoked tokens (``agora serve`` shares the WebSocket hub's); without, the service
-    loads and follows the system workspace itself.
+    loads and follows the system workspace itself. ``grpc_port`` (default ``[a2a]
+    grpc_port``): also serve the gRPC binding there (0: a free one, :attr:`grpc_port` tells).
     """
 
     def __init__(
@@ -246,6 +261,7 @@ class A2AService:
         bridge: bool = True,
         revocations: Revocations | None = None,
         mounts: Mapping[str, ASGIApp] | None = None,
+        grpc_port: int | None = None,
     ) -> None:
         self.mounts = mounts  # other doors on this port (create_app)
         self.workspaces = workspaces
@@ -255,7 +271,7 @@ class A2AService:
         self.signer = signer
         self.config = config
         self.host = host if host is not None else config.server.host
-        self.port = port if port is not None else config.server.a2a_port
+        self.port = port if port is not None else config.server.http_port
         self.runtime = runtime
         self.public_url = public_url
         self.blocking_timeout = blocking_timeout
@@ -265,9 +281,13 @@ class A2AService:
         self.index = TaskIndex(workspaces)
         self.locator = TaskLocator(workspaces, self.index)
         self.handler: AgoraRequestHandler | None = None
+        self.push: PushNotifications | None = None
+        self.grpc: GrpcServer | None = None
+        self.grpc_port = grpc_port if grpc_port is not None else config.a2a.grpc_port
         self.bridge: Bridge | None = None
         self._server: _Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._serving: asyncio.Task[None] | None = None
         self._socket: socket.socket | None = None
 
     @property
@@ -301,30 +321,7 @@ class A2AService:
             raise
         self._socket = sock
         self.port = sock.getsockname()[1]
-        if self._own_revocations:
-            await self.revocations.load()
-        self.follower.install()
-        self.index.install()
-        self.locator.install()
-        store = LogTaskStore(self.workspaces, self.locator)
-        stream = LogTaskEventStream(self.workspaces, self.locator, self.follower)
-        card = build_card(self.url, executions=self.runtime is not None)
-        self.handler = AgoraRequestHandler(
-            self.workspaces,
-            store,
-            stream,
-            card,
-            revocations=self.revocations,
-            runtime=self.runtime,
-            blocking_timeout=self.blocking_timeout,
-        )
-        app = create_app(
-            self.handler,
-            self.signer,
-            self.revocations,
-            limits=self.workspaces.limits,
-            mounts=self.mounts,
-        )
+        app = await self.open_app()
         server_config = uvicorn.Config(
             app,
             log_config=None,
@@ -334,20 +331,71 @@ class A2AService:
             timeout_graceful_shutdown=max(int(self.shutdown_timeout), 1),
         )
         self._server = _Server(server_config)
-        self._tasks.append(asyncio.create_task(self._server.serve(sockets=[sock])))
+        self._serving = asyncio.create_task(self._server.serve(sockets=[sock]))
         while not self._server.started:
-            task = self._tasks[0]
-            if task.done():
-                task.result()  # startup failed: raise its error
+            if self._serving.done():
+                self._serving.result()  # startup failed: raise its error
                 raise RuntimeError("the A2A listener stopped during startup")
             await asyncio.sleep(0.01)
-        if self._own_revocations:  # after the server's task: _tasks[0] is the server
+        log.info("agora A2A listening on %s", self.url)
+
+    async def open_app(self) -> ASGIApp:
+        """The A2A door without a listener of its own (``hub.http`` mounts it on the one HTTP
+        port): load and follow revocations, start the bridge, and return the ASGI app whose
+        card advertises :attr:`url` (set ``port``/``public_url`` first). :meth:`aclose` ends
+        it."""
+        if self._own_revocations:
+            await self.revocations.load()
+        self.follower.install()
+        self.index.install()
+        self.locator.install()
+        store = LogTaskStore(self.workspaces, self.locator)
+        stream = LogTaskEventStream(self.workspaces, self.locator, self.follower)
+        grpc_url = None
+        if self.grpc_port is not None:
+            self.grpc = GrpcServer(
+                self.signer,
+                self.revocations,
+                max_message_bytes=self.workspaces.limits.max_event_bytes,
+                shutdown_timeout=self.shutdown_timeout,
+            )
+            self.grpc_port = self.grpc.bind(self.host, self.grpc_port)
+            grpc_url = f"{_url_host(self.host)}:{self.grpc_port}"
+        settings = self.config.a2a.push
+        if settings.enabled:
+            self.push = PushNotifications(self.workspaces, stream, self.revocations, settings)
+        card = build_card(
+            self.url,
+            executions=self.runtime is not None,
+            push=settings.enabled,
+            grpc_url=grpc_url,
+        )
+        self.handler = AgoraRequestHandler(
+            self.workspaces,
+            store,
+            stream,
+            card,
+            revocations=self.revocations,
+            runtime=self.runtime,
+            push=self.push,
+            blocking_timeout=self.blocking_timeout,
+        )
+        if self.grpc is not None:
+            await self.grpc.start(self.handler)
+        app = create_app(
+            self.handler,
+            self.signer,
+            self.revocations,
+            limits=self.workspaces.limits,
+            mounts=self.mounts,
+        )
+        if self._own_revocations:
             stop = self._revocations_stop
             self._tasks.append(asyncio.create_task(self.revocations.run(stop)))
         if self.with_bridge:
             self.bridge = Bridge(self.workspaces, self.config.a2a.peers, follower=self.follower)
             self._tasks.append(asyncio.create_task(self.bridge.run()))
-        log.info("agora A2A listening on %s", self.url)
+        return app
 
     async def aclose(self) -> None:
         """Stop (idempotent; survives cancellation of the caller)."""
@@ -360,10 +408,10 @@ class A2AService:
         self.index.uninstall()
         if self._server is not None:
             self._server.should_exit = True
-        for task in reversed(self._tasks):
-            if task is not self._tasks[0]:
-                task.cancel()
         for task in self._tasks:
+            task.cancel()
+        tasks = [*self._tasks, *([self._serving] if self._serving is not None else [])]
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 try:
                     async with asyncio.timeout(self.shutdown_timeout + 2):
@@ -373,6 +421,11 @@ class A2AService:
                 except Exception:
                     log.exception("A2A listener task failed")
         self._tasks.clear()
+        self._serving = None
+        if self.grpc is not None:
+            await self.grpc.aclose()
+        if self.push is not None:
+            await self.push.aclose()
         if self._socket is not None:
             self._socket.close()
             self._socket = None
@@ -392,7 +445,7 @@ async def serve_a2a(
     revocations: Revocations | None = None,
     mounts: Mapping[str, ASGIApp] | None = None,
 ) -> None:
-    """Serve A2A on ``host:port`` (default ``config.server.host``/``a2a_port``) until ``stop``
+    """Serve A2A on ``host:port`` (default ``config.server.host``/``http_port``) until ``stop``
     is set or the task is cancelled; once listening, set ``ready`` and call ``on_ready`` with
     the base URL. ``revocations``: see :class:`A2AService`. Raises ``OSError`` if the port
     cannot be bound."""

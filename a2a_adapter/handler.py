@@ -28,7 +28,7 @@ import re
 import uuid
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from typing import Any, Final, get_args
+from typing import Any, Final, TypeVar, get_args
 
 import msgspec
 from a2a.server.cluster import ConcurrentTaskModificationError, TaskVersion
@@ -53,6 +53,7 @@ from a2a.types.a2a_pb2 import (
     SendMessageRequest,
     SubscribeToTaskRequest,
     Task,
+    TaskArtifactUpdateEvent,
     TaskPushNotificationConfig,
     TaskState,
     TaskStatusUpdateEvent,
@@ -72,6 +73,7 @@ from google.protobuf import json_format
 
 from a2a_adapter.auth import until_token_ends
 from a2a_adapter.files import intake_file_parts
+from a2a_adapter.inline import inline_files
 from a2a_adapter.mapping import (
     INTERRUPTED_STATES,
     TERMINAL_STATES,
@@ -80,6 +82,7 @@ from a2a_adapter.mapping import (
     message_posted_payload,
     plain,
 )
+from a2a_adapter.push import PushNotifications
 from a2a_adapter.runtime import A2AExecRequest, A2ARuntime, parse_exec_part
 from a2a_adapter.store import (
     LogTaskEventStream,
@@ -87,6 +90,7 @@ from a2a_adapter.store import (
     TaskRef,
     capability_of,
     load_view,
+    traceparent_of,
 )
 from a2a_adapter.taskview import TaskView
 from hub.core.capability import ANY, Capability
@@ -106,6 +110,8 @@ from hub.workspaces import Workspaces
 __all__ = ["RESUME_HEADER", "AgoraRequestHandler", "a2a_error"]
 
 log = logging.getLogger(__name__)
+
+_O = TypeVar("_O", Task, TaskArtifactUpdateEvent, ListTasksResponse)
 
 RESUME_HEADER: Final = "last-event-id"
 """SubscribeToTask header: replay the task's updates after this seq (``agora.event.seq``)."""
@@ -180,6 +186,7 @@ class AgoraRequestHandler(RequestHandler):
         *,
         revocations: Revocations,
         runtime: A2ARuntime | None = None,
+        push: PushNotifications | None = None,
         blocking_timeout: float = 60.0,
         max_streams: int = 512,
     ) -> None:
@@ -189,6 +196,7 @@ class AgoraRequestHandler(RequestHandler):
         self.card = card
         self.revocations = revocations
         self.runtime = runtime
+        self.push = push
         self.blocking_timeout = blocking_timeout
         self.max_streams = max_streams
         self._streams = 0
@@ -203,7 +211,7 @@ class AgoraRequestHandler(RequestHandler):
         validate_history_length(params)
         _, view = await self._find(params.id, capability_of(context), copy=False)
         length = params.history_length if params.HasField("history_length") else None
-        return view.task(history_length=length)
+        return await self._out(view.task(history_length=length))
 
     @validate_request_params  # the SDK's own required-field and enum checks
     async def on_list_tasks(
@@ -219,7 +227,7 @@ class AgoraRequestHandler(RequestHandler):
             trimmed = apply_history_length(task, params)
             if trimmed is not task:
                 task.CopyFrom(trimmed)
-        return page
+        return await self._out(page)
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -260,7 +268,7 @@ class AgoraRequestHandler(RequestHandler):
             except ConcurrentTaskModificationError as e:
                 raise TaskNotCancelableError(message=f"task {params.id} has ended") from e
         _, view = await self._find(params.id, cap)
-        return view.task()
+        return await self._out(view.task())
 
     @validate_request_params  # the SDK's own required-field and enum checks
     async def on_message_send(
@@ -269,14 +277,16 @@ class AgoraRequestHandler(RequestHandler):
         """Append the message's event; return the task once it ends or asks for input (or
         at once with ``returnImmediately``, or as it is after ``blocking_timeout``)."""
         validate_history_length(params.configuration)
+        await self._check_push(params)
         ref, view = await self._accept(params, context)
+        await self._push_from_message(params, ref, view, capability_of(context))
         length = (
             params.configuration.history_length
             if params.configuration.HasField("history_length")
             else None
         )
         if params.configuration.return_immediately or view.terminal or view.interrupted:
-            return view.task(history_length=length)
+            return await self._out(view.task(history_length=length))
         start = view.version
         with contextlib.suppress(TimeoutError, FollowerClosed):
             async with asyncio.timeout(self.blocking_timeout):
@@ -288,7 +298,7 @@ class AgoraRequestHandler(RequestHandler):
                             update.status.state in TERMINAL_STATES | INTERRUPTED_STATES
                         ):
                             break
-        return view.task(history_length=length)
+        return await self._out(view.task(history_length=length))
 
     @validate_request_params  # the SDK's own required-field and enum checks
     async def on_message_send_stream(
@@ -297,7 +307,9 @@ class AgoraRequestHandler(RequestHandler):
         """The Task, then its updates until it ends or asks for input."""
         validate_history_length(params.configuration)
         self._check_streaming()
+        await self._check_push(params)
         ref, view = await self._accept(params, context)
+        await self._push_from_message(params, ref, view, capability_of(context))
         length = (
             params.configuration.history_length
             if params.configuration.HasField("history_length")
@@ -356,7 +368,7 @@ class AgoraRequestHandler(RequestHandler):
             )
         self._streams += 1
         try:
-            yield view.task(history_length=history_length)
+            yield await self._out(view.task(history_length=history_length))
             if view.terminal:
                 return
             with contextlib.suppress(FollowerClosed):
@@ -366,6 +378,8 @@ class AgoraRequestHandler(RequestHandler):
                     bounded = until_token_ends(updates, cap, self.revocations, a2a_error)
                     async with aclosing(bounded) as items:
                         async for _seq, update in items:
+                            if isinstance(update, TaskArtifactUpdateEvent):
+                                await self._out(update)
                             yield update
                             if (
                                 isinstance(update, TaskStatusUpdateEvent)
@@ -374,6 +388,11 @@ class AgoraRequestHandler(RequestHandler):
                                 return
         finally:
             self._streams -= 1
+
+    async def _out(self, message: _O) -> _O:
+        """``message`` with its small blob file parts inlined (a2a_adapter.inline)."""
+        await inline_files(message, self.workspaces)
+        return message
 
     def _check_streaming(self) -> None:
         if not self.card.capabilities.streaming:
@@ -412,6 +431,7 @@ class AgoraRequestHandler(RequestHandler):
     ) -> tuple[TaskRef, TaskView]:
         """Append the event(s) a message means; return the task as it is right after."""
         cap = capability_of(context)
+        trace = traceparent_of(context)  # kept in the events the message writes
         message = params.message
         if not message.message_id:
             raise InvalidParamsError(message="message.messageId is required")
@@ -453,15 +473,15 @@ class AgoraRequestHandler(RequestHandler):
                     correlation_id=message.task_id,
                     payload=message_posted_payload(message),
                 )
-            stored = await self._publish(ref.workspace, draft, cap)
-            await self._publish_files(ref.workspace, files, message.task_id, stored.id, cap)
+            stored = await self._publish(ref.workspace, draft, cap, trace)
+            await self._publish_files(ref.workspace, files, message.task_id, stored.id, cap, trace)
             ref, view = await self._find(message.task_id, cap)
             return ref, await self._as_of(ref, view, stored.seq)
 
         workspace = self._workspace_for(message, cap)
         message.context_id = workspace
         if exec_request is not None:
-            return await self._start_exec(workspace, exec_request, message, cap, meta)
+            return await self._start_exec(workspace, exec_request, message, cap, meta, trace)
         self._require(cap, "write", workspace)
         await self._join(workspace, cap, meta)
         files = await self._intake_files(workspace, message, cap)  # [blobs] file parts
@@ -473,9 +493,9 @@ class AgoraRequestHandler(RequestHandler):
             topic=_optional_id(meta, TOPIC_KEY),
             payload=message_payload(message),
         )
-        stored = await self._publish(workspace, need, cap)
+        stored = await self._publish(workspace, need, cap, trace)
         task_id = stored.correlation_id or need.correlation_id or ""
-        await self._publish_files(workspace, files, task_id, stored.id, cap)
+        await self._publish_files(workspace, files, task_id, stored.id, cap, trace)
         message.task_id = task_id
         ref, view = await self._find(task_id, cap)
         return ref, await self._as_of(ref, view, stored.seq)
@@ -511,6 +531,7 @@ class AgoraRequestHandler(RequestHandler):
         message: Message,
         cap: Capability,
         meta: dict[str, Any],
+        trace: str | None = None,
     ) -> tuple[TaskRef, TaskView]:
         if self.runtime is None:
             raise UnsupportedOperationError(
@@ -527,9 +548,8 @@ class AgoraRequestHandler(RequestHandler):
         # Derived from the message, so a retried request names the same execution.
         exec_id = str(uuid.uuid5(uuid.NAMESPACE_URL, _message_event_id(cap.agent, message)))
         try:
-            exec_id = await self.runtime.exec(
-                workspace, request.frame(workspace), exec_id=exec_id, capability=cap
-            )
+            frame = msgspec.structs.replace(request.frame(workspace), traceparent=trace)
+            exec_id = await self.runtime.exec(workspace, frame, exec_id=exec_id, capability=cap)
         except (Busy, Exists) as e:
             # This message already started it (a retry): the same task, nothing run twice.
             found = await self._retried(exec_id, cap, e)
@@ -591,7 +611,13 @@ class AgoraRequestHandler(RequestHandler):
             raise a2a_error(e) from e
 
     async def _publish_files(
-        self, workspace: str, drafts: list[Event], task_id: str, cause: str, cap: Capability
+        self,
+        workspace: str,
+        drafts: list[Event],
+        task_id: str,
+        cause: str,
+        cap: Capability,
+        trace: str | None = None,
     ) -> None:
         """The artifacts of a message's file parts, in its task (ids derived from it, so a
         message sent again publishes nothing new)."""
@@ -602,9 +628,16 @@ class AgoraRequestHandler(RequestHandler):
                 correlation_id=task_id,
                 causation_id=cause,
             )
-            await self._publish(workspace, event, cap)
+            await self._publish(workspace, event, cap, trace)
 
-    async def _publish(self, workspace: str, draft: Event, cap: Capability) -> Event:
+    async def _publish(
+        self, workspace: str, draft: Event, cap: Capability, trace: str | None = None
+    ) -> Event:
+        """Publish one draft as the token's agent, keeping the request's ``traceparent``
+        (duplicates are found by the derived id, so a retry with another trace is still the
+        same event)."""
+        if trace is not None and draft.traceparent is None:
+            draft = msgspec.structs.replace(draft, traceparent=trace)
         try:
             result = await self.workspaces.publish(workspace, [draft], producer=cap.agent)
         except AgoraError as e:
@@ -644,27 +677,70 @@ class AgoraRequestHandler(RequestHandler):
             self._members.clear()
         self._members.add((workspace, agent))
 
-    # -- not offered ------------------------------------------------------------------------
+    # -- push notifications (a2a_adapter/push.py) ------------------------------------------
 
+    def _push(self) -> PushNotifications:
+        if self.push is None:
+            raise PushNotificationNotSupportedError
+        return self.push
+
+    @validate_request_params  # the SDK's own required-field and enum checks
     async def on_create_task_push_notification_config(
         self, params: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError
+        """Add a config to a task the caller may read; its state changes go to the URL."""
+        push = self._push()
+        cap = capability_of(context)
+        ref, view = await self._find(params.task_id, cap)
+        return await push.create(
+            ref, view.task_id, params, cap, after_seq=view.version, terminal=view.terminal
+        )
 
+    @validate_request_params  # the SDK's own required-field and enum checks
     async def on_get_task_push_notification_config(
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError
+        push = self._push()
+        cap = capability_of(context)
+        await self._find(params.task_id, cap, copy=False)
+        return push.get(params.task_id, params.id, cap)
 
+    @validate_request_params  # the SDK's own required-field and enum checks
     async def on_list_task_push_notification_configs(
         self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> ListTaskPushNotificationConfigsResponse:
-        raise PushNotificationNotSupportedError
+        push = self._push()
+        cap = capability_of(context)
+        await self._find(params.task_id, cap, copy=False)
+        return push.list(params.task_id, cap)
 
+    @validate_request_params  # the SDK's own required-field and enum checks
     async def on_delete_task_push_notification_config(
         self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:
-        raise PushNotificationNotSupportedError
+        push = self._push()
+        cap = capability_of(context)
+        await self._find(params.task_id, cap, copy=False)
+        push.delete(params.task_id, params.id, cap)
+
+    async def _check_push(self, params: SendMessageRequest) -> None:
+        """A message's push config is checked before its event is written (a refused config
+        leaves nothing in the log)."""
+        if params.configuration.HasField("task_push_notification_config"):
+            await self._push().check(params.configuration.task_push_notification_config)
+
+    async def _push_from_message(
+        self, params: SendMessageRequest, ref: TaskRef, view: TaskView, cap: Capability
+    ) -> None:
+        """``configuration.taskPushNotificationConfig`` of a message: a config for its task,
+        delivering from the message's event on."""
+        if not params.configuration.HasField("task_push_notification_config"):
+            return
+        config = TaskPushNotificationConfig()
+        config.CopyFrom(params.configuration.task_push_notification_config)
+        await self._push().create(
+            ref, view.task_id, config, cap, after_seq=view.version, terminal=view.terminal
+        )
 
     async def on_get_extended_agent_card(
         self, params: GetExtendedAgentCardRequest, context: ServerCallContext

@@ -28,6 +28,7 @@ from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from typing import Final, NamedTuple
 
+import msgspec
 from a2a.server.cluster import (
     ConcurrentTaskModificationError,
     StoredTask,
@@ -54,6 +55,7 @@ from a2a_adapter.taskview import TaskKind, TaskView
 from hub.core.capability import ANY, Capability
 from hub.core.errors import AgoraError
 from hub.core.events import Event, WorkCancelled
+from hub.core.validation import TRACEPARENT_RE
 from hub.follow import LogFollower
 from hub.workspaces import Workspaces
 
@@ -84,6 +86,18 @@ def capability_of(context: ServerCallContext) -> Capability:
     if not isinstance(cap, Capability):
         raise InvalidParamsError(message="no authenticated agent for this call")
     return cap
+
+
+def traceparent_of(context: ServerCallContext) -> str | None:
+    """The request's W3C ``traceparent`` header when it is a valid one (an invalid one is
+    ignored, as the HTTP port's tracing ignores it): what the events the request writes keep
+    in their ``traceparent`` field (docs/operations.md, "Traces")."""
+    headers = context.state.get("headers") or {}
+    raw = headers.get("traceparent") if isinstance(headers, dict) else None
+    if not isinstance(raw, str):
+        return None
+    text = raw.strip()
+    return text if TRACEPARENT_RE.fullmatch(text) else None
 
 
 def readable_workspaces(cap: Capability) -> list[str] | None:
@@ -323,6 +337,9 @@ class LogTaskStore(VersionedTaskStore):
             if mapped is None:
                 return version
             draft = mapped
+        trace = traceparent_of(context)
+        if trace is not None and draft.traceparent is None:
+            draft = msgspec.structs.replace(draft, traceparent=trace)
         try:
             result = await self.workspaces.publish(ref.workspace, [draft], producer=cap.agent)
         except AgoraError as e:

@@ -21,6 +21,7 @@ Then the reads (``--reads-only`` runs just these):
 - **ListTasks p50 vs history**: ``ListTasks(pageSize=1)`` on a workspace holding 10^3 and one
   holding 10^5 events (chat messages plus one work item per 100 events), after one warm-up call
   (reported too: it builds the task index). Flat is the goal.
+- **Push latency**: ``completed`` appended → the webhook (loopback) has the POST, p50.
 - **WebSocket ``state`` under A2A reads**: a real ``agora serve`` (subprocess, SQLite) whose log
   holds a ~50 MB workspace; ``state`` round trips on *another* (small) workspace, quiet and
   while two loops of ``ListTasks(pageSize=1)``/``GetTask`` hit the big one over JSON-RPC.
@@ -57,13 +58,14 @@ from a2a.types.a2a_pb2 import (  # noqa: E402
     Part,
     Role,
     SendMessageRequest,
+    TaskPushNotificationConfig,
     TaskState,
 )
 from google.protobuf import json_format  # noqa: E402
 
 from a2a_adapter.app import A2AService  # noqa: E402
 from hub.auth import TokenSigner  # noqa: E402
-from hub.config import HubConfig  # noqa: E402
+from hub.config import A2AConfig, HubConfig, PushSettings  # noqa: E402
 from hub.core.events import (  # noqa: E402
     Completed,
     Event,
@@ -77,6 +79,7 @@ from hub.follow import LogFollower  # noqa: E402
 from hub.log.sqlite import SqliteEventStore  # noqa: E402
 from hub.workspaces import Workspaces  # noqa: E402
 from tests.a2a_adapter.echo_agent import echo_agent  # noqa: E402
+from tests.a2a_adapter.webhook import WebhookReceiver  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
 from rawws import RawClient  # noqa: E402
@@ -394,10 +397,48 @@ async def hub_under_reads(args: argparse.Namespace) -> dict[str, float]:
     return out
 
 
+async def push_latency(args: argparse.Namespace) -> dict[str, float]:
+    """State change → webhook POST received: ``completed`` appended (one durable append), the
+    push watcher maps it, checks the URL policy and POSTs to a loopback receiver, then the
+    ``pushAttempted`` append. p50 over sequential tasks, one config each."""
+    n = 30 if args.quick else 200
+    samples: list[float] = []
+    config = HubConfig(a2a=A2AConfig(push=PushSettings(allow_loopback=True)))
+    with tempfile.TemporaryDirectory(prefix="a2a-bench-push-") as tmp:
+        store = SqliteEventStore(Path(tmp) / "agora.db", blobs_dir=Path(tmp) / "blobs")
+        async with store:
+            workspaces = Workspaces(store)
+            signer = TokenSigner(SECRET)
+            token = signer.issue("peer", [WORKSPACE], ["read", "write"], ttl_seconds=3600)
+            async with (
+                A2AService(workspaces, signer, config, host="127.0.0.1", port=0) as svc,
+                WebhookReceiver() as hook,
+                client_for(svc.url + "/.well-known/agent-card.json", token, False) as client,
+            ):
+                for i in range(n):
+                    req = request(f"push {i}", WORKSPACE)
+                    req.configuration.return_immediately = True
+                    [r] = [r async for r in client.send_message(req)]
+                    await client.create_task_push_notification_config(
+                        TaskPushNotificationConfig(task_id=r.task.id, url=hook.url)
+                    )
+                    hook.arrival.clear()
+                    start = time.perf_counter()
+                    await workspaces.publish(
+                        WORKSPACE, [Completed(correlation_id=r.task.id)], producer="bob"
+                    )
+                    async with asyncio.timeout(10):
+                        await hook.arrival.wait()
+                    samples.append((time.perf_counter() - start) * 1000)
+            await workspaces.aclose()
+    return {f"push: completed → webhook p50 (ms, {n} tasks)": statistics.median(samples)}
+
+
 async def reads(args: argparse.Namespace) -> None:
-    figures = await history_reads(args)
+    figures = await push_latency(args)
+    figures.update(await history_reads(args))
     figures.update(await hub_under_reads(args))
-    print("A2A reads")
+    print("A2A push and reads")
     for label, value in figures.items():
         print(f"{label:<48}{value:>12.2f}")
 

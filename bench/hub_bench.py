@@ -131,7 +131,7 @@ def start_hub(profile: Path | None = None) -> Target:
     argv = [sys.executable]
     if profile is not None:
         argv += ["-m", "cProfile", "-o", str(profile)]
-    argv += ["-m", "hub", "serve", "--host", "127.0.0.1", "--port", "0", "--no-a2a"]
+    argv += ["-m", "hub", "serve", "--host", "127.0.0.1", "--port", "0", "--no-a2a", "--no-http"]
     argv += ["--data", str(workdir / "data"), "--config", str(workdir / "agora.toml")]
     # Rate limits off the table: 64 publishers must not be throttled by the per-connection
     # token bucket (its default, 2000 events/s, is a policy, not a capacity), and one agent

@@ -76,7 +76,7 @@ class Hub:
 
     def __init__(self, root: Path) -> None:
         (root / "agora.toml").write_text(CONFIG)
-        argv = [sys.executable, "-m", "hub", "serve", "--port", "0", "--no-a2a"]
+        argv = [sys.executable, "-m", "hub", "serve", "--port", "0", "--no-a2a", "--no-http"]
         argv += ["--data", str(root / "data"), "--config", str(root / "agora.toml")]
         env = dict(os.environ, AGORA_SECRET=SECRET, PYTHONPATH=str(REPO))
         env.pop("PYTHONASYNCIODEBUG", None)

@@ -93,7 +93,8 @@ def _status(pid: int) -> dict[str, int]:
 def start_once(data: Path) -> tuple[float, dict[str, int]]:
     """Spawn ``agora serve`` on ``data``; (seconds to the banner, memory at that moment)."""
     env = dict(os.environ, AGORA_SECRET="bench-secret-" + "x" * 32, PYTHONPATH=str(REPO))
-    argv = [sys.executable, "-m", "hub", "serve", "--port", "0", "--no-a2a", "--data", str(data)]
+    argv = [sys.executable, "-m", "hub", "serve", "--port", "0", "--no-a2a", "--no-http"]
+    argv += ["--data", str(data)]
     began = time.perf_counter()
     proc = subprocess.Popen(
         argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL

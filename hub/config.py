@@ -8,6 +8,7 @@ reference is in docs/operations.md, "Configuration file".
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import tomllib
 from pathlib import Path
@@ -51,17 +52,24 @@ class _Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
 
 class ServerConfig(_Section, frozen=True):
-    """``[server]``: where the WebSocket and A2A listeners bind."""
+    """``[server]``: where the WebSocket listener and the one HTTP port (A2A, probes, metrics,
+    the other HTTP doors: :mod:`hub.http`) bind. ``a2a_port`` is the old name of
+    ``http_port``, still read from files (:func:`parse_config` renames it)."""
 
     host: NonEmpty = "127.0.0.1"
     port: Port = 8765
-    a2a_port: Port = 8766
+    http_port: Port = 8766
     # permessage-deflate costs more CPU than it saves on small event frames; opt in for
     # large-payload workloads over slow links.
     compression: Literal["deflate"] | None = None
     # A subscriber that reconnects within this many seconds keeps its presence: no
     # memberLeft/memberJoined pair per reconnect (0: record every leave at once).
     presence_grace_s: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 5.0
+
+    @property
+    def a2a_port(self) -> int:
+        """The old name of :attr:`http_port` (A2A is served on the HTTP port)."""
+        return self.http_port
 
 
 class LimitsConfig(SessionLimits, _Section, frozen=True):
@@ -164,22 +172,52 @@ class AuditConfig(_Section, frozen=True):
     hub_id: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9._-]{1,64}$")] | None = None
 
 
+class PushSettings(_Section, frozen=True):
+    """``[a2a.push]``: A2A push notifications (docs/a2a.md, "Push notifications"). Webhook
+    URLs come from clients, so only what the operator allows is called: globally routable
+    addresses (``allow_public``), the networks in ``allowed_networks`` (CIDRs, e.g.
+    ``"10.1.0.0/16"``), and loopback only with ``allow_loopback`` (tests)."""
+
+    enabled: bool = True
+    allow_public: bool = True
+    allow_loopback: bool = False
+    allowed_networks: tuple[str, ...] = ()
+    max_configs_per_task: Annotated[int, msgspec.Meta(ge=1, le=100)] = 8
+    max_configs: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 10_000
+    max_attempts: Annotated[int, msgspec.Meta(ge=1, le=20)] = 4
+    timeout_s: Annotated[float, msgspec.Meta(gt=0, le=60)] = 5.0
+    backoff_s: Annotated[float, msgspec.Meta(ge=0, le=60)] = 0.5  # doubles after each attempt
+
+
 class A2AConfig(_Section, frozen=True):
-    """``[a2a]``."""
+    """``[a2a]``. ``grpc_port``: serve the A2A gRPC binding there too (0: a free port;
+    absent: no gRPC)."""
 
     peers: tuple[PeerConfig, ...] = ()
+    push: PushSettings = msgspec.field(default_factory=PushSettings)
+    grpc_port: Port | None = None
 
 
 class McpConfig(_Section, frozen=True):
     """``[mcp]``: the MCP door at ``/mcp`` of the HTTP port (docs/mcp.md)."""
 
     max_sessions: Positive = 256  # MCP sessions open at once (each holds a hub connection)
+    # Sessions one agent may hold (all its tokens together); one more ends its oldest.
+    max_sessions_per_agent: Positive = 8
     session_idle_s: Seconds = 1800.0  # a session with no request or stream this long is closed
     # code_exec's language (rust, python, wasm, shell) -> backend instance id, over the
     # defaults (the instance named after the kind; shell: process).
     backends: dict[Literal["rust", "python", "wasm", "shell"], str] = msgspec.field(
         default_factory=dict
     )
+
+
+class ViewerConfig(_Section, frozen=True):
+    """``[viewer]``: the viewer's JSON endpoints under ``/ui/api`` (docs/viewer.md)."""
+
+    exports_per_agent: Positive = 2  # exports one agent runs at once; one more: 429
+    # An export's whole response, however slowly the client reads; then the download is cut.
+    export_deadline_s: Seconds = 600.0
 
 
 class HubConfig(_Section, frozen=True):
@@ -196,13 +234,14 @@ class HubConfig(_Section, frozen=True):
     auth: AuthConfig = msgspec.field(default_factory=AuthConfig)
     audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
     mcp: McpConfig = msgspec.field(default_factory=McpConfig)
+    viewer: ViewerConfig = msgspec.field(default_factory=ViewerConfig)
 
     def with_overrides(
         self,
         *,
         host: str | None = None,
         port: int | None = None,
-        a2a_port: int | None = None,
+        http_port: int | None = None,
         data: str | Path | None = None,
         store: str | None = None,
         node_id: str | None = None,
@@ -216,12 +255,12 @@ class HubConfig(_Section, frozen=True):
         server = self.server
         storage = self.storage
         cluster = self.cluster
-        if host is not None or port is not None or a2a_port is not None:
+        if host is not None or port is not None or http_port is not None:
             server = msgspec.structs.replace(
                 server,
                 host=server.host if host is None else host,
                 port=server.port if port is None else port,
-                a2a_port=server.a2a_port if a2a_port is None else a2a_port,
+                http_port=server.http_port if http_port is None else http_port,
             )
         if data is not None or store is not None:
             storage = msgspec.structs.replace(
@@ -243,7 +282,9 @@ class HubConfig(_Section, frozen=True):
 
 def parse_config(raw: object, source: str = "<config>") -> HubConfig:
     """Validate a decoded TOML document. Raises :class:`ConfigError` naming ``source`` and the
-    offending key (unknown key, wrong type, out of range, duplicate backend id or peer name)."""
+    offending key (unknown key, wrong type, out of range, duplicate backend id or peer name,
+    both ``server.http_port`` and its old name ``server.a2a_port``)."""
+    raw = _renamed_keys(raw, source)
     try:
         config = msgspec.convert(raw, HubConfig, strict=True)
     except msgspec.ValidationError as e:
@@ -271,6 +312,14 @@ def parse_config(raw: object, source: str = "<config>") -> HubConfig:
                 source=source,
             )
         names.add(peer.name)
+    for i, net in enumerate(config.a2a.push.allowed_networks):
+        try:
+            ipaddress.ip_network(net, strict=False)
+        except ValueError as e:
+            raise ConfigError(
+                f"{source}: a2a.push.allowed_networks[{i}]: {net!r} is not a network (CIDR)",
+                source=source,
+            ) from e
     cluster = config.cluster
     if cluster.node_id is not None and not NODE_ID_RE.fullmatch(cluster.node_id):
         raise ConfigError(
@@ -303,6 +352,23 @@ def load_config(path: Path | None) -> HubConfig:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: not valid TOML: {e}", source=str(path)) from e
     return parse_config(raw, source=str(path))
+
+
+def _renamed_keys(raw: object, source: str) -> object:
+    """``raw`` with ``[server] a2a_port`` (the HTTP port's name before it served more than A2A)
+    read as ``http_port``; both given is an error, not a silent choice."""
+    if not isinstance(raw, dict):
+        return raw
+    server = raw.get("server")
+    if not isinstance(server, dict) or "a2a_port" not in server:
+        return raw
+    if "http_port" in server:
+        raise ConfigError(
+            f"{source}: server.a2a_port is the old name of server.http_port: give one",
+            source=source,
+        )
+    renamed = {("http_port" if k == "a2a_port" else k): v for k, v in server.items()}
+    return {**raw, "server": renamed}
 
 
 _MSGSPEC_AT = re.compile(r" - at `\$(?P<path>[^`]*)`$")

@@ -30,7 +30,7 @@ import contextlib
 import hashlib
 import logging
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import msgspec
 
@@ -59,6 +59,9 @@ from hub.core.validation import (
 )
 from hub.log.base import EventStore
 from hub.log.loading import load_state, save_snapshot_if_due
+
+if TYPE_CHECKING:  # OpenTelemetry is loaded only when tracing is on (hub.observe.tracing)
+    from hub.observe.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +134,9 @@ class _BlobIndex:
                 self.refs[a.blob] = self.refs.get(a.blob, 0) + 1
 
 
+_NO_SPAN: Final = contextlib.nullcontext()
+
+
 class Workspaces:
     """Decides, appends and folds every write; tells listeners about committed events.
 
@@ -158,6 +164,9 @@ class Workspaces:
         self._opening: dict[str, asyncio.Future[_Live]] = {}
         self._listeners: list[Listener] = []
         self._snapshot_tasks: set[asyncio.Task[bool]] = set()
+        self.tracing: Tracing | None = None
+        """Where a publish's ``agora.decide``, ``agora.append`` and ``agora.fanout`` spans go
+        (set by the hub when tracing is on): children of the caller's span (``agora.publish``)."""
         self.quarantined: dict[str, str] = {}
         """Workspaces whose recovery failed at start (hub.runtime.recovery), with why: refused
         with ``unavailable`` (``details.quarantined``) while the hub serves every other."""
@@ -371,7 +380,8 @@ class Workspaces:
             while live.needs_resync and (ordered or live.resyncing):
                 await self._resync(live)
             try:
-                decide(live.tentative, prepared, producer)
+                with self._span("agora.decide", workspace):
+                    decide(live.tentative, prepared, producer)
                 if expected_seq is not None and expected_seq != live.tentative.seq:
                     raise Conflict(
                         f"expectedSeq {expected_seq} but the head is {live.tentative.seq}",
@@ -432,9 +442,10 @@ class Workspaces:
         if submitted is not None and not submitted.done():
             submitted.set_result(None)
         try:
-            result = await self.store.append(
-                live.name, drafts, expected_seq=base if ordered else None
-            )
+            with self._span("agora.append", live.name):
+                result = await self.store.append(
+                    live.name, drafts, expected_seq=base if ordered else None
+                )
         except Conflict as e:
             live.needs_resync = True
             if "head" in e.details:
@@ -452,8 +463,16 @@ class Workspaces:
             live.needs_resync = True  # the tentative state did not predict the log
         if result.duplicate:
             return result
-        self._committed(live, result.events)
+        with self._span("agora.fanout", live.name):
+            self._committed(live, result.events)
         return result
+
+    def _span(self, name: str, workspace: str) -> contextlib.AbstractContextManager[object]:
+        """A child span of the current one when tracing is on; else a shared no-op."""
+        tracing = self.tracing
+        if tracing is None or not tracing.enabled:
+            return _NO_SPAN
+        return tracing.span(name, attributes={"agora.workspace": workspace})
 
     def _committed(self, live: _Live, events: tuple[Event, ...]) -> None:
         head = live.committed.seq

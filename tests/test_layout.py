@@ -28,6 +28,8 @@ COVERED_ELSEWHERE: Final[dict[str, str]] = {
     # -- added this round: covered by the tests of their package or door ---------------------
     "hub/server/blob_ops.py": "the blob ops over real hubs (SQLite, PostgreSQL): "
     "tests/hub/client/test_blobs.py",
+    "a2a_adapter/inline.py": "small artifacts inline, forged URL parts not: "
+    "tests/a2a_adapter/test_files.py",
     "a2a_adapter/responses.py": "exact numbers and SSE ids on the wire: "
     "tests/a2a_adapter/test_numbers.py, test_resume.py",
     "backends/cgroups.py": "run cgroups (v1/v2): tests/backends/test_confine.py, test_escape.py",

@@ -16,6 +16,8 @@ What it runs (``language: javascript | typescript``):
   streamed and capped per the policy.
 * An uncaught exception (also an async one in the default export) is ``failed/exit`` with exit
   code 1, its stack on stderr and a diagnostic; a syntax error is ``failed/compileFailed``.
+  A value (or a message on the channel) nested deeper than ``[limits] max_depth`` is
+  ``failed/exit`` with exit code 1 and a ``tooDeep`` diagnostic.
 * ``import { readFile, writeFile, listFiles, deleteFile } from "agora:workspace"`` — the
   workspace through the hub (``workspace="hostFunctions"``), exactly as the python backend's
   host functions: each write is a ``fileWritten`` event caused by the execution, refused on a
@@ -589,6 +591,9 @@ class JavaScriptBackend(BackendLifecycle):
         elif not stopped and report.kind == "compile":
             outcome = ("failed", "compileFailed", 1)
             notes.append(Diagnostic(level="error", code="syntaxError", message=report.message))
+        elif not stopped and report.kind == "refused":
+            outcome = ("failed", "exit", 1)
+            notes.append(Diagnostic(level="error", code="tooDeep", message=report.message))
         elif not stopped and report.kind == "exception":
             outcome = ("failed", "exit", 1)
             notes.append(

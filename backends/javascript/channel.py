@@ -21,8 +21,13 @@ Requests (``{"id": n, "op": ...}``), each answered ``{"id": n, "ok": value}`` or
 * ``readFile``/``writeFile`` (``text`` or ``base64``)/``listFiles``/``deleteFile`` with
   ``path`` — the host functions (:mod:`backends.hostcalls`).
 
-Bounds: a line is at most :data:`MAX_LINE` bytes, at most ``max_connections`` connections and
-``max_host_calls`` host calls per run; a connection that breaks the protocol is closed.
+Bounds: a line is at most :data:`MAX_LINE` bytes and nests at most ``max_depth`` levels
+(``[limits] max_depth``), as does a result's value; at most ``max_connections`` connections
+and ``max_host_calls`` host calls per run; a connection that breaks the protocol is closed.
+A line or a value nested deeper is refused before any decoder sees it (a recursive decode
+would raise ``RecursionError`` and kill the handler, losing the run's report): the run's
+outcome is then ``refused`` (the backend makes it ``failed/exit`` with a ``tooDeep``
+diagnostic), whatever the program reports after.
 """
 
 from __future__ import annotations
@@ -39,10 +44,12 @@ import msgspec
 
 from backends.access import Access, WorkspaceAccess
 from backends.hostcalls import MAX_WRITE_BYTES, HostOp, check_host_path, serve_host_call
+from hub.core.decoding import json_too_deep
 from hub.core.events import SkippedWrite
 from hub.core.execution.errors import InvalidRequest
 from hub.core.execution.policy import normalise_workspace_path
 from hub.core.execution.request import ExecutionRequest
+from hub.core.validation import DEFAULT_LIMITS
 
 __all__ = ["HOST_FUNCTIONS", "MAX_LINE", "MAX_SKIPPED", "Channel", "Report"]
 
@@ -67,7 +74,8 @@ _ERROR_NAMES: Final[tuple[tuple[type[BaseException], str], ...]] = (
 @dataclass
 class Report:
     """What the run reported about itself: its outcome (``kind``: ``result``, ``compile``,
-    ``exception``; ``None`` if it reported nothing) and its value."""
+    ``exception``, ``refused`` — the channel refused a message or value, ``message`` says
+    why; ``None`` if it reported nothing) and its value."""
 
     kind: str | None = None
     value: Any = msgspec.UNSET
@@ -101,6 +109,7 @@ class Channel:
         max_host_calls: int,
         host_call_timeout_s: float,
         max_connections: int = 8,
+        max_depth: int = DEFAULT_LIMITS.max_depth,
     ) -> None:
         self._request: ExecutionRequest | None = None
         self._access: WorkspaceAccess | None = None
@@ -112,6 +121,7 @@ class Channel:
         self._max_host_calls = max_host_calls
         self._timeout_s = host_call_timeout_s
         self._max_connections = max_connections
+        self._max_depth = max_depth
         self._connections = 0
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[Any]] = set()
@@ -155,10 +165,13 @@ class Channel:
                     return  # a line over the limit, or a broken connection: end it
                 if not line:
                     return
+                if json_too_deep(line, self._max_depth):
+                    self._refuse(f"a channel message nests deeper than {self._max_depth} levels")
+                    return
                 try:
                     message = msgspec.json.decode(line)
-                except msgspec.DecodeError:
-                    return
+                except (msgspec.DecodeError, RecursionError, ValueError):
+                    return  # RecursionError: defensive, the depth check above comes first
                 if not isinstance(message, dict) or not isinstance(message.get("id"), int):
                     return
                 reply: dict[str, Any] = {"id": message["id"]}
@@ -166,6 +179,8 @@ class Channel:
                     reply["ok"] = await self._answer(message)
                 except _Refused as e:
                     reply["error"] = {"name": e.name, "message": str(e)}
+                except (RecursionError, ValueError) as e:  # defensive: the handler lives on
+                    reply["error"] = {"name": "RangeError", "message": str(e)[:200]}
                 writer.write(msgspec.json.encode(reply) + b"\n")
                 await writer.drain()
         except (ConnectionError, asyncio.CancelledError):
@@ -202,6 +217,13 @@ class Channel:
             return await self._host_call(op, message)
         raise _Refused("TypeError", f"unknown operation {op!r}")
 
+    def _refuse(self, why: str) -> None:
+        """The run fails with ``why`` (unless it already reported its outcome)."""
+        report = self.report
+        if report.kind is None:
+            report.ended_at = time.monotonic()
+            report.kind, report.name, report.message = "refused", "RangeError", why
+
     def _record(self, op: str, message: dict[str, Any]) -> None:
         report = self.report
         if op == "error":
@@ -213,9 +235,13 @@ class Channel:
         report.kind = "result"
         text = message.get("json")
         if isinstance(text, str):
+            if json_too_deep(text, self._max_depth):
+                report.kind = None
+                self._refuse(f"the value nests deeper than {self._max_depth} levels")
+                return
             try:
                 report.value = msgspec.json.decode(text)
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, RecursionError, ValueError):
                 report.repr = text[:4000]
         elif isinstance(message.get("repr"), str):
             report.repr = message["repr"][:4000]

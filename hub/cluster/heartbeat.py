@@ -123,6 +123,11 @@ class _Sql:
             "AND reaped_at IS NULL"
         )
         self.prune = f"DELETE FROM {n} WHERE reaped_at < now() - make_interval(secs => $1)"
+        # Seconds since each running node's last beat, on the database's clock (the metrics).
+        self.lags = (
+            f"SELECT node_id, extract(epoch FROM now() - last_beat)::float8 AS lag FROM {n} "
+            "WHERE stopped_at IS NULL AND reaped_at IS NULL ORDER BY node_id"
+        )
 
 
 def _info(row: asyncpg.Record) -> NodeInfo:
@@ -175,6 +180,9 @@ class Heartbeat:
         self._conn: asyncpg.Connection[asyncpg.Record] | None = None
         self._lock = asyncio.Lock()  # one statement at a time on the dedicated connection
         self.fenced = False  # another node declared this one dead
+        # Told (node id, seconds since its last beat) of every running node once an interval,
+        # after the reaping (the hub's agora_cluster_heartbeat_lag_seconds); None: not asked.
+        self.on_lags: Callable[[list[tuple[str, float]]], None] | None = None
         self.reaped: list[str] = []  # nodes this one reaped (for tests and logs)
 
     def on_node_dead(self, hook: NodeHook) -> None:
@@ -224,6 +232,12 @@ class Heartbeat:
     async def nodes(self) -> list[NodeInfo]:
         """Every known node, oldest first. Raises :class:`Unavailable`."""
         return [_info(r) for r in await self._fetch(self._sql.nodes, doing="listing nodes")]
+
+    async def lags(self) -> list[tuple[str, float]]:
+        """(node id, seconds since its last beat) of every running node, by the database's
+        clock. Raises ``Unavailable``."""
+        rows = await self._fetch(self._sql.lags, doing="reading heartbeat lags")
+        return [(r["node_id"], float(r["lag"])) for r in rows]
 
     async def dead_nodes(self) -> list[NodeInfo]:
         """Other nodes that are dead (beat older than ``timeout``, or stopped) and not reaped
@@ -358,5 +372,7 @@ class Heartbeat:
                 while await self.reap_one() is not None:
                     pass
                 await self._fetch(self._sql.prune, self.retention, doing="pruning nodes")
+                if self.on_lags is not None:
+                    self.on_lags(await self.lags())
             except Unavailable as e:
                 log.warning("node %s: reaping: %s", self.node_id, e.message)

@@ -48,13 +48,13 @@ def add_config_arg(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> HubConfig:
     """The configuration: ``--config`` (if the command has it) overridden by ``--data``,
-    ``--store``, ``--host``, ``--port`` and ``--a2a-port`` where given. Raises
-    :class:`hub.config.ConfigError`."""
+    ``--store``, ``--host``, ``--port`` and ``--http-port`` (alias ``--a2a-port``) where
+    given. Raises :class:`hub.config.ConfigError`."""
     config = load_config(getattr(args, "config", None))
     return config.with_overrides(
         host=getattr(args, "host", None),
         port=getattr(args, "port", None),
-        a2a_port=getattr(args, "a2a_port", None),
+        http_port=getattr(args, "http_port", None),
         data=getattr(args, "data", None),
         store=getattr(args, "store", None),
     )

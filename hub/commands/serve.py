@@ -17,7 +17,6 @@ import asyncio
 import logging
 import os
 import signal
-import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -27,6 +26,8 @@ from hub.auth import SECRET_ENV, TokenSigner, load_or_create_secret
 from hub.checkpoints import load_or_create_key
 from hub.commands.common import add_config_arg, add_data_args, config_from_args, fail
 from hub.core.errors import AgoraError, ConfigError
+from hub.observe.logs import LOG_FORMATS
+from hub.observe.logs import configure as configure_logging
 
 if TYPE_CHECKING:
     from hub.config import HubConfig
@@ -39,6 +40,10 @@ CLUSTER_ENV: Final = {
 }
 """Environment variables that override ``[cluster]`` keys (docs/operations.md); an empty one
 counts as unset."""
+
+TRACE_EXPORTERS: Final = ("none", "console", "otlp")
+"""``--traces`` (:data:`hub.observe.tracing.EXPORTERS`, not imported: ``agora --help`` does not
+load OpenTelemetry)."""
 
 
 def register(subparsers: Any) -> None:
@@ -58,12 +63,40 @@ def register(subparsers: Any) -> None:
         help="TCP port; 0 picks a free one (default: 8765, or the config's)",
     )
     parser.add_argument(
-        "--a2a-port",
+        "--http-port",
+        "--a2a-port",  # its name before the port served more than A2A
+        dest="http_port",
         type=int,
         default=None,
-        help="A2A listener port; 0 picks a free one (default: 8766, or the config's)",
+        help="the HTTP port (A2A, /healthz, /readyz, /metrics, other HTTP doors); 0 picks a "
+        "free one (default: 8766, or the config's [server] http_port); --a2a-port is an alias",
     )
-    parser.add_argument("--no-a2a", action="store_true", help="do not start the A2A listener")
+    parser.add_argument(
+        "--no-a2a",
+        action="store_true",
+        help="drop the A2A routes from the HTTP port (probes, metrics and other doors stay)",
+    )
+    parser.add_argument("--no-http", action="store_true", help="do not open the HTTP port at all")
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="stderr log lines as text (default) or JSON Lines with workspace, seq, agent, "
+        "execId fields",
+    )
+    parser.add_argument(
+        "--traces",
+        choices=TRACE_EXPORTERS,
+        default="none",
+        help="export OpenTelemetry traces: none (default), console (stderr) or otlp "
+        "(needs agora-hub[otlp]; endpoint from OTEL_EXPORTER_OTLP_ENDPOINT)",
+    )
+    parser.add_argument(
+        "--a2a-grpc-port",
+        type=int,
+        default=None,
+        help="also serve A2A over gRPC on this port; 0 picks a free one (default: [a2a] grpc_port)",
+    )
     parser.add_argument(
         "--max-executions",
         type=int,
@@ -81,11 +114,19 @@ async def serve_command(args: argparse.Namespace) -> int:
     """Run the hub; 0 after a clean shutdown, 2 for bad configuration or a bind failure."""
     # Imported here so that `agora --help` does not pull in websockets and the store drivers.
     from hub.log.factory import open_store
+    from hub.observe.tracing import Tracing, provider_for
     from hub.server.app import Hub
 
-    _configure_logging()
+    configure_logging(args.log_format)
+    try:
+        tracing = Tracing(provider_for(args.traces))
+    except ImportError as e:
+        return fail("serve", str(e))
     try:
         config = with_cluster_env(config_from_args(args), os.environ)
+        if args.a2a_grpc_port is not None:  # the A2A gRPC binding (docs/a2a.md)
+            grpc_a2a = msgspec.structs.replace(config.a2a, grpc_port=args.a2a_grpc_port)
+            config = msgspec.structs.replace(config, a2a=grpc_a2a)
         data_dir = config.storage.data_dir
         secret = load_or_create_secret(data_dir, os.environ)
         # Read once: gone from the environment, so no child (a backend's program, a compiler,
@@ -113,16 +154,23 @@ async def serve_command(args: argparse.Namespace) -> int:
         rust=settings.rust.resolved(os.environ),
     )
     try:
-        hub = Hub(config, store, signer, runtime=runtime, checkpoint_key=checkpoint_key)
+        hub = Hub(
+            config, store, signer, runtime=runtime, checkpoint_key=checkpoint_key, tracing=tracing
+        )
     except AgoraError as e:
         return fail("serve", e)
-    if not args.no_a2a:
-        import a2a_adapter.app  # noqa: F401  (load it now, not on the running loop)
+    if not args.no_http:
+        from hub.http.serve import serve_http  # noqa: F401  (load it now, not on the loop)
+
+        if not args.no_a2a:
+            import a2a_adapter.app  # noqa: F401
 
     def ready(url: str) -> None:
         print(f"agora serving {url} (data {data_dir})", flush=True)
-        if not args.no_a2a:  # the A2A listener, same loop, same Workspaces (docs/a2a.md)
-            hub.spawn(_serve_a2a(hub, signer, config, stop, url), name="agora-a2a")
+        if not args.no_http:  # the HTTP port, same loop, same Workspaces (hub.http)
+            hub.spawn(
+                _serve_http(hub, signer, config, stop, a2a=not args.no_a2a), name="agora-http"
+            )
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -138,6 +186,7 @@ async def serve_command(args: argparse.Namespace) -> int:
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
+        await tracing.aclose()
     logging.getLogger("agora.server").info("stopped")
     return 0
 
@@ -165,50 +214,18 @@ def with_cluster_env(config: HubConfig, env: Mapping[str, str]) -> HubConfig:
     return config.with_overrides(source=source, **values)
 
 
-async def _serve_a2a(
-    hub: Hub, signer: TokenSigner, config: HubConfig, stop: asyncio.Event, hub_url: str
+async def _serve_http(
+    hub: Hub, signer: TokenSigner, config: HubConfig, stop: asyncio.Event, *, a2a: bool
 ) -> None:
-    from a2a_adapter.app import serve_a2a
-    from hub.mcp.http import MCP_PATH, McpHttp
-    from hub.viewer import VIEWER_PATH, create_viewer_app  # viewer mount (integrator: hub/http)
-
-    viewer = create_viewer_app(hub.workspaces, signer, hub.revocations, ws_url=hub_url)
+    from hub.http.serve import serve_http
 
     def ready(url: str) -> None:
-        print(f"agora A2A on {url}", flush=True)
-        print(f"agora viewer on {url}/ui/", file=sys.stderr, flush=True)
+        # The second banner line; with A2A it keeps its old words (scripts read them).
+        print(f"agora {'A2A' if a2a else 'HTTP'} on {url}", flush=True)
 
     try:
-        # -- the MCP door at /mcp of the same port (docs/mcp.md); moves to hub/http/ --
-        async with McpHttp(
-            hub_url,
-            signer,
-            hub.revocations,
-            limits=hub.workspaces.limits,
-            settings=config.mcp,
-            host=config.server.host,
-        ) as mcp_door:
-            await serve_a2a(
-                hub.workspaces,
-                signer,
-                config,
-                stop=stop,
-                on_ready=ready,
-                runtime=hub.runtime,
-                revocations=hub.revocations,
-                mounts={MCP_PATH: mcp_door.app, VIEWER_PATH: viewer},  # viewer: hub/http
-            )
-    except OSError as e:  # the WebSocket hub keeps serving without A2A
-        logging.getLogger("agora.server").error("A2A listener not started: %s", e)
+        await serve_http(hub, signer, config, stop, a2a=a2a, on_ready=ready)
+    except OSError as e:  # the WebSocket hub keeps serving without HTTP
+        logging.getLogger("agora.server").error("HTTP listener not started: %s", e)
     except Exception:  # Hub.spawn: must not raise
-        logging.getLogger("agora.server").exception("A2A listener failed")
-
-
-def _configure_logging() -> None:
-    root = logging.getLogger()
-    if not root.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    logging.getLogger("websockets").setLevel(logging.WARNING)
+        logging.getLogger("agora.server").exception("HTTP listener failed")

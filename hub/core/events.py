@@ -178,6 +178,27 @@ class TokenRevokedPayload(Payload, frozen=True):
     reason: str | None = None
 
 
+class PushAttemptedPayload(Payload, frozen=True):
+    """``pushAttempted``: one attempt of the A2A adapter to deliver a push notification
+    (a2a_adapter/push.py) for task ``taskId`` to the webhook of config ``configId``.
+
+    ``url`` is the webhook without its query or fragment (which may carry secrets); ``seq``
+    the event the notification stands for, ``state`` the task state it reports. ``outcome``:
+    ``delivered`` (2xx), ``retry`` (failed, another attempt follows), ``failed`` (no more
+    attempts), ``refused`` (the URL is no longer allowed, or the config's token ended).
+    ``status``: the HTTP status, if one came back; ``error``: why it failed."""
+
+    task_id: str
+    config_id: str
+    url: str
+    seq: int
+    state: str
+    attempt: int
+    outcome: Literal["delivered", "retry", "failed", "refused"]
+    status: int | None = None
+    error: str | None = None
+
+
 # ---------------------------------------------------------------------------------------------
 # The envelope
 
@@ -209,6 +230,10 @@ class Event(
     topic: str | None = None
     correlation_id: str | None = None
     causation_id: str | None = None
+    # A W3C trace context (``00-<trace id>-<span id>-<flags>``): the trace the action that
+    # wrote this event belongs to (docs/operations.md, "Tracing"). Optional and omitted when
+    # None, so events without one encode, and hash, exactly as before the field existed.
+    traceparent: str | None = None
     prev: str | None = None
     hash: str | None = None
 
@@ -330,6 +355,11 @@ class TokenRevoked(Event, tag="tokenRevoked", frozen=True):
     payload: TokenRevokedPayload
 
 
+class PushAttempted(Event, tag="pushAttempted", frozen=True):
+    kind: ClassVar[str] = "pushAttempted"
+    payload: PushAttemptedPayload
+
+
 AnyEvent = (
     NeedWork
     | WorkClaimed
@@ -353,6 +383,7 @@ AnyEvent = (
     | ExecFinished
     | ExecDisposed
     | TokenRevoked
+    | PushAttempted
 )
 
 EVENT_TYPES: Final[tuple[type[Event], ...]] = (
@@ -378,6 +409,7 @@ EVENT_TYPES: Final[tuple[type[Event], ...]] = (
     ExecFinished,
     ExecDisposed,
     TokenRevoked,
+    PushAttempted,
 )
 KINDS: Final[dict[str, type[Event]]] = {t.kind: t for t in EVENT_TYPES}
 
@@ -404,6 +436,7 @@ HUB_KINDS: Final[frozenset[str]] = frozenset(
         "execFinished",
         "execDisposed",
         "tokenRevoked",
+        "pushAttempted",
     }
 )
 # Kinds a client may only produce through a dedicated op (``exec``, ``kill``), not ``publish``.

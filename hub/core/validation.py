@@ -160,6 +160,22 @@ def file_content(payload_text: str | None, payload_b64: str | None, field: str) 
     return b""
 
 
+TRACEPARENT_RE: Final = re.compile(
+    r"(?!ff)[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}"
+)
+"""A W3C Trace Context ``traceparent`` (version, trace id, parent id, flags; lowercase hex,
+neither id all zeros, version ``ff`` invalid)."""
+
+
+def validate_traceparent(value: str, field: str = "traceparent") -> str:
+    """``value`` if it is a W3C ``traceparent``; else :class:`BadRequest` naming ``field``."""
+    if not TRACEPARENT_RE.fullmatch(value):
+        raise BadRequest(
+            f"{field} is not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)", field=field
+        )
+    return value
+
+
 def validate_draft(event: Event, limits: Limits = DEFAULT_LIMITS) -> Event:
     """Check one draft's fields. Raises :class:`BadRequest` naming the field, or ``TooLarge``."""
     if event.id:
@@ -174,6 +190,8 @@ def validate_draft(event: Event, limits: Limits = DEFAULT_LIMITS) -> Event:
         value = getattr(event, name)
         if value is not None:
             validate_id(value, _camel(name))
+    if event.traceparent is not None:
+        validate_traceparent(event.traceparent)
     match event:
         case FileWritten(payload=p):
             validate_path(p.path, "payload.path")

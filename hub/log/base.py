@@ -25,6 +25,9 @@ from hub.core.events import Event
 from hub.core.merkle import MappingReader, frontier_indexes
 from hub.core.records import AppendResult, Head, Snapshot, VerifyReport
 
+CommitObserver = Callable[[int, float, bool], None]
+"""Told (requests committed, seconds, whether the transaction raised) after each one."""
+
 CHECK_CHUNK: Final = 1024 * 1024
 """Bytes read at a time while a blob's hash is checked."""
 
@@ -202,6 +205,13 @@ class EventStore(abc.ABC):
 
     @abc.abstractmethod
     async def open(self) -> None: ...
+
+    def observe_commits(self, observer: CommitObserver) -> None:
+        """Tell ``observer`` (requests, seconds, failed) after each transaction of the store's
+        group-commit writer (:mod:`hub.log.writer`; the metrics). A store without one: never."""
+        commits = getattr(self, "_commits", None)
+        if commits is not None:
+            commits.observer = observer
 
     @abc.abstractmethod
     async def close(self) -> None: ...

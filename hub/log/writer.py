@@ -46,6 +46,7 @@ from hub.core.events import EVENT_TYPES, Event, encode_event
 from hub.core.merkle import CompactRange
 from hub.core.records import AppendResult
 from hub.core.validation import validate_workspace
+from hub.log.base import CommitObserver
 from hub.log.codec import decode_page
 
 _KINDS_BY_TYPE: Final[dict[type[Event], str]] = {t: t.kind for t in EVENT_TYPES}
@@ -153,6 +154,8 @@ class GroupCommit:
         # own put() lets a newcomer take a freed slot before the putter it woke).
         self._backlog: collections.deque[tuple[Request, asyncio.Future[None]]] = collections.deque()
         self._closing: asyncio.Future[None] | None = None
+        # Told (requests, seconds, failed) after each transaction (EventStore.observe_commits).
+        self.observer: CommitObserver | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -359,7 +362,16 @@ class GroupCommit:
                         break
                     batch.append(item)
                     size += item.size
-                await commit(batch)
+                if self.observer is None:
+                    await commit(batch)
+                    continue
+                began = time.perf_counter()
+                try:
+                    await commit(batch)
+                except Exception:
+                    self.observer(len(batch), time.perf_counter() - began, True)
+                    raise
+                self.observer(len(batch), time.perf_counter() - began, False)
         except BaseException:
             self.accepting = False
             if carry is not None and not carry.future.done():

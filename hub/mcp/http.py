@@ -16,7 +16,14 @@ request of the session with another token is answered 404, as if the session did
 and acts through its own hub connection (:func:`hub.client.connect` with that token), opened by
 the session's first request and closed when the session ends (the client's ``DELETE``, the
 idle timeout ``[mcp] session_idle_s``, or shutdown). At most ``[mcp] max_sessions`` are open
-at once; one more is refused with 503. A request body over ``max_event_bytes`` plus
+at once; one more is refused with 503. One agent (all its tokens together) holds at most
+``[mcp] max_sessions_per_agent``: its ``initialize`` beyond that ends its own oldest session
+(so one token cannot fill every slot, and a client that crashed without ``DELETE`` is not
+locked out for the idle timeout); only when all of the agent's slots are openings still in
+flight is it answered 429. A session whose hub connection failed to open (e.g. the hub's
+per-agent connection limit), or failed for good since, holds no slot: it is discarded before
+the next opening of any session and at its own next request (then 404).
+A request body over ``max_event_bytes`` plus
 :data:`~hub.mcp.server.MESSAGE_RESERVE` is refused with 413 before it is read whole.
 
 ``?workspace=W`` on the endpoint URL sets the session's default workspace (a token naming a
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from types import TracebackType
 from typing import Any, Final, Self
@@ -35,11 +43,12 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.authentication import AuthCredentials
 from starlette.requests import Request
 
 from hub.auth import TokenSigner
-from hub.client import connect
+from hub.client import Session, connect
 from hub.config import McpConfig
 from hub.core.capability import Capability
 from hub.core.errors import BadRequest, Unauthorized
@@ -89,6 +98,13 @@ class McpHttp:
             session_idle_timeout=settings.session_idle_s,
             max_sessions=settings.max_sessions,
         )
+        self.max_sessions_per_agent = settings.max_sessions_per_agent
+        # agent -> its established sessions, oldest first; openings in flight per agent; the
+        # sessions whose hub connection failed to open (discarded after their request).
+        self._agent_sessions: dict[str, OrderedDict[str, None]] = {}
+        self._opening: dict[str, int] = {}
+        self._failed: set[str] = set()
+        self._hub_sessions: dict[str, Session] = {}  # MCP session id -> its hub connection
         self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> Self:
@@ -139,7 +155,82 @@ class McpHttp:
         scope["user"] = AuthenticatedUser(access)
         scope["auth"] = AuthCredentials(list(capability.rights))
         scope[_SCOPE_KEY] = (token, capability)
-        await self.manager.handle_request(scope, receive, send)
+        session_id = _header(scope, b"mcp-session-id")
+        version = _header(scope, b"mcp-protocol-version")
+        if session_id is not None or (
+            version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
+        ):
+            # An existing session's request, or the sessionless 2026 protocol (no slot). A dead
+            # session ends here (then 404), not after the request that found it dead: that
+            # one's answer may still be streaming.
+            if session_id is not None and self._dead(session_id):
+                await self._discard(session_id)
+            await self.manager.handle_request(scope, receive, send)
+            return
+        await self._open_session(capability.agent, scope, receive, send)
+
+    def _dead(self, session_id: str) -> bool:
+        """Whether the session's hub connection failed to open or failed for good since (the
+        hub refused the agent, e.g. its per-agent connection limit): such a session is useless
+        and must not hold a slot."""
+        hub_session = self._hub_sessions.get(session_id)
+        return session_id in self._failed or (hub_session is not None and hub_session.closed)
+
+    def _live(self, agent: str) -> OrderedDict[str, None]:
+        """The agent's sessions still open and alive (ended or dead ones are forgotten here,
+        lazily; a dead one stays in ``_failed`` until it is discarded)."""
+        held = self._agent_sessions.setdefault(agent, OrderedDict())
+        for sid in [s for s in held if s not in self.manager._server_instances or self._dead(s)]:
+            del held[sid]
+        return held
+
+    async def _open_session(self, agent: str, scope: Scope, receive: Receive, send: Send) -> None:
+        """A request without a session id (an ``initialize``): within the agent's cap."""
+        for dead in [sid for sid in self.manager._server_instances if self._dead(sid)]:
+            await self._discard(dead)  # they hold no slot
+        self._failed &= self.manager._server_instances.keys()  # ended otherwise (DELETE, idle)
+        held = self._live(agent)
+        opening = self._opening.get(agent, 0)
+        # No await between the last count and the reservation: concurrent openings see each
+        # other.
+        while held and len(held) + opening >= self.max_sessions_per_agent:
+            oldest, _ = held.popitem(last=False)
+            await self._discard(oldest)
+            held = self._live(agent)
+            opening = self._opening.get(agent, 0)
+        if len(held) + opening >= self.max_sessions_per_agent:
+            await _too_many(send, self.max_sessions_per_agent)
+            return
+        self._opening[agent] = opening + 1
+        created: list[str] = []
+
+        async def watch(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start" and message["status"] < 400:
+                sid = _response_header(message, b"mcp-session-id")
+                if sid is not None:
+                    created.append(sid)
+            await send(message)
+
+        try:
+            await self.manager.handle_request(scope, receive, watch)
+        finally:
+            self._opening[agent] -= 1
+            if not self._opening[agent]:
+                del self._opening[agent]
+            held = self._live(agent)
+            for sid in created:
+                if sid in self.manager._server_instances:
+                    held[sid] = None
+            if not held:
+                del self._agent_sessions[agent]  # no entry per agent ever seen
+
+    async def _discard(self, session_id: str) -> None:
+        """End a session and its hub connection (the SDK's private discard; mcp 2.3, pinned
+        by tests/hub/mcp/test_http.py)."""
+        self._failed.discard(session_id)
+        transport = self.manager._server_instances.get(session_id)
+        if transport is not None:
+            await self.manager._discard_session(session_id, transport)
 
     async def _end_session(self, scope: Scope, token: str) -> None:
         """A session whose own token was revoked ends now, with its hub connection, instead of
@@ -173,7 +264,18 @@ class McpHttp:
                 validate_workspace(workspace)
             except BadRequest as e:
                 raise BadRequest(f"?workspace=: {e.message}", field="workspace") from None
-        async with connect(self.hub_url, token) as session:
+        session_id = request.headers.get("mcp-session-id")
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                session = await stack.enter_async_context(connect(self.hub_url, token))
+            except BaseException:
+                # Not counted: discarded at the next opening or at its own next request.
+                if session_id is not None:
+                    self._failed.add(session_id)
+                raise
+            if session_id is not None:
+                self._hub_sessions[session_id] = session
+                stack.callback(self._hub_sessions.pop, session_id, None)
             yield AgentLink(
                 session,
                 workspace,
@@ -199,6 +301,36 @@ def _header(scope: Scope, wanted: bytes) -> str | None:
         if name.lower() == wanted:
             return value.decode("latin-1")
     return None
+
+
+def _response_header(message: MutableMapping[str, Any], wanted: bytes) -> str | None:
+    headers: list[tuple[bytes, bytes]] = message.get("headers", [])
+    for name, value in headers:
+        if name.lower() == wanted:
+            return value.decode("latin-1")
+    return None
+
+
+async def _too_many(send: Send, cap: int) -> None:
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {"code": -32000, "message": f"this agent is opening {cap} sessions already"},
+        }
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 429,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"retry-after", b"1"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 def _bearer(scope: Scope) -> str | None:

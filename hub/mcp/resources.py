@@ -3,7 +3,9 @@
 
 - ``agora://<workspace>/files/<path>``: a file's current content (``text``, or ``blob`` as
   base64 for binary files); the path is percent-encoded per segment.
-- ``agora://<workspace>/timeline``: the last :data:`TIMELINE_TAIL` events as JSON.
+- ``agora://<workspace>/timeline``: the last :data:`TIMELINE_TAIL` events as JSON, at most
+  about :data:`~hub.mcp.tools.MAX_RESULT_BYTES` of them (the newest; ``truncated`` says older
+  ones of the tail were left out).
 
 A subscription follows its workspace live through the connection's hub session (one follower
 per workspace, shared by every subscribed URI) and sends ``notifications/resources/updated``
@@ -14,6 +16,7 @@ the timeline URI on every event. A connection holds at most :data:`MAX_SUBSCRIPT
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
@@ -25,7 +28,7 @@ import msgspec
 from hub.core.errors import AgoraError, BadRequest, NotFound, TooLarge
 from hub.core.events import Event, FileDeleted, FileMoved, FileWritten
 from hub.core.validation import validate_path, validate_workspace
-from hub.mcp.tools import AgentLink, event_json
+from hub.mcp.tools import MAX_RESULT_BYTES, AgentLink, event_json
 
 __all__ = [
     "FILES_TEMPLATE",
@@ -117,14 +120,30 @@ async def read_resource(link: AgentLink, uri: str) -> dict[str, Any]:
     ws = link.workspace(ref.workspace)
     if ref.path is None:
         head = await ws.head()
-        events: list[dict[str, Any]] = []
+        # The newest events within the byte cap: older ones drop off the front as newer ones
+        # come, so memory stays at the cap plus one event (events reach ~max_event_bytes).
+        events: collections.deque[tuple[int, dict[str, Any]]] = collections.deque()
+        size = 0
+        truncated = False
         if head > 0:
             async with ws.subscribe(max(0, head - TIMELINE_TAIL)) as sub:
                 async for ev in sub:
-                    events.append(event_json(ev))
+                    item = event_json(ev)
+                    events.append((n := len(msgspec.json.encode(item)), item))
+                    size += n
+                    while size > MAX_RESULT_BYTES and len(events) > 1:
+                        size -= events.popleft()[0]
+                        truncated = True
                     if ev.seq >= head:
                         break
-        text = msgspec.json.encode({"workspace": ws.name, "head": head, "events": events})
+        text = msgspec.json.encode(
+            {
+                "workspace": ws.name,
+                "head": head,
+                "events": [item for _, item in events],
+                "truncated": truncated,
+            }
+        )
         return {"uri": uri, "mimeType": "application/json", "text": text.decode()}
     state = await ws.state(contents=True, paths=[ref.path])
     entry = state.files.get(ref.path)

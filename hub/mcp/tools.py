@@ -58,8 +58,8 @@ DEFAULT_WAIT_MS: Final = 10_000
 MAX_TIMELINE_EVENTS: Final = 1000
 """The most events one ``timeline`` call returns (``limit`` is clamped to this)."""
 MAX_SCAN_EVENTS: Final = 10_000
-"""The most events one ``timeline`` call reads while filtering; the caller pages on with
-``nextAfterSeq``."""
+"""The most events one ``timeline`` or ``wait_for_event`` call reads while filtering; the
+caller pages on with ``nextAfterSeq``."""
 MAX_RESULT_BYTES: Final = 1024 * 1024
 """A ``timeline`` result stops growing past about this many bytes of events."""
 
@@ -394,11 +394,22 @@ async def wait_for_event(link: AgentLink, a: WaitForEvent) -> dict[str, Any]:
     ws = link.workspace(a.workspace)
     kinds = frozenset(a.kinds) if a.kinds is not None else None
     timeout = min(a.timeout_ms, MAX_WAIT_MS) / 1000
+    scanned = 0
     try:
         async with asyncio.timeout(timeout), ws.subscribe(a.after_seq) as sub:
             async for ev in sub:
                 if _matches(ev, kinds, a.correlation_id):
                     return {"workspace": ws.name, "timedOut": False, "event": event_json(ev)}
+                scanned += 1
+                if scanned >= MAX_SCAN_EVENTS:
+                    # As timeline: a bounded scan (afterSeq 0 on a long log would replay it
+                    # all); the caller continues from the cursor reached.
+                    return {
+                        "workspace": ws.name,
+                        "timedOut": False,
+                        "more": True,
+                        "nextAfterSeq": ev.seq,
+                    }
     except TimeoutError:
         pass
     return {"workspace": ws.name, "timedOut": True}
@@ -572,7 +583,9 @@ TOOLS: Final[dict[str, ToolSpec]] = {
         ToolSpec("list_open_work", "The work items not completed or cancelled.", ListOpenWork,
                  list_open_work, read_only=True),
         ToolSpec("wait_for_event", f"Wait (at most {MAX_WAIT_MS} ms) for the next event "
-                 "matching kinds/correlationId after afterSeq.", WaitForEvent, wait_for_event,
+                 "matching kinds/correlationId after afterSeq; after scanning "
+                 f"{MAX_SCAN_EVENTS} other events it answers more: true with nextAfterSeq "
+                 "(call again from there).", WaitForEvent, wait_for_event,
                  read_only=True),
         ToolSpec("workspace_state", "The workspace state (files, work items, executions, "
                  "artifacts, members), now or at a seq.", WorkspaceStateArgs, workspace_state,

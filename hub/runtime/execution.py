@@ -86,11 +86,13 @@ class Execution:
         "exec_id",
         "instance",
         "killer",
+        "last_seq",
         "request",
         "request_event_id",
         "shutdown",
         "status",
         "stop",
+        "traceparent",
         "workspace",
         "workspaces",
     )
@@ -122,6 +124,10 @@ class Execution:
         self.done = asyncio.Event()
         """Set once ``execFinished`` is in the log (or could not be written)."""
         self.status = "requested"
+        self.traceparent: str | None = None
+        self.last_seq = 0
+        """The seq of the last event the run wrote (0: none yet)."""
+        """The W3C trace context the run's events keep (the exec frame's, then its span's)."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -129,7 +135,25 @@ class Execution:
 
     async def publish(self, drafts: list[Event]) -> None:
         """Append ``drafts``, produced (like every event of a run) by the agent that asked."""
-        await self.workspaces.publish(self.workspace, drafts, producer=self.agent, trusted=True)
+        if self.traceparent is not None:
+            tp = self.traceparent
+            drafts = [
+                d if d.traceparent else msgspec.structs.replace(d, traceparent=tp) for d in drafts
+            ]
+        result = await self.workspaces.publish(
+            self.workspace, drafts, producer=self.agent, trusted=True
+        )
+        if result.events:
+            self.last_seq = result.events[-1].seq
+
+
+def _fields(execution: Execution) -> dict[str, str]:
+    """The context fields of a log line about ``execution`` (hub.observe.logs)."""
+    return {
+        "workspace": execution.workspace,
+        "execId": execution.exec_id,
+        "agent": execution.agent,
+    }
 
 
 async def supervise(execution: Execution, settings: RuntimeSettings, node: str) -> None:
@@ -211,7 +235,12 @@ async def supervise(execution: Execution, settings: RuntimeSettings, node: str) 
     except asyncio.CancelledError:
         raise
     except Exception as e:
-        log.exception("execution %s in %s failed", execution.exec_id, execution.workspace)
+        log.exception(
+            "execution %s in %s failed",
+            execution.exec_id,
+            execution.workspace,
+            extra=_fields(execution),
+        )
         with contextlib.suppress(Exception):
             await _record(execution, failed(execution.exec_id, "error", f"internal error: {e!r}"))
     finally:
@@ -386,6 +415,14 @@ async def _record(
         final = ExecFinished(causation_id=execution.request_event_id or None, payload=finished)
         await execution.publish([final])
     execution.status = finished.status
+    log.info(
+        "exec %s in %s %s (%s)",
+        execution.exec_id,
+        execution.workspace,
+        finished.status,
+        execution.instance.id,
+        extra={**_fields(execution), "seq": execution.last_seq},
+    )
 
 
 async def _write_files(

@@ -35,8 +35,10 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
 
 from backends.base import Admission, validate_request
 from hub.core.capability import Capability
@@ -53,7 +55,7 @@ from hub.core.events import (
 )
 from hub.core.execution.errors import BackendUnavailable
 from hub.core.execution.settings import RuntimeSettings
-from hub.core.validation import validate_workspace
+from hub.core.validation import validate_traceparent, validate_workspace
 from hub.core.wire.frames import Exec, RuntimeResult
 from hub.runtime.artifacts import artifact_globs
 from hub.runtime.execution import Execution, supervise
@@ -65,6 +67,9 @@ from hub.runtime.registry import BackendRegistry
 from hub.runtime.request import execution_request, requested_payload
 from hub.runtime.results import TextDecoders, encoding_of, runtime_result
 from hub.workspaces import Workspaces
+
+if TYPE_CHECKING:
+    from hub.observe.tracing import Tracing
 
 __all__ = ["ExecStream", "Runtime", "default_node"]
 
@@ -132,6 +137,10 @@ class Runtime:
         self._live: dict[tuple[str, str], Execution] = {}
         self._tg: asyncio.TaskGroup | None = None
         self._closing = False
+        self.on_finished: Callable[[str, str, float], None] | None = None
+        """Told (backend id, final status, seconds) as each execution ends (the metrics)."""
+        self.tracing: Tracing | None = None
+        """Where the ``agora.exec`` spans go (the hub sets its own; default: nowhere)."""
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -267,6 +276,8 @@ class Runtime:
             capability.agent,
             globs,
         )
+        if request.traceparent is not None:
+            execution.traceparent = validate_traceparent(request.traceparent, "$.traceparent")
         self._live[key] = execution
         # The task starts now and pushes the workspace while execRequested commits; it runs
         # the program only once the request is in the log (``accepted``: its event id, or ""
@@ -283,7 +294,9 @@ class Runtime:
                     workspace, module.blob, len(prepared.module_bytes), capability.agent
                 )
             draft = ExecRequested(
-                id=str(uuid.uuid4()), payload=requested_payload(prepared, instance.id, module)
+                id=str(uuid.uuid4()),
+                payload=requested_payload(prepared, instance.id, module),
+                traceparent=execution.traceparent,
             )
             written = await self.workspaces.publish(
                 workspace, [draft], producer=capability.agent, trusted=True
@@ -295,13 +308,34 @@ class Runtime:
         execution.accepted.set_result(written.events[0].id)
         return exec_id
 
+    async def _traced(self, execution: Execution, tracing: Tracing) -> None:
+        """:func:`supervise` as the span ``agora.exec``, the child of the exec frame's
+        ``traceparent``; the run's events (started, output, files, finished) keep the span's."""
+        attributes: dict[str, str | int] = {
+            "agora.workspace": execution.workspace,
+            "agora.exec_id": execution.exec_id,
+            "agora.backend": execution.instance.id,
+            "agora.agent": execution.agent,
+        }
+        with tracing.span("agora.exec", execution.traceparent, attributes=attributes) as span:
+            execution.traceparent = tracing.traceparent(span) or execution.traceparent
+            await supervise(execution, self.settings, self.node)
+            if span is not None:
+                span.set_attribute("agora.status", execution.status)
+
     async def _task(self, execution: Execution, admission: Admission) -> None:
         """One execution's task: its lifecycle, then retention for its workspace. The
         backend's slot is released if the run never took it (the request was not written, or
         the run ended before ``execute``)."""
+        began = time.monotonic()
         try:
-            await supervise(execution, self.settings, self.node)
+            if self.tracing is None or not self.tracing.enabled:
+                await supervise(execution, self.settings, self.node)
+            else:
+                await self._traced(execution, self.tracing)
         finally:
+            if self.on_finished is not None:
+                self.on_finished(execution.instance.id, execution.status, time.monotonic() - began)
             admission.release()
             with contextlib.suppress(Exception):
                 await self._closed_in_index(execution)

@@ -49,6 +49,8 @@ from hub.core.events import Event
 from hub.core.wire.frames import SUBPROTOCOL
 from hub.core.wire.session import SERVER_NAME
 from hub.log.base import EventStore
+from hub.observe.metrics import HubMetrics
+from hub.observe.tracing import Tracing
 from hub.revocations import Revocations
 from hub.runtime import BackendRegistry, Runtime, RuntimeSettings
 from hub.runtime.recovery_index import RecoveryIndex
@@ -98,7 +100,8 @@ class Hub:
     ``[cluster]`` the node's id and timing when ``store`` is shared (no ``node_id``: a
     generated one). ``clock`` (epoch seconds) checks token expiry on every frame;
     ``monotonic`` drives the publish rate limits. ``runtime``: the execution runtime's
-    settings (its backend instances come from ``config.backends``). Use :meth:`run`. Raises
+    settings (its backend instances come from ``config.backends``). ``tracing``: where spans
+    go (default: nowhere). Use :meth:`run`. Raises
     :class:`hub.config.ConfigError` for invalid backend instances.
     """
 
@@ -112,8 +115,11 @@ class Hub:
         monotonic: Callable[[], float] = time.monotonic,
         runtime: RuntimeSettings | None = None,
         checkpoint_key: NoteSigner | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.config = config
+        # Traces (hub.observe.tracing): off (a no-op per span) unless a provider is given.
+        self.tracing = tracing or Tracing()
         self.store = store
         self.signer = signer
         self.clock = clock
@@ -128,6 +134,12 @@ class Hub:
             keep_open=self.fanout.subscribers,
         )
         self.workspaces.add_listener(self.fanout)
+        # Metrics (GET /metrics, hub.observe.metrics): per batch and per transaction, never
+        # per event; the gauges are read at scrape time.
+        self.metrics = HubMetrics()
+        self.workspaces.add_listener(self.metrics.committed)
+        store.observe_commits(self.metrics.commit)
+        self.connections: set[Connection] = set()
         # Signed checkpoints (docs/audit.md): heard of at every commit, produced in the hub's
         # TaskGroup. Without a key (in-process tests) the hub signs with one of its own, gone
         # at exit; `agora serve` passes the data directory's checkpoint.key.
@@ -160,27 +172,45 @@ class Hub:
         self.runtime = Runtime(
             self.workspaces, registry, settings, node=self.node_id, index=self.recovery_index
         )
+        self.runtime.on_finished = self.metrics.execution_finished
+        self.runtime.tracing = self.tracing
+        self.workspaces.tracing = self.tracing
+        self.metrics.bind_gauges(
+            connections=lambda: self.admission.open,
+            subscriptions=lambda: sum(len(c.subscriptions) for c in self.connections),
+            fanout_queued=lambda: sum(len(c.queue) for c in self.connections),
+            executions_running=lambda: self.runtime.running,
+        )
         self.url: str | None = None
         self.stopping = False
+        # Readiness (GET /readyz on the HTTP port, hub.http): the store open and recovery done.
+        self.store_open = False
+        self.recovered = False
 
     async def run(self, stop: asyncio.Event, on_ready: Callable[[str], None] | None = None) -> None:
         """Open the store, serve until ``stop`` is set, then shut down in order (see the module
         docstring). ``on_ready`` gets the URL once the socket listens. Raises ``OSError`` when
         the address cannot be bound, and what the store's ``open`` raises."""
         async with self.store:
+            self.store_open = True
             if self.store.shared:
                 from hub.cluster.node import ClusterNode  # loads the PostgreSQL driver
 
                 self.cluster = ClusterNode(
                     self.store, self.workspaces, self.node_id, self.config.cluster
                 )
+                if self.cluster.heartbeat is not None:
+                    self.cluster.heartbeat.on_lags = self.metrics.heartbeats
                 await self.cluster.start()
             try:
                 await self.revocations.load()  # before the first connection is accepted
+                began = time.monotonic()
                 if not self.store.shared:  # shared: the cluster closes dead nodes' executions
                     await self.recovery_index.open()
                     await self.runtime.recover()
                     await self.presence.recover()
+                self.metrics.recovery_seconds.set(time.monotonic() - began)
+                self.recovered = True
                 async with asyncio.TaskGroup() as tg:
                     self.tasks.attach(tg)
                     tg.create_task(self.revocations.run(stop), name="agora-revocations")
@@ -196,8 +226,19 @@ class Hub:
                     raise group.exceptions[0] from group
                 raise
             finally:
+                self.store_open = False
                 self.tasks.detach()
                 await self.workspaces.aclose()
+
+    def readiness(self) -> dict[str, bool]:
+        """The readiness checks (``GET /readyz``): the store is open, the previous run's
+        executions and presence are recovered (on a shared store: the cluster node started),
+        and the hub is serving, not shutting down."""
+        return {
+            "store": self.store_open,
+            "recovered": self.recovered,
+            "serving": self.url is not None and not self.stopping,
+        }
 
     async def _serve(self, stop: asyncio.Event, on_ready: Callable[[str], None] | None) -> None:
         host, port = self.config.server.host, self.config.server.port
@@ -236,7 +277,10 @@ class Hub:
 
     async def _handle(self, ws: ServerConnection) -> None:
         self.admission.connected()
+        connection = Connection(self, ws)
+        self.connections.add(connection)
         try:
-            await Connection(self, ws).run()
+            await connection.run()
         finally:
+            self.connections.discard(connection)
             self.admission.disconnected()

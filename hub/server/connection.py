@@ -49,6 +49,7 @@ from hub.core.errors import (
 )
 from hub.core.events import encode_event
 from hub.core.projections.workspace import WorkspaceState
+from hub.core.records import AppendResult
 from hub.core.wire.session import (
     Action,
     BlobRequest,
@@ -119,6 +120,7 @@ class Connection:
             clock=hub.clock,
             monotonic=hub.monotonic,
             default_backend=hub.runtime.default_backend,
+            on_error=hub.metrics.request_failed,
         )
         limits = hub.config.limits
         self.queue: SendQueue[Outgoing | Close] = SendQueue(
@@ -229,6 +231,7 @@ class Connection:
         if code is not None:
             await self.ws.close(code, reason)
         sent, by = _close_code(self.ws)
+        self.hub.metrics.closed(sent, by)
         log.info(
             "close agent=%s peer=%s code=%s by=%s%s",
             self._agent,
@@ -236,6 +239,7 @@ class Connection:
             sent,
             by,
             f" reason={reason}" if reason else "",
+            extra={"agent": self.session.agent, "peer": self.peer, "code": sent},
         )
 
     @property
@@ -255,9 +259,14 @@ class Connection:
                 return
             if not self._announced and self.session.agent is not None:
                 self._announced = True
-                if not await self._admit(self.session.agent):
+                if not await self._traced_admit(self.session.agent):
                     return
-                log.info("open agent=%s peer=%s", self.session.agent, self.peer)
+                log.info(
+                    "open agent=%s peer=%s",
+                    self.session.agent,
+                    self.peer,
+                    extra={"agent": self.session.agent, "peer": self.peer},
+                )
                 self._spawn(self._end_with_token(), "token")
             if self._announced:
                 data = await self.ws.recv()  # ConnectionClosed ends it (see _guard)
@@ -279,6 +288,21 @@ class Connection:
                 actions = self.session.receive(data)
             else:
                 actions = self.session.receive_binary(data)
+
+    async def _traced_admit(self, agent: str) -> bool:
+        """:meth:`_admit`, as the span ``agora.hello`` (the child of the hello's
+        ``traceparent``) when tracing is on."""
+        tracing = self.hub.tracing
+        if not tracing.enabled:
+            return await self._admit(agent)
+        attributes = {"agora.agent": agent, "agora.peer": self.peer}
+        with tracing.span(
+            "agora.hello", self.session.hello_traceparent, attributes=attributes
+        ) as span:
+            admitted = await self._admit(agent)
+            if span is not None:
+                span.set_attribute("agora.admitted", admitted)
+            return admitted
 
     async def _admit(self, agent: str) -> bool:
         """Count the connection under ``agent``; over ``[limits] max_connections_per_agent``
@@ -403,6 +427,37 @@ class Connection:
         try:
             if after is not None and not after.done():
                 await after  # only ever gets a result (see Workspaces.publish)
+            tracing = self.hub.tracing
+            if not tracing.enabled:
+                result = await self.hub.workspaces.publish(
+                    request.workspace,
+                    request.events,
+                    producer=request.agent,
+                    expected_seq=request.expected_seq,
+                    submitted=submitted,
+                )
+            else:
+                result = await self._traced_publish(request, submitted)
+            actions = self.session.completed(request, result)
+        except Exception as e:
+            actions = self._failed(request, e)
+        finally:
+            self._published(request, submitted, actions)
+
+    async def _traced_publish(
+        self, request: PublishRequest, submitted: asyncio.Future[None]
+    ) -> AppendResult:
+        """The publish as a span ``agora.publish`` (validate, decide, append, fan-out), the
+        child of the first draft's ``traceparent``. The drafts are not stamped with the span:
+        a retried publish must stay byte-identical to be recognised as a duplicate."""
+        tracing = self.hub.tracing
+        parent = next((e.traceparent for e in request.events if e.traceparent), None)
+        attributes: dict[str, str | int] = {
+            "agora.workspace": request.workspace,
+            "agora.agent": request.agent,
+            "agora.events": len(request.events),
+        }
+        with tracing.span("agora.publish", parent, attributes=attributes) as span:
             result = await self.hub.workspaces.publish(
                 request.workspace,
                 request.events,
@@ -410,11 +465,11 @@ class Connection:
                 expected_seq=request.expected_seq,
                 submitted=submitted,
             )
-            actions = self.session.completed(request, result)
-        except Exception as e:
-            actions = self._failed(request, e)
-        finally:
-            self._published(request, submitted, actions)
+            if span is not None and result.events:
+                span.set_attribute("agora.seq", result.events[-1].seq)
+                subscribers = self.hub.fanout.subscribers(request.workspace)
+                span.set_attribute("agora.subscribers", subscribers)
+            return result
 
     def _published(
         self, request: PublishRequest, submitted: asyncio.Future[None], actions: list[Action]

@@ -12,7 +12,10 @@ paths; until the one HTTP port lands the mount is a few lines in ``a2a_adapter/a
   workspace (``ok, checked, head, error?``), as ``agora verify`` runs it;
 - ``GET /ui/api/w/{workspace}/export[?tail=N]`` (bearer, ``read``): the stored envelopes as JSON
   Lines, byte for byte what ``agora export`` writes (up to the head when the request came;
-  with ``tail``, only the last N: the page's catch-up is bounded);
+  with ``tail``, only the last N: the page's catch-up is bounded). An agent runs at most
+  ``[viewer] exports_per_agent`` at once (one more: 429); each response is cut (the body left
+  incomplete) after ``[viewer] export_deadline_s``; the store is read a page at a time, each
+  page under a permit of :data:`MAX_HEAVY`, never held while the client drains;
 - ``GET /ui/assets/…``: the hashed bundle files (immutable);
 - every other ``GET /ui/…``: ``index.html``, so a deep link (``/ui/w/demo?seq=123``) opens the
   page that then routes on its own.
@@ -30,6 +33,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Final
 
+import anyio
 import msgspec
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -43,12 +47,14 @@ from starlette.responses import (
 )
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import Receive, Scope, Send
 
 from hub import __version__
 from hub.auth import TokenSigner
+from hub.config import ViewerConfig
 from hub.core.capability import Capability
 from hub.core.chain import GENESIS, verify_chain
-from hub.core.errors import AgoraError, BadRequest, Unauthorized
+from hub.core.errors import AgoraError, BadRequest, RateLimited, Unauthorized
 from hub.core.records import VerifyReport
 from hub.core.validation import validate_workspace
 from hub.log.base import EventStore
@@ -66,8 +72,10 @@ VERIFY_PAGE: Final = 1000
 """Events hashed per step of a verification, in a worker thread (the loop never waits)."""
 
 MAX_HEAVY: Final = 4
-"""Exports and verifications (each reads a whole log) running at once; more wait their turn,
-so read tokens cannot make the hub read every log at once."""
+"""Store reads of exports (one page each) and verifications (each reads a whole log) running
+at once; more wait their turn, so read tokens cannot make the hub read every log at once. An
+export holds a permit only while it reads a page, never while its client drains one: slow
+readers cannot lock everyone out."""
 
 CSP: Final = (
     "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; "
@@ -96,9 +104,11 @@ def create_viewer_app(
     *,
     ws_url: str,
     static_dir: Path = STATIC_DIR,
+    settings: ViewerConfig | None = None,
 ) -> Starlette:
     """The viewer's ASGI app (routes in the module doc). ``ws_url``: the ``agora.v1`` URL the
     page connects to by default; ``static_dir``: the built assets."""
+    settings = settings or ViewerConfig()
     verify: Callable[[str], Capability] = revocations.verifier(signer.verify)
     store = workspaces.store
 
@@ -148,28 +158,39 @@ def create_viewer_app(
             body["error"] = msgspec.to_builtins(report.error)
         return JSONResponse(body)
 
+    exporting: dict[str, int] = {}  # agent -> its exports running now
+
     async def export(request: Request) -> Response:
-        _, workspace = readable(request)
+        cap, workspace = readable(request)
         tail = _tail(request.query_params.get("tail"))
         head = await workspaces.head(workspace)
-
-        async def lines() -> AsyncIterator[bytes]:
-            after = 0 if tail is None else max(0, head - tail)
-            async with heavy:
-                async for chunk in pages(after):
-                    yield chunk
+        agent = cap.agent
+        if exporting.get(agent, 0) >= settings.exports_per_agent:
+            raise RateLimited(
+                f"at most {settings.exports_per_agent} exports of one agent at once",
+                limit=settings.exports_per_agent,
+            )
 
         async def pages(after: int) -> AsyncIterator[bytes]:
             while after < head:
-                page = await store.read_raw(workspace, after_seq=after, limit=EXPORT_PAGE)
+                async with heavy:  # only the store read: not while the client drains the page
+                    page = await store.read_raw(workspace, after_seq=after, limit=EXPORT_PAGE)
                 page = [(seq, raw) for seq, raw in page if seq <= head]
                 if not page:
                     return
                 yield b"".join(raw + b"\n" for _, raw in page)
                 after = page[-1][0]
 
-        return StreamingResponse(
-            lines(),
+        def release() -> None:
+            exporting[agent] -= 1
+            if not exporting[agent]:
+                del exporting[agent]
+
+        exporting[agent] = exporting.get(agent, 0) + 1
+        return _Bounded(
+            pages(0 if tail is None else max(0, head - tail)),
+            deadline_s=settings.export_deadline_s,
+            release=release,
             media_type="application/x-ndjson",
             headers={"Content-Disposition": f'attachment; filename="{workspace}.jsonl"'},
         )
@@ -202,7 +223,7 @@ def create_viewer_app(
                     {"code": e.code, "message": e.message, "details": e.details}, status_code=400
                 )
             except AgoraError as e:
-                status = 403 if e.code == "forbidden" else 503 if e.code == "unavailable" else 500
+                status = _STATUS.get(e.code, 500)
                 return JSONResponse(
                     {"code": e.code, "message": e.message, "details": e.details},
                     status_code=status,
@@ -225,6 +246,35 @@ def create_viewer_app(
         Route(PREFIX + "/{rest:path}", index),
     ]
     return Starlette(routes=routes)
+
+
+_STATUS: Final = {"forbidden": 403, "rateLimited": 429, "unavailable": 503}
+
+
+class _Bounded(StreamingResponse):
+    """A streamed response with a deadline for the whole of it (the client's reading
+    included): past it the body is cut off unfinished (no final chunk: the client sees a
+    failed download, never a short file that looks whole). ``release`` runs once it ends."""
+
+    def __init__(
+        self,
+        content: AsyncIterator[bytes],
+        *,
+        deadline_s: float,
+        release: Callable[[], None],
+        media_type: str,
+        headers: dict[str, str],
+    ) -> None:
+        super().__init__(content, media_type=media_type, headers=headers)
+        self.deadline_s = deadline_s
+        self.release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            with anyio.move_on_after(self.deadline_s):
+                await super().__call__(scope, receive, send)
+        finally:
+            self.release()
 
 
 async def _verify(store: EventStore, workspace: str) -> VerifyReport:

@@ -1,14 +1,15 @@
 """A system under test for the official A2A conformance kit (a2aproject/a2a-tck, 1.0-dev).
 
-    python -m tests.a2a_adapter.tck_sut --port 9999     # then, in the TCK's checkout:
-    ./run_tck.py --sut-host http://127.0.0.1:9999 --transport jsonrpc,http_json
+    python -m tests.a2a_adapter.tck_sut --port 9999 --grpc-port 9998  # then, in the TCK:
+    ./run_tck.py --sut-host http://127.0.0.1:9999 --transport jsonrpc,http_json,grpc
 
 Not a test: the kit is not vendored (fetch it yourself). The hub alone is no agent — its tasks
 wait for workspace members — so this runs the A2A listener over a temporary SQLite log with a
 member that plays the kit's scenarios (``scenarios/*.feature``: what to do for each messageId
 prefix) through Workspaces, the way any WebSocket agent would. The kit sends no credentials
 (and picks its own contextIds), so a wrapper adds a token for every workspace to requests that
-carry none.
+carry none (HTTP), and the gRPC binding's token lookup is wrapped to the same end (gRPC). Push
+webhooks on loopback are allowed (the kit's receiver runs there).
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from a2a_adapter import grpc_binding
 from a2a_adapter.app import A2AService
 from examples.a2a_member import scenario
 from hub.auth import TokenSigner
-from hub.config import HubConfig
+from hub.config import A2AConfig, HubConfig, PushSettings
 from hub.core.events import (
     Event,
     FeedbackProvided,
@@ -97,14 +99,20 @@ class _WithToken:
         await self.app(scope, receive, send)
 
 
-async def main(port: int) -> None:
+async def main(port: int, grpc_port: int | None) -> None:
     with tempfile.TemporaryDirectory(prefix="tck-sut-") as tmp:
         store = SqliteEventStore(Path(tmp) / "agora.db", blobs_dir=Path(tmp) / "blobs")
         async with store:
             workspaces = Workspaces(store)
             signer = TokenSigner(SECRET)
             token = signer.issue("tck", ["*"], ["read", "write"], ttl_seconds=86400)
-            service = A2AService(workspaces, signer, HubConfig(), host="127.0.0.1", port=port)
+            config = HubConfig(
+                a2a=A2AConfig(push=PushSettings(allow_loopback=True), grpc_port=grpc_port)
+            )
+            service = A2AService(workspaces, signer, config, host="127.0.0.1", port=port)
+            given = grpc_binding.bearer_of
+            # This harness only: a gRPC call without a token gets the kit's token.
+            grpc_binding.bearer_of = lambda metadata: given(metadata) or token
             async with service:
                 assert service._server is not None
                 service._server.config.app = _WithToken(service._server.config.app, token)
@@ -118,5 +126,7 @@ async def main(port: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=9999)
+    parser.add_argument("--grpc-port", type=int, default=None, help="also serve gRPC there")
+    args = parser.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(main(parser.parse_args().port))
+        asyncio.run(main(args.port, args.grpc_port))

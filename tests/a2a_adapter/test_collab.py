@@ -35,7 +35,7 @@ S = TaskState
 
 @pytest.fixture
 async def hub_and_a2a(tmp_path: Path, signer: TokenSigner) -> AsyncIterator[tuple[str, A2AService]]:
-    config = HubConfig(server=ServerConfig(host="127.0.0.1", port=0, a2a_port=0))
+    config = HubConfig(server=ServerConfig(host="127.0.0.1", port=0, http_port=0))
     store = SqliteEventStore(tmp_path / "agora.db", blobs_dir=tmp_path / "blobs")
     hub = Hub(config, store, signer)
     stop = asyncio.Event()

@@ -19,7 +19,7 @@ from a2a.types.a2a_pb2 import (
 )
 
 from a2a_adapter.app import A2AService
-from hub.core.events import ArtifactPayload, ArtifactPublished
+from hub.core.events import ArtifactPayload, ArtifactPublished, Event
 from hub.workspaces import Workspaces
 from tests.a2a_adapter.peers import WORKSPACE, TokenFactory, open_client
 
@@ -109,3 +109,61 @@ async def test_a_url_part_naming_another_workspaces_blob_opens_nothing(
         auth = {"Authorization": f"Bearer {token('peer')}"}
         got = await http.get(f"/blobs/{WORKSPACE}/{sha}", headers=auth)
         assert got.status_code == 404
+
+
+async def test_a_small_artifact_goes_out_inline(
+    service: A2AService, workspaces: Workspaces, token: TokenFactory
+) -> None:
+    """At most INLINE_MAX_BYTES: the file part carries the bytes (no second request); one
+    byte more: the URL. A URL part an agent wrote into a work product by hand, naming a blob
+    its workspace does not reference, is never inlined (it would leak another's content)."""
+    from a2a.types.a2a_pb2 import Artifact
+    from google.protobuf import json_format
+
+    from a2a_adapter.inline import INLINE_MAX_BYTES
+    from hub.core.events import WorkPublished
+
+    secret = await workspaces.store.blobs.put(b"another workspace's secret")
+    async with open_client(service.url, token("peer"), streaming=False) as peer:
+        message = Message(
+            message_id=str(uuid.uuid4()), role=Role.ROLE_USER, context_id=WORKSPACE,
+            parts=[Part(text="make two files")],
+        )  # fmt: skip
+        request = SendMessageRequest(
+            message=message, configuration=SendMessageConfiguration(return_immediately=True)
+        )
+        replies = [r async for r in peer.send_message(request)]
+        task_id = replies[0].task.id
+        small, large = os.urandom(INLINE_MAX_BYTES), os.urandom(INLINE_MAX_BYTES + 1)
+        drafts: list[Event] = []
+        for key, data in (("small.bin", small), ("large.bin", large)):
+            blob = await workspaces.store.blobs.put(data)
+            await workspaces.store.blobs.grant(WORKSPACE, blob, len(data), "worker")
+            drafts.append(
+                ArtifactPublished(
+                    correlation_id=task_id,
+                    payload=ArtifactPayload(key=key, media_type="application/x-bin", blob=blob),
+                )
+            )
+        forged = Artifact(
+            artifact_id="forged",
+            name="forged",
+            parts=[Part(url=f"/blobs/{WORKSPACE}/{secret}", filename="x")],
+        )
+        drafts.append(
+            WorkPublished(correlation_id=task_id, payload=json_format.MessageToDict(forged))
+        )
+        await workspaces.publish(WORKSPACE, drafts, producer="worker")
+        task = await peer.get_task(GetTaskRequest(id=task_id))
+
+    def content(name: str) -> Part:
+        (artifact,) = [a for a in task.artifacts if a.name == name]
+        (part,) = [p for p in artifact.parts if p.WhichOneof("content") in ("raw", "url")]
+        return part
+
+    assert content("small.bin").WhichOneof("content") == "raw"
+    assert content("small.bin").raw == small
+    assert content("small.bin").filename == "small.bin"
+    assert content("large.bin").WhichOneof("content") == "url"
+    forged_part = content("forged")
+    assert forged_part.WhichOneof("content") == "url", "a blob of no reference was inlined"

@@ -25,7 +25,7 @@ FULL = """
 [server]
 host = "0.0.0.0"
 port = 9000
-a2a_port = 9001
+http_port = 9001
 
 [limits]
 max_frame_bytes = 2097152
@@ -71,7 +71,7 @@ def test_defaults() -> None:
     config = load_config(None)
     assert config == HubConfig()
     assert config.server.host == "127.0.0.1"
-    assert (config.server.port, config.server.a2a_port) == (8765, 8766)
+    assert (config.server.port, config.server.http_port) == (8765, 8766)
     limits = config.limits
     assert limits.max_frame_bytes == 1024 * 1024
     assert limits.max_batch_events == 256
@@ -93,7 +93,7 @@ def test_empty_file_is_defaults(tmp_path: Path) -> None:
 def test_full_file(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, FULL))
     assert config.server.host == "0.0.0.0"
-    assert config.server.port == 9000 and config.server.a2a_port == 9001
+    assert config.server.port == 9000 and config.server.http_port == 9001
     assert config.limits.publish_rate == 500.0
     assert config.limits.send_queue == 128
     assert config.limits.max_exec_waits == 7
@@ -175,6 +175,10 @@ def test_unknown_key_names_key_and_file(tmp_path: Path, text: str, key: str, whe
         ("[[a2a.peers]]\nname = 'p'\ncard_url = 'ftp://x'\n", "a2a.peers[0].card_url"),
         ("[[a2a.peers]]\nname = 'p'\ncard_url = 'https://x'\n[[a2a.peers]]\nname = 'p'\n"
          "card_url = 'https://y'\n", "duplicate peer name 'p'"),
+        ("[a2a.push]\nallowed_networks = ['10.0.0.0/33']\n", "a2a.push.allowed_networks[0]"),
+        ("[a2a.push]\nmax_attempts = 0\n", "a2a.push.max_attempts"),
+        ("[a2a.push]\nallow_loopback = 'yes'\n", "a2a.push.allow_loopback"),
+        ("[a2a]\ngrpc_port = 70000\n", "a2a.grpc_port"),
     ],
 )  # fmt: skip
 def test_invalid_values(tmp_path: Path, text: str, fragment: str) -> None:
@@ -209,7 +213,7 @@ def test_overrides(tmp_path: Path) -> None:
     changed = base.with_overrides(host="::1", port=0, data=tmp_path / "d", store="sqlite:///x")
     assert changed.server.host == "::1"
     assert changed.server.port == 0
-    assert changed.server.a2a_port == 9001  # kept
+    assert changed.server.http_port == 9001  # kept
     assert changed.storage.data_dir == tmp_path / "d"
     assert changed.storage.store == "sqlite:///x"
     assert changed.backends == base.backends
@@ -267,3 +271,9 @@ def test_limits_are_the_session_limits(tmp_path: Path) -> None:
 
 def _never_verified(token: str) -> Capability:
     raise AssertionError("no token is checked here")
+
+
+def test_a2a_port_is_read_as_the_old_name_of_http_port() -> None:
+    assert parse_config({"server": {"a2a_port": 9005}}).server.http_port == 9005
+    with pytest.raises(ConfigError, match=r"old name of server\.http_port"):
+        parse_config({"server": {"a2a_port": 9005, "http_port": 9006}})

@@ -2,10 +2,12 @@
 the tests, :class:`HubStarter` the bookkeeping of the hubs one test (or module) starts.
 
 A hub gets a data directory, optionally an ``agora.toml``, a port (0: the OS picks one, kept for
-:meth:`HubProcess.restart`), the A2A listener off (``--no-a2a``) unless an A2A port is given,
+:meth:`HubProcess.restart`), the HTTP port off (``--no-a2a --no-http``) unless an A2A port (the
+HTTP port with A2A) or an ``http_port`` (the HTTP port without A2A: ``--no-a2a``) is given,
 extra command-line arguments and environment variables, and ``AGORA_SECRET``. It is ready when
 its banner (``agora serving ws://HOST:PORT (data DIR)``, then ``agora A2A on http://…`` with
-A2A) is on stdout; its stderr goes to a file beside the data directory (:meth:`HubProcess.log`).
+A2A, ``agora HTTP on http://…`` without) is on stdout; its stderr goes to a file beside the data
+directory (:meth:`HubProcess.log`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ STOP_TIMEOUT: Final = 30.0
 LOG_TAIL: Final = 6000  # characters of stderr quoted in a failure
 
 _WS_BANNER: Final = re.compile(r"agora serving (?P<url>ws://\S+) \(data (?P<data>.*)\)")
-_A2A_BANNER: Final = re.compile(r"agora A2A on (?P<url>http://\S+)")
+_HTTP_BANNER: Final = re.compile(r"agora (?P<door>A2A|HTTP) on (?P<url>http://\S+)")
 
 
 class HubProcess:
@@ -48,6 +50,7 @@ class HubProcess:
         *,
         port: int = 0,
         a2a_port: int | None = None,
+        http_port: int | None = None,
         args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         secret: str = SECRET,
@@ -56,6 +59,8 @@ class HubProcess:
         self.config = config
         self.port = port
         self.a2a_port = a2a_port
+        self.http_port = a2a_port if a2a_port is not None else http_port
+        self.http_url = ""
         self.args = tuple(args)
         self.env = dict(env or {})
         self.secret = secret
@@ -72,8 +77,10 @@ class HubProcess:
         argv += ["--data", str(self.data_dir)]
         if self.a2a_port is None:
             argv.append("--no-a2a")
+        if self.http_port is None:
+            argv.append("--no-http")
         else:
-            argv += ["--a2a-port", str(self.a2a_port)]
+            argv += ["--http-port", str(self.http_port)]
         if self.config is not None:
             argv += ["--config", str(self.config)]
         return argv + list(self.args)
@@ -92,18 +99,21 @@ class HubProcess:
             self.proc = subprocess.Popen(
                 self.argv(), cwd=REPO, env=self.environ(), stdout=subprocess.PIPE, stderr=stderr
             )
-        lines = self._read_lines(1 if self.a2a_port is None else 2)
+        lines = self._read_lines(1 if self.http_port is None else 2)
         self.banner = lines[0]
         ws = _WS_BANNER.fullmatch(self.banner)
         assert ws is not None, self.banner
         assert ws["data"] == str(self.data_dir), self.banner
         self.url = ws["url"]
         self.port = int(self.url.rsplit(":", 1)[1])  # a restart comes back on the same port
-        if self.a2a_port is not None:
-            a2a = _A2A_BANNER.fullmatch(lines[1])
-            assert a2a is not None, lines
-            self.a2a_url = a2a["url"]
-            self.a2a_port = int(self.a2a_url.rsplit(":", 1)[1])
+        if self.http_port is not None:
+            http = _HTTP_BANNER.fullmatch(lines[1])
+            assert http is not None, lines
+            assert (http["door"] == "A2A") == (self.a2a_port is not None), lines
+            self.http_url = http["url"]
+            self.http_port = int(self.http_url.rsplit(":", 1)[1])
+            if self.a2a_port is not None:
+                self.a2a_url, self.a2a_port = self.http_url, self.http_port
         return self
 
     def restart(self) -> HubProcess:
@@ -202,6 +212,7 @@ class HubStarter:
         data_dir: Path | None = None,
         port: int = 0,
         a2a_port: int | None = None,
+        http_port: int | None = None,
         args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
     ) -> HubProcess:
@@ -216,6 +227,7 @@ class HubStarter:
             config_path,
             port=port,
             a2a_port=a2a_port,
+            http_port=http_port,
             args=args,
             env=env,
         )

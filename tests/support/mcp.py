@@ -30,6 +30,7 @@ from tests.support.paths import REPO
 
 __all__ = [
     "MAX_SESSIONS",
+    "MAX_SESSIONS_PER_AGENT",
     "MCP_HUB_CONFIG",
     "MCP_PATH",
     "mcp_http",
@@ -41,12 +42,14 @@ __all__ = [
 
 MCP_PATH = "/mcp"
 MAX_SESSIONS = 4
+MAX_SESSIONS_PER_AGENT = 2
 MCP_HUB_CONFIG = f"""
 [server]
 presence_grace_s = 0   # memberLeft at once: a test sees a session's hub connection end
 
 [mcp]
 max_sessions = {MAX_SESSIONS}
+max_sessions_per_agent = {MAX_SESSIONS_PER_AGENT}
 """
 """An agora.toml for hubs under MCP tests: a small session cap, presence without grace."""
 

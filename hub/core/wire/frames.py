@@ -31,6 +31,9 @@ class ClientFrame(
     forbid_unknown_fields=True,
 ):
     rid: Rid = None
+    # W3C trace context of the client's action: the hub's spans for this frame continue that
+    # trace, and the events the frame writes keep it (docs/operations.md, "Tracing").
+    traceparent: str | None = None
 
 
 class Hello(ClientFrame, tag="hello", frozen=True):

@@ -48,7 +48,12 @@ from hub.core.errors import (
 )
 from hub.core.events import Event
 from hub.core.records import AppendResult
-from hub.core.validation import DEFAULT_LIMITS, validate_workspace
+from hub.core.validation import (
+    DEFAULT_LIMITS,
+    TRACEPARENT_RE,
+    validate_traceparent,
+    validate_workspace,
+)
 from hub.core.wire.frames import (
     Ack,
     AnyClientFrame,
@@ -534,8 +539,13 @@ class ServerSession:
         monotonic: Callable[[], float] = time.monotonic,
         server: str = SERVER_NAME,
         default_backend: str | None = None,
+        on_error: Callable[[str], None] | None = None,
     ) -> None:
         self.limits = limits if limits is not None else SessionLimits()
+        # Told the wire code of every error answer (the hub's metrics; rare, off the hot path).
+        self._on_error = on_error
+        self.hello_traceparent: str | None = None
+        """The last accepted ``hello``'s W3C ``traceparent`` (the hub's ``agora.hello`` span)."""
         self.capability: Capability | None = None
         self.subscriptions: set[str] = set()
         self.bad_frames = 0
@@ -578,6 +588,10 @@ class ServerSession:
             return self._bad_frame(error, rid)
         if self.capability is None:
             if isinstance(frame, Hello):
+                # Before authentication nothing is answered but the hello itself: an
+                # invalid traceparent there is ignored (the span starts a new trace).
+                if frame.traceparent is not None and TRACEPARENT_RE.fullmatch(frame.traceparent):
+                    self.hello_traceparent = frame.traceparent
                 return self._authenticate(frame.token, frame.rid)
             return self._unauthenticated(frame.rid)
         if self._expired():
@@ -666,6 +680,8 @@ class ServerSession:
     ) -> list[Action]:
         """``request`` (or the frame with ``rid``) failed with ``exc``. A failed subscribe ends
         the subscription; a draft's field is named by its path in the publish frame."""
+        if self._on_error is not None:
+            self._on_error(exc.code if isinstance(exc, AgoraError) else "internal")
         field: str | None = None
         if isinstance(exc, AgoraError) and isinstance(exc.details.get("field"), str):
             field = exc.details["field"]
@@ -891,6 +907,12 @@ class ServerSession:
             raise BadRequest("publish needs event (one) or events (a batch)", field="$.event")
         if not events:
             raise BadRequest("a batch needs at least one event", field="$.events")
+        if frame.traceparent is not None:  # the frame's trace, kept by drafts without their own
+            validate_traceparent(frame.traceparent, "$.traceparent")
+            events = [
+                e if e.traceparent else msgspec.structs.replace(e, traceparent=frame.traceparent)
+                for e in events
+            ]
         if len(events) > self.limits.max_batch_events:
             raise TooLarge(
                 f"a batch has at most {self.limits.max_batch_events} events "

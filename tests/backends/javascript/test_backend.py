@@ -27,7 +27,9 @@ from backends.base import (
 )
 from backends.javascript import JavaScriptBackend
 from backends.javascript.backend import deno_argv
+from backends.javascript.bootstrap import SOCKET
 from hub.core.events import SkippedWrite
+from hub.core.validation import DEFAULT_LIMITS
 from tests.backends.helpers import (
     BOUND_S,
     assert_closed_is_unavailable,
@@ -137,6 +139,37 @@ async def test_a_value_json_cannot_hold_is_its_inspect_text(backend: JavaScriptB
     result, _ = await run(backend, "export default () => 12n;")
     assert result.status == "completed" and result.value == "12n"
     assert [d.code for d in result.diagnostics] == ["valueNotJson"]
+
+
+async def test_a_deeply_nested_value_fails_the_run_clearly(backend: JavaScriptBackend) -> None:
+    """The attack: a value nested far deeper than ``max_depth`` (a recursive decode would
+    raise RecursionError in the channel's handler and lose the run's report)."""
+    source = (
+        "export default () => { let v = []; for (let i = 0; i < 5000; i++) v = [v]; return v; }"
+    )
+    result, _ = await run(backend, source)
+    assert (result.status, result.reason, result.exit_code) == ("failed", "exit", 1)
+    assert [d.code for d in result.diagnostics] == ["tooDeep"]
+    assert str(DEFAULT_LIMITS.max_depth) in result.diagnostics[0].message
+    shallow, _ = await run(backend, "export default () => [[[[1]]]];")
+    assert shallow.status == "completed" and shallow.value == [[[[1]]]]
+
+
+async def test_a_deeply_nested_channel_line_fails_the_run_clearly(
+    backend: JavaScriptBackend,
+) -> None:
+    """The attack: the program speaks to the channel socket itself with a ``[[[[…`` line; the
+    run then fails with the reason, whatever it reports after."""
+    source = f"""
+const c = await Deno.connect({{ transport: "unix", path: "{SOCKET}" }});
+await c.write(new TextEncoder().encode("[".repeat(100000) + "\\n"));
+c.close();
+export default () => 1;
+"""
+    result, _ = await run(backend, source)
+    assert (result.status, result.reason, result.exit_code) == ("failed", "exit", 1)
+    assert [d.code for d in result.diagnostics] == ["tooDeep"]
+    assert "channel message" in result.diagnostics[0].message
 
 
 async def test_syntax_error_is_compile_failed(backend: JavaScriptBackend) -> None:

@@ -189,3 +189,17 @@ async def test_a_node_declared_dead_learns_it(cluster: Cluster) -> None:
     await paused.beat()
     assert paused.fenced
     await paused.stop()
+
+
+async def test_lags_are_told_once_an_interval_for_running_nodes(cluster: Cluster) -> None:
+    seen: list[list[tuple[str, float]]] = []
+    a = cluster.make("a")
+    a.on_lags = seen.append
+    await a.register()
+    cluster.tasks["a"] = cluster.tg.create_task(a.run())
+    cluster.stack.push_async_callback(a.stop)
+    await cluster.start("b")
+    await wait_for(lambda: any(len(lags) == 2 for lags in seen), within=TIMEOUT * 10)
+    lags = dict(next(lags for lags in seen if len(lags) == 2))
+    assert set(lags) == {"a", "b"}
+    assert all(0 <= lag < TIMEOUT for lag in lags.values())  # both beat every interval

@@ -52,6 +52,8 @@ from hub.core.events import (
     MessagePayload,
     MessagePosted,
     NeedWork,
+    PushAttempted,
+    PushAttemptedPayload,
     SkippedWrite,
     TokenRevoked,
     TokenRevokedPayload,
@@ -201,6 +203,23 @@ GOLDEN: list[Draft] = [
             )
         ),
     ),
+    (
+        "hub",
+        PushAttempted(
+            causation_id="e7",
+            payload=PushAttemptedPayload(
+                task_id="t1",
+                config_id="c1",
+                url="https://hooks.example/agora",
+                seq=7,
+                state="TASK_STATE_COMPLETED",
+                attempt=2,
+                outcome="retry",
+                status=503,
+                error="HTTP 503",
+            ),
+        ),
+    ),
 ]
 
 
@@ -222,7 +241,7 @@ def test_golden_encodings_are_stable() -> None:
 
 def test_kind_sets_are_consistent() -> None:
     assert set(KINDS) == {t.kind for t in EVENT_TYPES}
-    assert len(KINDS) == len(EVENT_TYPES) == 22
+    assert len(KINDS) == len(EVENT_TYPES) == 23
     assert set(KINDS) >= COLLABORATION_KINDS | HUB_KINDS | OP_KINDS
     assert not (COLLABORATION_KINDS & HUB_KINDS) and not (HUB_KINDS & OP_KINDS)
     for t in EVENT_TYPES:  # tags are explicit strings, never derived from class names

@@ -1,7 +1,9 @@
 """``/mcp`` on the hub's HTTP port, one test per attack class, over real sockets: the bearer
 token (missing, malformed, forged, expired, revoked → 401 with ``WWW-Authenticate: Bearer``),
-a session used with another token (404), the session cap (503), an oversized body (413), and
-the hub connection behind each MCP session (the token's agent; closed with the session)."""
+a session used with another token (404), the session cap (503), the per-agent cap (one
+agent's oldest session ends), a session whose hub connection failed (no slot held), an
+oversized body (413), and the hub connection behind each MCP session (the token's agent; closed
+with the session)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import os
 import sys
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any, Final
 
 import httpx2
@@ -21,8 +24,15 @@ from mcp.client.streamable_http import streamable_http_client
 from hub.auth import TokenSigner
 from hub.client import connect
 from hub.core.validation import DEFAULT_LIMITS
-from tests.support.hub import HubProcess
-from tests.support.mcp import MAX_SESSIONS, mcp_http, mcp_url, structured, tool_error
+from tests.support.hub import HubProcess, HubStarter
+from tests.support.mcp import (
+    MAX_SESSIONS,
+    MAX_SESSIONS_PER_AGENT,
+    mcp_http,
+    mcp_url,
+    structured,
+    tool_error,
+)
 from tests.support.paths import REPO
 from tests.support.tokens import SECRET, mint
 
@@ -140,8 +150,8 @@ async def test_revoked_token_is_401_even_mid_session(hub: HubProcess, workspace:
         _refused(again, "invalid_token")
         # ... and the session ended with it (not at the idle timeout): its slot is free.
         async with contextlib.AsyncExitStack() as stack:
-            for _ in range(MAX_SESSIONS):
-                await stack.enter_async_context(_raw_session(client, hub, hub.token("alice")))
+            for i in range(MAX_SESSIONS):
+                await stack.enter_async_context(_raw_session(client, hub, hub.token(f"rv{i}")))
 
 
 async def test_a_session_is_its_tokens(hub: HubProcess) -> None:
@@ -155,15 +165,75 @@ async def test_a_session_is_its_tokens(hub: HubProcess) -> None:
 
 
 async def test_sessions_are_capped(hub: HubProcess) -> None:
-    token = hub.token("alice")
+    tokens = [hub.token(f"capped{i}") for i in range(MAX_SESSIONS)]
     async with httpx2.AsyncClient(timeout=WAIT) as client, contextlib.AsyncExitStack() as stack:
-        for _ in range(MAX_SESSIONS):
+        for token in tokens:
             await stack.enter_async_context(_raw_session(client, hub, token))
-        refused = await _post(client, hub, _initialize(), token)
+        refused = await _post(client, hub, _initialize(), hub.token("late"))
         assert refused.status_code == 503, refused.text
         await stack.aclose()  # DELETE: room again
-        async with _raw_session(client, hub, token):
+        async with _raw_session(client, hub, hub.token("late")):
             pass
+
+
+async def test_one_agent_cannot_fill_every_slot(hub: HubProcess) -> None:
+    """The attack: one token sends many ``initialize`` POSTs (never DELETEs). It holds at most
+    ``max_sessions_per_agent``: each new one ends its oldest; another agent still gets in."""
+    token = hub.token("hog")
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    async with httpx2.AsyncClient(timeout=WAIT) as client:
+        opened: list[str] = []
+        for _ in range(MAX_SESSIONS * 3):
+            response = await _post(client, hub, _initialize(), token)
+            assert response.status_code == 200, response.text
+            opened.append(response.headers["mcp-session-id"])
+        # The same agent with another token id shares the cap.
+        response = await _post(client, hub, _initialize(), mint("hog", secret=hub.secret))
+        assert response.status_code == 200, response.text
+        victim = hub.token("victim")
+        async with _raw_session(client, hub, victim) as sid:
+            assert (await _post(client, hub, call, victim, sid)).status_code == 200
+        live = [sid for sid in opened if (await _post(client, hub, call, token, sid)).is_success]
+        assert live == opened[-(MAX_SESSIONS_PER_AGENT - 1) :]
+        for sid in live:
+            await client.delete(
+                mcp_url(hub), headers={"Authorization": f"Bearer {token}", "Mcp-Session-Id": sid}
+            )
+
+
+async def test_a_session_whose_hub_connection_failed_holds_no_slot(tmp_path: Path) -> None:
+    """The hub refuses the agent's connection (its per-agent connection limit): the tool call
+    fails and the session is gone (404), so such sessions never fill ``max_sessions``."""
+    starter = HubStarter(tmp_path)
+    config = "[limits]\nmax_connections_per_agent = 1\n\n[mcp]\nmax_sessions = 2\n"
+    hub = starter.start(config, a2a_port=0)
+    try:
+        token = hub.token("busy")
+        call = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "workspace_state", "arguments": {"workspace": "w"}},
+        }
+        async with (
+            connect(hub.url, token),  # the agent's one allowed hub connection
+            httpx2.AsyncClient(timeout=WAIT) as client,
+        ):
+            for _ in range(3):
+                response = await _post(client, hub, _initialize(), token)
+                assert response.status_code == 200, response.text
+                sid = response.headers["mcp-session-id"]
+                failed = await _post(client, hub, call, token, sid)
+                assert failed.status_code == 200 and '"isError":true' in failed.text, failed.text
+                again = await _post(client, hub, call, token, sid)
+                assert again.status_code == 404, (failed.text, again.text)
+            async with (
+                _raw_session(client, hub, hub.token("other")),
+                _raw_session(client, hub, hub.token("another")),
+            ):
+                pass
+    finally:
+        starter.close()
 
 
 async def test_oversized_body_is_413(hub: HubProcess) -> None:

@@ -19,6 +19,7 @@ from mcp.shared.exceptions import MCPError
 from hub.client import connect
 from hub.core.errors import BadRequest
 from hub.mcp.resources import file_uri, parse_uri, timeline_uri
+from hub.mcp.tools import MAX_RESULT_BYTES
 from tests.support.hub import HubProcess
 from tests.support.mcp import mcp_http, mcp_stdio
 
@@ -112,3 +113,22 @@ async def test_resource_errors_carry_the_code(hub: HubProcess, workspace: str) -
         with pytest.raises(MCPError) as bad:
             await session.read_resource("agora://elsewhere/files/..%2Fx")
         assert bad.value.data["agoraCode"] == "badRequest"
+
+
+async def test_the_timeline_resource_is_byte_capped(hub: HubProcess, workspace: str) -> None:
+    """The attack: big events (here 8 of ~300 KiB) make the 100-event tail many MiB. The read
+    keeps the newest ones within ``MAX_RESULT_BYTES`` and says ``truncated``."""
+    big = 300 * 1024
+    async with connect(hub.url, hub.token("writer")) as writer:
+        ws = writer.workspace(workspace)
+        for n in range(8):
+            await ws.post_message(f"{n}:" + "x" * big)
+    async with mcp_stdio(hub, hub.token("alice"), workspace=workspace) as session:
+        read = await session.read_resource(timeline_uri(workspace))
+    text = read.contents[0].text  # type: ignore[union-attr]
+    assert len(text) <= MAX_RESULT_BYTES + 64 * 1024
+    body = msgspec.json.decode(text)
+    assert body["truncated"] is True
+    texts = [e["payload"]["text"] for e in body["events"] if e["kind"] == "messagePosted"]
+    assert 1 <= len(texts) < 8
+    assert texts[-1].startswith("7:")  # the newest are kept

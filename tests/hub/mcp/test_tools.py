@@ -5,6 +5,8 @@ nothing written."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -13,9 +15,10 @@ from mcp.shared.exceptions import MCPError
 
 from backends.code_tool import CODE_EXEC_PARAMETERS
 from hub.client import connect
+from hub.config import LimitsConfig
 from hub.core.events import Event
 from hub.core.validation import DEFAULT_LIMITS
-from hub.mcp.tools import MAX_WAIT_MS, TOOLS
+from hub.mcp.tools import MAX_SCAN_EVENTS, MAX_WAIT_MS, TOOLS
 from tests.support.hub import HubProcess
 from tests.support.mcp import mcp_stdio, structured, tool_error
 from tests.support.tokens import mint
@@ -139,6 +142,42 @@ async def test_wait_state_and_timeline(hub: HubProcess, workspace: str) -> None:
         rest = await _call(session, "timeline", afterSeq=page["nextAfterSeq"], limit=100)
         assert [e["payload"]["text"] for e in rest["events"]] == ["m2", "m3", "m4"]
         assert rest["more"] is False
+
+
+async def test_wait_scans_a_bounded_history(hub: HubProcess, workspace: str) -> None:
+    """The attack: ``afterSeq: 0`` on a long log with a filter nothing matches. The call reads
+    at most ``MAX_SCAN_EVENTS`` events, then answers at once with the cursor reached."""
+    assert str(MAX_SCAN_EVENTS) in TOOLS["wait_for_event"].description
+    batch = LimitsConfig().max_batch_events
+    rounds = MAX_SCAN_EVENTS // batch + 2
+
+    async def fill(writer: int) -> None:
+        async with connect(hub.url, hub.token(f"filler{writer}")) as session:
+            ws = session.workspace(workspace)
+            for r in range(writer, rounds, 4):
+                await ws.publish_batch(
+                    [{"kind": "messagePosted", "payload": {"text": f"{r}"}}] * batch
+                )
+
+    async with asyncio.TaskGroup() as tg:
+        for writer in range(4):
+            tg.create_task(fill(writer))
+    async with mcp_stdio(hub, hub.token(), workspace=workspace) as session:
+        started = time.monotonic()
+        waited = await _call(
+            session, "wait_for_event", afterSeq=0, kinds=["completed"], timeoutMs=MAX_WAIT_MS
+        )
+        assert time.monotonic() - started < MAX_WAIT_MS / 1000 / 2
+        assert waited == {
+            "workspace": workspace,
+            "timedOut": False,
+            "more": True,
+            "nextAfterSeq": MAX_SCAN_EVENTS,
+        }
+        again = await _call(
+            session, "wait_for_event", afterSeq=waited["nextAfterSeq"], kinds=["messagePosted"]
+        )
+        assert again["event"]["seq"] == MAX_SCAN_EVENTS + 1
 
 
 async def test_wait_is_bounded(hub: HubProcess, workspace: str) -> None:

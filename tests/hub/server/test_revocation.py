@@ -278,7 +278,7 @@ async def test_config_refuses_a_maximum_over_366_days(tmp_path: Path, ttl: int) 
     config = tmp_path / "agora.toml"
     config.write_text(f"[auth]\nmax_token_ttl = {ttl}\n")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "hub", "serve", "--port", "0", "--no-a2a",
+        sys.executable, "-m", "hub", "serve", "--port", "0", "--no-a2a", "--no-http",
         "--data", str(tmp_path / "d"), "--config", str(config),
         cwd=REPO, env=dict(os.environ, AGORA_SECRET=SECRET, PYTHONPATH=str(REPO)),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

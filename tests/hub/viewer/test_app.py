@@ -3,14 +3,26 @@ deep links, and the read-only JSON endpoints with bearer tokens and read rights.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import json
+import socket
 import sqlite3
+import time
+import urllib.parse
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Final
 
 import httpx
 
-from tests.support.hub import HubProcess
+from hub.client import connect
+from hub.viewer.app import EXPORT_PAGE
+from tests.support.hub import HubProcess, HubStarter
 from tests.support.peer import message, peer
+
+WAIT: Final = 20.0
 
 
 async def seed(hub: HubProcess) -> None:
@@ -134,3 +146,90 @@ async def test_verify_reports_a_broken_chain(hub: HubProcess) -> None:
         report = (await http.get("/ui/api/w/demo/verify")).json()
     assert report["ok"] is False and report["head"] == 1, report
     assert report["error"]["seq"] == 2
+
+
+BIG_EVENTS: Final = 3 * EXPORT_PAGE
+"""Events of ~5 KB: an export of three ~5 MB pages, each more than the sockets between a
+stalled client and the hub buffer, so a client that stops reading stalls the response after
+its first page."""
+
+
+async def seed_big(hub: HubProcess, workspace: str = "big") -> None:
+    async with connect(hub.url, hub.token("alice")) as alice:
+        ws = alice.workspace(workspace)
+        for start in range(0, BIG_EVENTS, 150):  # a batch within one frame
+            await ws.publish_batch([message(f"{start}:" + "x" * 5000)] * 150)
+
+
+@contextlib.asynccontextmanager
+async def stalled_export(
+    hub: HubProcess, token: str, workspace: str = "big"
+) -> AsyncIterator[asyncio.StreamReader]:
+    """An export whose client reads the status line and then nothing (the attack)."""
+    assert hub.a2a_url is not None
+    url = urllib.parse.urlsplit(hub.a2a_url)
+    assert url.hostname is not None and url.port is not None
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # A small fixed receive buffer (no autotuning up to tcp_rmem's max, 32 MiB here): the
+    # hub's response then really waits for this client.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, (url.hostname, url.port))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    writer.write(
+        f"GET /ui/api/w/{workspace}/export HTTP/1.1\r\nHost: {url.netloc}\r\n"
+        f"Authorization: Bearer {token}\r\n\r\n".encode()
+    )
+    await writer.drain()
+    status = await asyncio.wait_for(reader.readline(), WAIT)
+    assert status.startswith(b"HTTP/1.1 200"), status
+    try:
+        yield reader
+    finally:
+        writer.close()
+
+
+async def test_slow_exports_do_not_lock_out_others(hub: HubProcess) -> None:
+    """The attack: read tokens of several agents start exports and stop reading. Others still
+    export and verify (the store permit is held per page read, not per download), and one
+    agent cannot run more than ``exports_per_agent`` at once (429)."""
+    await seed_big(hub)
+    async with contextlib.AsyncExitStack() as stack:
+        for n in range(4):
+            for _ in range(2):
+                await stack.enter_async_context(
+                    stalled_export(hub, hub.token(f"slow{n}", ["big"], ["read"]))
+                )
+        await asyncio.sleep(0.5)  # the stalled responses fill their sockets
+        async with client(hub, hub.token("slow0", ["big"], ["read"])) as http:
+            over = await http.get("/ui/api/w/big/export")
+        assert over.status_code == 429, over.text
+        assert over.json()["code"] == "rateLimited"
+        async with client(hub, hub.token("other", ["big"], ["read"])) as http:
+            async with asyncio.timeout(WAIT):
+                verify = (await http.get("/ui/api/w/big/verify")).json()
+                tail = await http.get("/ui/api/w/big/export", params={"tail": "1"})
+        assert verify["ok"] is True and verify["checked"] == BIG_EVENTS
+        assert [json.loads(line)["seq"] for line in tail.text.splitlines()] == [BIG_EVENTS]
+
+
+async def test_an_export_has_a_deadline(tmp_path: Path) -> None:
+    """A stalled export is cut at ``export_deadline_s`` (an unfinished body, not a short file
+    that looks whole), and its agent's export slot is free again."""
+    starter = HubStarter(tmp_path)
+    hub = starter.start("[viewer]\nexport_deadline_s = 1\nexports_per_agent = 1\n", a2a_port=0)
+    try:
+        await seed_big(hub)
+        token = hub.token("slow", ["big"], ["read"])
+        started = time.monotonic()
+        async with stalled_export(hub, token) as reader:
+            await asyncio.sleep(2)  # past the deadline, never reading
+            async with asyncio.timeout(WAIT):
+                rest = await reader.read()  # now drain: the hub has cut it
+        assert time.monotonic() - started < WAIT
+        assert not rest.endswith(b"0\r\n\r\n")  # no final chunk
+        async with client(hub, token) as http:
+            whole = await http.get("/ui/api/w/big/export", params={"tail": "1"})
+        assert whole.status_code == 200, whole.text
+    finally:
+        starter.close()

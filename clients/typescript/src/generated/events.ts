@@ -23,7 +23,8 @@ export type StoredEvent =
   | ExecOutput
   | ExecFinished
   | ExecDisposed
-  | TokenRevoked;
+  | TokenRevoked
+  | PushAttempted;
 
 export interface NeedWork {
   causationId?: string | null;
@@ -41,6 +42,7 @@ export interface NeedWork {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface WorkClaimed {
@@ -59,6 +61,7 @@ export interface WorkClaimed {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface WorkPublished {
@@ -77,6 +80,7 @@ export interface WorkPublished {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface FeedbackRequested {
@@ -95,6 +99,7 @@ export interface FeedbackRequested {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface FeedbackProvided {
@@ -113,6 +118,7 @@ export interface FeedbackProvided {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface Blocked {
@@ -131,6 +137,7 @@ export interface Blocked {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface Completed {
@@ -149,6 +156,7 @@ export interface Completed {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface WorkCancelled {
@@ -167,6 +175,7 @@ export interface WorkCancelled {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface MessagePosted {
@@ -183,6 +192,7 @@ export interface MessagePosted {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 /**
@@ -209,6 +219,7 @@ export interface MemberJoined {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 /**
@@ -234,6 +245,7 @@ export interface MemberLeft {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface FileWritten {
@@ -250,6 +262,7 @@ export interface FileWritten {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 /**
@@ -283,6 +296,7 @@ export interface FileDeleted {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface FileDeletedPayload {
@@ -303,6 +317,7 @@ export interface FileMoved {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface FileMovedPayload {
@@ -324,6 +339,7 @@ export interface ArtifactPublished {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 /**
@@ -351,6 +367,7 @@ export interface ExecRequested {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 /**
@@ -395,6 +412,7 @@ export interface ExecCancelRequested {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface ExecCancelRequestedPayload {
@@ -415,6 +433,7 @@ export interface ExecStarted {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface ExecStartedPayload {
@@ -437,6 +456,7 @@ export interface ExecOutput {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 /**
@@ -462,6 +482,7 @@ export interface ExecFinished {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface ExecFinishedPayload {
@@ -507,6 +528,7 @@ export interface ExecDisposed {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 /**
@@ -530,6 +552,7 @@ export interface TokenRevoked {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 /**
@@ -542,4 +565,42 @@ export interface TokenRevokedPayload {
   before?: number | null;
   reason?: string | null;
   tokenId?: string | null;
+}
+export interface PushAttempted {
+  causationId?: string | null;
+  consumer?: string | null;
+  correlationId?: string | null;
+  hash?: string | null;
+  id?: string;
+  kind: "pushAttempted";
+  payload: PushAttemptedPayload;
+  position?: number;
+  prev?: string | null;
+  producer?: string;
+  seq?: number;
+  timestamp?: number;
+  topic?: string | null;
+  traceparent?: string | null;
+  workspace?: string;
+}
+/**
+ * ``pushAttempted``: one attempt of the A2A adapter to deliver a push notification
+ * (a2a_adapter/push.py) for task ``taskId`` to the webhook of config ``configId``.
+ *
+ * ``url`` is the webhook without its query or fragment (which may carry secrets); ``seq``
+ * the event the notification stands for, ``state`` the task state it reports. ``outcome``:
+ * ``delivered`` (2xx), ``retry`` (failed, another attempt follows), ``failed`` (no more
+ * attempts), ``refused`` (the URL is no longer allowed, or the config's token ended).
+ * ``status``: the HTTP status, if one came back; ``error``: why it failed.
+ */
+export interface PushAttemptedPayload {
+  attempt: number;
+  configId: string;
+  error?: string | null;
+  outcome: "delivered" | "failed" | "refused" | "retry";
+  seq: number;
+  state: string;
+  status?: number | null;
+  taskId: string;
+  url: string;
 }

@@ -21,6 +21,7 @@ export const EVENT_KINDS: readonly string[] = [
   "memberLeft",
   "messagePosted",
   "needWork",
+  "pushAttempted",
   "tokenRevoked",
   "workCancelled",
   "workClaimed",

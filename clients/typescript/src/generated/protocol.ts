@@ -45,6 +45,7 @@ export interface Hello {
   op: "hello";
   rid?: string | number | null;
   token: string;
+  traceparent?: string | null;
 }
 /**
  * Catch up on every event with ``seq > afterSeq`` then follow live; omitted = live only.
@@ -53,11 +54,13 @@ export interface Subscribe {
   afterSeq?: number | null;
   op: "subscribe";
   rid?: string | number | null;
+  traceparent?: string | null;
   workspace: string;
 }
 export interface Unsubscribe {
   op: "unsubscribe";
   rid?: string | number | null;
+  traceparent?: string | null;
   workspace: string;
 }
 /**
@@ -88,6 +91,7 @@ export interface Publish {
         | ExecFinished
         | ExecDisposed
         | TokenRevoked
+        | PushAttempted
       )
     | null;
   events?:
@@ -114,11 +118,13 @@ export interface Publish {
         | ExecFinished
         | ExecDisposed
         | TokenRevoked
+        | PushAttempted
       )[]
     | null;
   expectedSeq?: number | null;
   op: "publish";
   rid?: string | number | null;
+  traceparent?: string | null;
   workspace: string;
 }
 export interface NeedWork {
@@ -137,6 +143,7 @@ export interface NeedWork {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface WorkClaimed {
@@ -155,6 +162,7 @@ export interface WorkClaimed {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface WorkPublished {
@@ -173,6 +181,7 @@ export interface WorkPublished {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface FeedbackRequested {
@@ -191,6 +200,7 @@ export interface FeedbackRequested {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface FeedbackProvided {
@@ -209,6 +219,7 @@ export interface FeedbackProvided {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface Blocked {
@@ -227,6 +238,7 @@ export interface Blocked {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface Completed {
@@ -245,6 +257,7 @@ export interface Completed {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface WorkCancelled {
@@ -263,6 +276,7 @@ export interface WorkCancelled {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface MessagePosted {
@@ -279,6 +293,7 @@ export interface MessagePosted {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 /**
@@ -305,6 +320,7 @@ export interface MemberJoined {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 /**
@@ -330,6 +346,7 @@ export interface MemberLeft {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface FileWritten {
@@ -346,6 +363,7 @@ export interface FileWritten {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 /**
@@ -379,6 +397,7 @@ export interface FileDeleted {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface FileDeletedPayload {
@@ -399,6 +418,7 @@ export interface FileMoved {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface FileMovedPayload {
@@ -420,6 +440,7 @@ export interface ArtifactPublished {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 /**
@@ -447,6 +468,7 @@ export interface ExecRequested {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 /**
@@ -491,6 +513,7 @@ export interface ExecCancelRequested {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface ExecCancelRequestedPayload {
@@ -511,6 +534,7 @@ export interface ExecStarted {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface ExecStartedPayload {
@@ -533,6 +557,7 @@ export interface ExecOutput {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 /**
@@ -558,6 +583,7 @@ export interface ExecFinished {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 export interface ExecFinishedPayload {
@@ -603,6 +629,7 @@ export interface ExecDisposed {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 /**
@@ -626,6 +653,7 @@ export interface TokenRevoked {
   seq?: number;
   timestamp?: number;
   topic?: string | null;
+  traceparent?: string | null;
   workspace?: string;
 }
 /**
@@ -639,6 +667,44 @@ export interface TokenRevokedPayload {
   reason?: string | null;
   tokenId?: string | null;
 }
+export interface PushAttempted {
+  causationId?: string | null;
+  consumer?: string | null;
+  correlationId?: string | null;
+  hash?: string | null;
+  id?: string;
+  kind: "pushAttempted";
+  payload: PushAttemptedPayload;
+  position?: number;
+  prev?: string | null;
+  producer?: string;
+  seq?: number;
+  timestamp?: number;
+  topic?: string | null;
+  traceparent?: string | null;
+  workspace?: string;
+}
+/**
+ * ``pushAttempted``: one attempt of the A2A adapter to deliver a push notification
+ * (a2a_adapter/push.py) for task ``taskId`` to the webhook of config ``configId``.
+ *
+ * ``url`` is the webhook without its query or fragment (which may carry secrets); ``seq``
+ * the event the notification stands for, ``state`` the task state it reports. ``outcome``:
+ * ``delivered`` (2xx), ``retry`` (failed, another attempt follows), ``failed`` (no more
+ * attempts), ``refused`` (the URL is no longer allowed, or the config's token ended).
+ * ``status``: the HTTP status, if one came back; ``error``: why it failed.
+ */
+export interface PushAttemptedPayload {
+  attempt: number;
+  configId: string;
+  error?: string | null;
+  outcome: "delivered" | "failed" | "refused" | "retry";
+  seq: number;
+  state: string;
+  status?: number | null;
+  taskId: string;
+  url: string;
+}
 /**
  * The reply's ``files`` carry metadata only (rev, sha256, size, producer, seq, mediaType,
  * blob) unless ``contents`` is true: then inline text/base64 too, at most ``[limits]
@@ -650,6 +716,7 @@ export interface GetState {
   op: "state";
   paths?: string[] | null;
   rid?: string | number | null;
+  traceparent?: string | null;
   workspace: string;
 }
 /**
@@ -679,6 +746,7 @@ export interface Exec {
   source?: string | null;
   stdin?: string | null;
   timeoutMs?: number | null;
+  traceparent?: string | null;
   workspace: string;
 }
 /**
@@ -742,6 +810,7 @@ export interface ExecResultQuery {
   execId: string;
   op: "execResult";
   rid?: string | number | null;
+  traceparent?: string | null;
   workspace: string;
 }
 /**
@@ -751,6 +820,7 @@ export interface Kill {
   execId: string;
   op: "kill";
   rid?: string | number | null;
+  traceparent?: string | null;
   workspace: string;
 }
 /**
@@ -762,6 +832,7 @@ export interface GetExec {
   op: "getExec";
   resume?: ("full" | "tail") | number;
   rid?: string | number | null;
+  traceparent?: string | null;
   workspace: string;
 }
 /**
@@ -771,6 +842,7 @@ export interface Dispose {
   execId: string;
   op: "dispose";
   rid?: string | number | null;
+  traceparent?: string | null;
   workspace: string;
 }
 /**
@@ -780,6 +852,7 @@ export interface Dispose {
 export interface CheckpointQuery {
   op: "checkpoint";
   rid?: string | number | null;
+  traceparent?: string | null;
   workspace: string;
 }
 /**
@@ -793,6 +866,7 @@ export interface ProofQuery {
   rid?: string | number | null;
   seq?: number | null;
   toSize?: number | null;
+  traceparent?: string | null;
   treeSize?: number | null;
   workspace: string;
 }
@@ -806,6 +880,7 @@ export interface Cosign {
   key: string;
   op: "cosign";
   rid?: string | number | null;
+  traceparent?: string | null;
   workspace: string;
 }
 /**
@@ -817,6 +892,7 @@ export interface PutBlob {
   rid?: string | number | null;
   sha256: string;
   size: number;
+  traceparent?: string | null;
   workspace: string;
 }
 /**
@@ -831,6 +907,7 @@ export interface BlobChunk {
   rid?: string | number | null;
   sha256: string;
   size: number;
+  traceparent?: string | null;
   workspace: string;
 }
 /**
@@ -842,6 +919,7 @@ export interface CommitBlob {
   rid?: string | number | null;
   sha256: string;
   size: number;
+  traceparent?: string | null;
   workspace: string;
 }
 /**
@@ -854,6 +932,7 @@ export interface GetBlob {
   op: "getBlob";
   rid?: string | number | null;
   sha256: string;
+  traceparent?: string | null;
   workspace: string;
 }
 export interface Welcome {

@@ -1,0 +1,1 @@
+"""The one HTTP port of ``agora serve``: probes, metrics and the HTTP doors."""
