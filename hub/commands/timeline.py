@@ -34,6 +34,7 @@ from hub.core.events import (
     MemberJoined,
     MemberLeft,
     MessagePosted,
+    PushAttempted,
     TokenRevoked,
 )
 from hub.core.projections.workspace import WorkspaceState, evolve
@@ -207,6 +208,13 @@ def summarize(ev: Event, rev: int | None = None) -> str:
             )
         case ExecDisposed(payload=p):
             return printable(p.exec_id)
+        case PushAttempted(payload=p):
+            status = f" HTTP {p.status}" if p.status is not None else ""
+            error = f" {_quote(p.error)}" if p.error else ""
+            return (
+                f"task {printable(p.task_id)} {p.state} (seq {p.seq}) to {printable(p.url)}: "
+                f"{p.outcome}{status}, attempt {p.attempt}{error}"
+            )
         case TokenRevoked(payload=p):
             parts = []
             if p.token_id is not None:

@@ -54,6 +54,8 @@ from hub.core.events import (
     MessagePayload,
     MessagePosted,
     NeedWork,
+    PushAttempted,
+    PushAttemptedPayload,
     TokenRevoked,
     TokenRevokedPayload,
     WorkCancelled,
@@ -219,6 +221,23 @@ CASES: list[tuple[Event, str]] = [
     (
         TokenRevoked(payload=TokenRevokedPayload(token_id="t1", reason="leaked")),
         'token t1 "leaked"',
+    ),
+    (
+        PushAttempted(
+            payload=PushAttemptedPayload(
+                task_id="t1",
+                config_id="c1",
+                url="https://hooks.example/agora",
+                seq=9,
+                state="TASK_STATE_COMPLETED",
+                attempt=2,
+                outcome="retry",
+                status=503,
+                error="server error",
+            )
+        ),
+        "task t1 TASK_STATE_COMPLETED (seq 9) to https://hooks.example/agora: retry HTTP 503, "
+        'attempt 2 "server error"',
     ),
 ]
 
