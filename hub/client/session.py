@@ -387,7 +387,7 @@ class Session:
                 log.debug("reconnect attempt %d to %s failed: %s", attempt, self.url, e)
                 # Fail over: the next attempt goes to the next node (round robin). Feeds
                 # resume by seq, which every node sharing the store agrees on: no gap, no
-                # duplicate (docs/protocol.md "Reconnecting").
+                # duplicate (docs/operations.md, "A node dies").
                 self._at = (self._at + 1) % len(self.urls)
 
     async def _serve(self, ws: ClientConnection) -> tuple[int | None, str]:
