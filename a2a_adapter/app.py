@@ -1,13 +1,9 @@
-"""The A2A listener of ``agora serve``: the agent card, JSON-RPC and HTTP+JSON, in-process.
+"""The A2A door of ``agora serve``: the agent card, JSON-RPC and HTTP+JSON, in-process.
 
-``agora serve`` runs it in the same event loop as the WebSocket server::
-
-    from a2a_adapter.app import serve_a2a
-    hub.spawn(serve_a2a(hub.workspaces, signer, config, stop=stop), name="agora-a2a")
-
-:func:`serve_a2a` runs until cancelled (uvicorn with the SDK's Starlette routes, no signal
-handlers of its own: the hub owns shutdown). :class:`A2AService` is the same as an async
-context manager that also tells the bound port (tests bind port 0). Both start the client
+``agora serve`` mounts it on the one HTTP port (:mod:`hub.http.serve`, through
+:meth:`A2AService.open_app`), in the same event loop as the WebSocket server.
+:class:`A2AService` can also listen on its own (``async with``: uvicorn, no signal handlers of
+its own; tests bind port 0 and read :attr:`A2AService.port`). Either way it starts the client
 bridge (:mod:`a2a_adapter.bridge`) when ``[[a2a.peers]]`` are configured.
 
 Routes: ``GET /.well-known/agent-card.json`` (public; ``Cache-Control`` and a weak ``ETag``,
@@ -23,9 +19,9 @@ import contextlib
 import ipaddress
 import logging
 import socket
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Generator
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Final, Self
 
 import uvicorn
 from a2a.server.routes import (
@@ -74,7 +70,6 @@ __all__ = [
     "A2AService",
     "build_card",
     "create_app",
-    "serve_a2a",
 ]
 
 log = logging.getLogger(__name__)
@@ -170,16 +165,14 @@ def create_app(
     revocations: Revocations,
     *,
     limits: Limits = DEFAULT_LIMITS,
-    mounts: Mapping[str, ASGIApp] | None = None,
 ) -> ASGIApp:
     """The ASGI app: the SDK's card, JSON-RPC and REST routes (their output made exact:
     :mod:`a2a_adapter.responses`) behind bearer authentication, behind the body limits (size
-    before reading, nesting before parsing). ``mounts``: other doors by path prefix (``/mcp``),
-    each with its own auth and limits."""
+    before reading, nesting before parsing)."""
     builder = AgoraContextBuilder()
     routes = [
-        # [blobs door] GET /blobs/{workspace}/{sha256} (a2a_adapter/files.py); moves to
-        # hub/http. First: the REST routes' patterns would take its paths.
+        # GET /blobs/{workspace}/{sha256} (a2a_adapter/files.py): the URLs of the file parts
+        # this door sends, behind its bearer auth. First: the REST routes would take its paths.
         Mount(BLOBS_PATH, app=create_blob_app(handler.workspaces)),
         *create_agent_card_routes(handler.card, cache_control=CARD_CACHE_CONTROL),
         *create_jsonrpc_routes(handler, JSONRPC_PATH, context_builder=builder),
@@ -190,30 +183,12 @@ def create_app(
     authenticated = BearerAuth(
         ExactResponses(Starlette(routes=routes)), signer, {AGENT_CARD_WELL_KNOWN_PATH}, revocations
     )
-    a2a = BodyLimits(
+    return BodyLimits(
         authenticated,
         max_body_bytes=limits.max_event_bytes,
         max_depth=limits.max_depth,
         jsonrpc_paths=frozenset({JSONRPC_PATH, JSONRPC_PATH + "/"}),
     )
-    # -- other doors on this port (MCP at /mcp); the integrator moves this to hub/http/ --
-    return _PathMounts(dict(mounts), a2a) if mounts else a2a
-
-
-class _PathMounts:
-    """``/prefix`` and ``/prefix/…`` go to that door (path unchanged), the rest to ``default``."""
-
-    def __init__(self, mounts: dict[str, ASGIApp], default: ASGIApp) -> None:
-        self.mounts = mounts
-        self.default = default
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        path = scope.get("path", "") if scope["type"] in ("http", "websocket") else ""
-        for prefix, app in self.mounts.items():
-            if path == prefix or path.startswith(prefix + "/"):
-                await app(scope, receive, send)
-                return
-        await self.default(scope, receive, send)
 
 
 class _Server(uvicorn.Server):
@@ -260,10 +235,8 @@ class A2AService:
         shutdown_timeout: float = 3.0,
         bridge: bool = True,
         revocations: Revocations | None = None,
-        mounts: Mapping[str, ASGIApp] | None = None,
         grpc_port: int | None = None,
     ) -> None:
-        self.mounts = mounts  # other doors on this port (create_app)
         self.workspaces = workspaces
         self.revocations = revocations or Revocations(workspaces)
         self._own_revocations = revocations is None
@@ -387,7 +360,6 @@ class A2AService:
             self.signer,
             self.revocations,
             limits=self.workspaces.limits,
-            mounts=self.mounts,
         )
         if self._own_revocations:
             stop = self._revocations_stop
@@ -429,38 +401,3 @@ class A2AService:
         if self._socket is not None:
             self._socket.close()
             self._socket = None
-
-
-async def serve_a2a(
-    workspaces: Workspaces,
-    signer: TokenSigner,
-    config: HubConfig,
-    *,
-    host: str | None = None,
-    port: int | None = None,
-    ready: asyncio.Event | None = None,
-    stop: asyncio.Event | None = None,
-    runtime: A2ARuntime | None = None,
-    on_ready: Callable[[str], None] | None = None,
-    revocations: Revocations | None = None,
-    mounts: Mapping[str, ASGIApp] | None = None,
-) -> None:
-    """Serve A2A on ``host:port`` (default ``config.server.host``/``http_port``) until ``stop``
-    is set or the task is cancelled; once listening, set ``ready`` and call ``on_ready`` with
-    the base URL. ``revocations``: see :class:`A2AService`. Raises ``OSError`` if the port
-    cannot be bound."""
-    async with A2AService(
-        workspaces,
-        signer,
-        config,
-        host=host,
-        port=port,
-        runtime=runtime,
-        revocations=revocations,
-        mounts=mounts,
-    ) as service:
-        if ready is not None:
-            ready.set()
-        if on_ready is not None:
-            on_ready(service.url)
-        await (stop or asyncio.Event()).wait()
