@@ -36,7 +36,7 @@ from a2a.server.routes import DefaultServerCallContextBuilder
 from starlette.requests import Request
 
 from a2a_adapter.store import CAPABILITY_KEY
-from hub.auth import TokenSigner
+from hub.auth import TokenSigner, asgi_bearer_token
 from hub.core.capability import Capability
 from hub.core.errors import Unauthorized
 from hub.revocations import Revocations
@@ -86,7 +86,7 @@ class BearerAuth:
         if scope["type"] != "http" or scope.get("path") in self.public_paths:
             await self.app(scope, receive, send)
             return
-        token = _bearer(scope)
+        token = asgi_bearer_token(scope)
         if token is None:
             await _unauthorized(
                 send, "invalid_request", "an Authorization: Bearer token is required"
@@ -116,17 +116,6 @@ class AgoraContextBuilder(DefaultServerCallContextBuilder):
         if isinstance(capability, Capability):
             return AgoraUser(capability)
         return super().build_user(request)
-
-
-def _bearer(scope: Scope) -> str | None:
-    headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
-    for name, value in headers:
-        if name.lower() == b"authorization":
-            scheme, _, token = value.decode("latin-1").partition(" ")
-            if scheme.lower() == "bearer" and token.strip():
-                return token.strip()
-            return None
-    return None
 
 
 async def until_token_ends(

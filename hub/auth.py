@@ -37,7 +37,7 @@ import stat
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 import jwt
 import msgspec
@@ -308,3 +308,19 @@ def _token_id() -> str:
     while (jti := secrets.token_urlsafe(16)).startswith("-"):
         pass
     return jti
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header value (the scheme in any
+    case); None without one, or for another scheme. Every HTTP door reads tokens with it."""
+    scheme, _, token = (authorization or "").partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+def asgi_bearer_token(scope: Mapping[str, Any]) -> str | None:
+    """:func:`bearer_token` of an ASGI request's first ``Authorization`` header."""
+    for name, value in scope.get("headers") or ():
+        if name.lower() == b"authorization":
+            return bearer_token(value.decode("latin-1"))
+    return None

@@ -47,7 +47,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.authentication import AuthCredentials
 from starlette.requests import Request
 
-from hub.auth import TokenSigner
+from hub.auth import TokenSigner, asgi_bearer_token
 from hub.client import Session, connect
 from hub.config import McpConfig
 from hub.core.capability import Capability
@@ -132,7 +132,7 @@ class McpHttp:
         """The ASGI app (any path: mount it at ``/mcp``)."""
         if scope["type"] != "http":
             return
-        token = _bearer(scope)
+        token = asgi_bearer_token(scope)
         if token is None:
             await _unauthorized(
                 send, "invalid_request", "an Authorization: Bearer token is required"
@@ -331,17 +331,6 @@ async def _too_many(send: Send, cap: int) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
-
-
-def _bearer(scope: Scope) -> str | None:
-    headers: list[tuple[bytes, bytes]] = scope.get("headers", [])
-    for name, value in headers:
-        if name.lower() == b"authorization":
-            scheme, _, token = value.decode("latin-1").partition(" ")
-            if scheme.lower() == "bearer" and token.strip():
-                return token.strip()
-            return None
-    return None
 
 
 async def _unauthorized(send: Send, error: str, message: str, reason: object = None) -> None:

@@ -50,7 +50,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
 from hub import __version__
-from hub.auth import TokenSigner
+from hub.auth import TokenSigner, bearer_token
 from hub.config import ViewerConfig
 from hub.core.capability import Capability
 from hub.core.chain import GENESIS, verify_chain
@@ -113,10 +113,10 @@ def create_viewer_app(
     store = workspaces.store
 
     def capability(request: Request) -> Capability:
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        token = bearer_token(request.headers.get("authorization"))
+        if token is None:
             raise Unauthorized("an Authorization: Bearer token is required", reason="missing")
-        return verify(token.strip())
+        return verify(token)
 
     def readable(request: Request) -> tuple[Capability, str]:
         cap = capability(request)

@@ -602,3 +602,22 @@ def test_star_does_not_cover_the_system_workspace(signer: TokenSigner) -> None:
     assert star.has("read", "anything") and not star.has("read", SYSTEM_WORKSPACE)
     named = signer.verify(signer.issue("ops", [SYSTEM_WORKSPACE], ["read"], ttl_seconds=60))
     assert named.has("read", SYSTEM_WORKSPACE)
+
+
+@pytest.mark.parametrize(
+    ("header", "token"),
+    [
+        ("Bearer abc", "abc"),
+        ("bearer  abc ", "abc"),
+        ("BEARER abc", "abc"),
+        ("Basic abc", None),
+        ("Bearer", None),
+        ("Bearer   ", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_bearer_token(header: str | None, token: str | None) -> None:
+    assert auth.bearer_token(header) == token
+    headers = [] if header is None else [(b"authorization", header.encode())]
+    assert auth.asgi_bearer_token({"headers": [(b"x-other", b"Bearer no"), *headers]}) == token
