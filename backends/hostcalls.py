@@ -19,6 +19,7 @@ from typing import Final, Literal
 from backends.access import Access, WorkspaceAccess
 from hub.core.execution.errors import InvalidRequest
 from hub.core.execution.policy import FilesystemPolicy, normalise_workspace_path
+from hub.core.execution.request import ExecutionRequest
 
 __all__ = [
     "MAX_WRITE_BYTES",
@@ -26,6 +27,7 @@ __all__ = [
     "check_host_path",
     "has_readable_below",
     "readable",
+    "refuse_process_inputs",
     "serve_host_call",
     "writable",
 ]
@@ -130,3 +132,18 @@ async def serve_host_call(
             return None
     except TimeoutError as e:
         raise TimeoutError(f"{function}: the workspace did not answer in time") from e
+
+
+def refuse_process_inputs(request: ExecutionRequest, sandbox: str) -> None:
+    """An in-process sandbox's program has no stdin, argv or environment: refuse them (naming
+    the field) rather than drop them; data goes in as ``input``."""
+    for field_name, present in (
+        ("stdin", request.stdin is not None),
+        ("argv", bool(request.argv)),
+        ("env", bool(request.env)),
+    ):
+        if present:
+            raise InvalidRequest(
+                f"the {sandbox} sandbox takes no {field_name}: pass data as input",
+                field=field_name,
+            )

@@ -75,7 +75,7 @@ import pydantic_monty as monty
 
 from backends.access import Access, DirectoryAccess, WorkspaceAccess, workspace_filesystem
 from backends.captured import captured_result
-from backends.hostcalls import MAX_WRITE_BYTES
+from backends.hostcalls import MAX_WRITE_BYTES, refuse_process_inputs
 from backends.hostcalls import has_readable_below as _has_readable_below
 from backends.hostcalls import readable as _readable
 from backends.hostcalls import writable as _writable
@@ -282,7 +282,7 @@ class PythonBackend(BackendLifecycle):
         return sorted(self._sessions)
 
     async def _validate(self, request: ExecutionRequest) -> None:
-        _check_snippet_request(request)
+        refuse_process_inputs(request, "python")
 
     async def execute(
         self,
@@ -302,7 +302,7 @@ class PythonBackend(BackendLifecycle):
         sessions); :class:`BackendUnavailable`.
         """
         await self._check_request(request)
-        _check_snippet_request(request)
+        refuse_process_inputs(request, "python")
         if session is not None:
             _check_session_id(session)
             await self._sweep_sessions()
@@ -717,19 +717,6 @@ def _syntax_diagnostic(error: Any) -> Diagnostic:
         message=error.display("msg"),
         data=_frame_data(error),
     )
-
-
-def _check_snippet_request(request: ExecutionRequest) -> None:
-    """A snippet has no stdin, argv or environment: refuse them rather than drop them."""
-    for field_name, present in (
-        ("stdin", request.stdin is not None),
-        ("argv", bool(request.argv)),
-        ("env", bool(request.env)),
-    ):
-        if present:
-            raise InvalidRequest(
-                f"the python sandbox takes no {field_name}: pass data as input", field=field_name
-            )
 
 
 def _check_session_id(session: str) -> None:

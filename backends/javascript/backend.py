@@ -81,6 +81,7 @@ from backends.access import Access, DirectoryAccess, WorkspaceAccess, workspace_
 from backends.captured import captured_result
 from backends.cgroups import RunCgroup, RunLimits
 from backends.confine import Mount, Sandbox, bwrap_argv, launcher_argv
+from backends.hostcalls import refuse_process_inputs
 from backends.javascript.bootstrap import RUNNER, SOCKET, WORKSPACE
 from backends.javascript.channel import HOST_FUNCTIONS, Channel, Report
 from backends.lifecycle import BackendLifecycle, elapsed_ms
@@ -652,17 +653,7 @@ def _stage_files() -> str:
 
 
 def _check_module_request(request: ExecutionRequest) -> None:
-    """A module has no stdin, argv or environment: refuse them rather than drop them."""
-    for field_name, present in (
-        ("stdin", request.stdin is not None),
-        ("argv", bool(request.argv)),
-        ("env", bool(request.env)),
-    ):
-        if present:
-            raise InvalidRequest(
-                f"the javascript sandbox takes no {field_name}: pass data as input",
-                field=field_name,
-            )
+    refuse_process_inputs(request, "javascript")
     if not request.source:
         raise InvalidRequest("a javascript execution needs source (an ES module)", field="source")
 
