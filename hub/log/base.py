@@ -20,7 +20,7 @@ from typing import ClassVar, Final, Self
 
 from hub.core.chain import GENESIS, verify_chain
 from hub.core.checkpoint import CheckpointRecord
-from hub.core.errors import IntegrityError
+from hub.core.errors import BadRequest, IntegrityError, TooLarge
 from hub.core.events import Event
 from hub.core.merkle import MappingReader, frontier_indexes
 from hub.core.records import AppendResult, Head, Snapshot, VerifyReport
@@ -54,7 +54,23 @@ def _hash_fd(fd: int) -> tuple[int, str]:
 
 
 class BlobStore(abc.ABC):
-    """Content-addressed storage (sha256, lowercase hex) for large file content and artifacts."""
+    """Content-addressed storage (sha256, lowercase hex) for large file content and artifacts.
+
+    ``max_bytes``: the largest blob a store takes (set by each implementation)."""
+
+    max_bytes: int
+
+    def _check_size(self, size: int) -> None:
+        """Refuse an upload's declared ``size``: negative, or over :attr:`max_bytes`."""
+        if size < 0:
+            raise BadRequest("a blob's size is not negative", field="$.size")
+        if size > self.max_bytes:
+            raise TooLarge(
+                f"blob is {size} bytes; the limit is {self.max_bytes}",
+                field="$.size",
+                size=size,
+                limit=self.max_bytes,
+            )
 
     @abc.abstractmethod
     async def put(self, data: bytes) -> str:

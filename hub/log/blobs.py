@@ -258,17 +258,6 @@ class FileBlobStore(BlobStore):
 
         return await asyncio.to_thread(purge)
 
-    def _check_size(self, size: int) -> None:
-        if size < 0:
-            raise BadRequest("a blob's size is not negative", field="$.size")
-        if size > self.max_bytes:
-            raise TooLarge(
-                f"blob is {size} bytes; the limit is {self.max_bytes}",
-                field="$.size",
-                size=size,
-                limit=self.max_bytes,
-            )
-
     # -- worker-thread side -----------------------------------------------------------------
 
     def _read_sync(self, sha256: str, path: Path, offset: int, length: int) -> bytes:

@@ -494,17 +494,6 @@ class PostgresBlobStore(BlobStore):
             raise _translate(e, "reading a blob") from e
         return _stitch(((int(r[0]), bytes(r[1])) for r in rows), offset, end)
 
-    def _check_size(self, size: int) -> None:
-        if size < 0:
-            raise BadRequest("a blob's size is not negative", field="$.size")
-        if size > self.max_bytes:
-            raise TooLarge(
-                f"blob is {size} bytes; the limit is {self.max_bytes}",
-                field="$.size",
-                size=size,
-                limit=self.max_bytes,
-            )
-
     async def upload_offset(self, sha256: str, size: int, *, uploader: str = "") -> int:
         self._check(sha256)
         self._check_size(size)
