@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -291,19 +290,16 @@ async def test_panic_gives_a_non_zero_exit(backend: RustBackend) -> None:
 
 
 async def test_second_identical_run_hits_the_build_cache(backend: RustBackend) -> None:
+    # The cache is seen in its counters and the result's metadata, not in timings (speed is
+    # bench/sandbox_bench.py's).
     source = unique(RUN_OK)
-    began = time.perf_counter()
     cold = await run(backend, source, input={"n": 1})
-    cold_s = time.perf_counter() - began
     builds, hits = backend.builds, backend.cache_hits
-    began = time.perf_counter()
     warm = await run(backend, source, input={"n": 2})
-    warm_s = time.perf_counter() - began
     assert cold.metadata is not None and not cold.metadata.warm
     assert warm.metadata is not None and warm.metadata.warm
     assert (backend.builds, backend.cache_hits) == (builds, hits + 1)
     assert warm.value == {"double": 4, "echo": {"n": 2}}
-    assert warm_s < cold_s / 3
 
 
 async def test_run_phase_timeout(backend: RustBackend) -> None:

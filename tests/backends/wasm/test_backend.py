@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -259,18 +258,14 @@ async def test_source_payload_is_invalid(backend: WasmBackend) -> None:
 
 
 async def test_second_run_skips_compilation(backend: WasmBackend) -> None:
+    # Seen in the cache's counters and the metadata, not in timings (bench/sandbox_bench.py).
     module = wat.wasm(wat.HELLO)
-    began = time.perf_counter()
     cold, _ = await run(backend, module)
-    cold_s = time.perf_counter() - began
-    began = time.perf_counter()
     warm, _ = await run(backend, module)
-    warm_s = time.perf_counter() - began
     assert cold.metadata is not None and not cold.metadata.warm
     assert warm.metadata is not None and warm.metadata.warm
     assert (backend.cache.misses, backend.cache.hits) == (1, 1)
     assert warm.stdout == cold.stdout
-    assert warm_s < cold_s  # compilation dominates the first run
 
 
 async def test_module_cache_is_bounded() -> None:
