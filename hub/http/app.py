@@ -28,7 +28,7 @@ from opentelemetry.trace import SpanKind
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from hub.core.validation import TRACEPARENT_RE
@@ -72,8 +72,11 @@ def create_app(
     readiness: Readiness,
     *,
     registry: CollectorRegistry | None = None,
+    home: str | None = None,
 ) -> ASGIApp:
-    """The one port's app. Raises ``ValueError`` for a prefix that is not ``""`` or
+    """The one port's app. ``home``: where ``GET /`` sends a browser (307 to ``home + "/"``,
+    the viewer's page); without, ``/`` is the fallback door's like any other path. Raises
+    ``ValueError`` for a prefix that is not ``""`` or
     ``/name`` (no trailing slash), a prefix used twice, a second fallback or a prefix that
     shadows the hub's routes."""
     routes: list[BaseRoute] = [
@@ -82,6 +85,13 @@ def create_app(
     ]
     if registry is not None:
         routes.append(Route(METRICS_PATH, _metrics_endpoint(registry), methods=["GET", "HEAD"]))
+    if home is not None:
+        target = home.rstrip("/") + "/"
+
+        async def to_home(request: Request) -> Response:
+            return RedirectResponse(target, status_code=307)
+
+        routes.append(Route("/", to_home, methods=["GET", "HEAD"]))
     prefixed: dict[str, ASGIApp] = {}
     fallback: ASGIApp | None = None
     for door in doors:

@@ -188,16 +188,19 @@ async def serve_http(
     """Serve the hub's HTTP port (``[server] http_port``) until ``stop``: the probes,
     ``/metrics`` (the hub's :class:`hub.observe.metrics.HubMetrics`) and :func:`doors`.
     Raises ``OSError`` if the port cannot be bound."""
+    from hub.viewer import VIEWER_PATH
+
     service = HttpService(config.server.host, config.server.http_port)
     service.bind()
     async with AsyncExitStack() as stack:
         # Closed last: the doors first end their streams (LIFO), so graceful shutdown is quick.
         stack.push_async_callback(service.aclose)
         found = await doors(hub, signer, config, service.url, stack, a2a=a2a)
-        app = create_app(found, hub.readiness, registry=hub.metrics.registry)
+        # A browser at the port's root lands on the viewer (docs/viewer.md).
+        app = create_app(found, hub.readiness, registry=hub.metrics.registry, home=VIEWER_PATH)
         await service.serve(app)
         log.info("agora HTTP listening on %s (%s)", service.url, ", ".join(d.name for d in found))
         if on_ready is not None:
             on_ready(service.url)
-        print(f"agora viewer on {service.url}/ui/", file=sys.stderr, flush=True)
+        print(f"agora viewer on {service.url}{VIEWER_PATH}/", file=sys.stderr, flush=True)
         await stop.wait()

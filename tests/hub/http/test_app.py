@@ -117,3 +117,12 @@ def test_a_traced_door_continues_the_request_traceparent() -> None:
     # Off: the door itself, no wrapper.
     door = _locked()
     assert traced(door, Tracing(), "agora.a2a") is door
+
+
+def test_the_root_sends_a_browser_home() -> None:
+    app = create_app([Door("", _locked(), name="a2a"), Door("/ui", _echo("ui"))], dict, home="/ui")
+    with TestClient(app) as client:
+        root = client.get("/", follow_redirects=False)
+        assert (root.status_code, root.headers["location"]) == (307, "/ui/")
+        assert client.get("/").json()["door"] == "ui"  # followed: the viewer's page
+        assert client.get("/elsewhere").status_code == 401  # the fallback keeps the rest

@@ -40,8 +40,10 @@ async def test_no_a2a_keeps_the_port_with_probes_and_metrics(starter: HubStarter
         assert (await http.get("/ui/")).status_code == 200
         assert (await http.post("/mcp", json={})).status_code == 401
         # Only the A2A routes are gone: not a 401 of theirs, a plain 404.
-        for path in ("/.well-known/agent-card.json", "/a2a/jsonrpc", "/"):
+        for path in ("/.well-known/agent-card.json", "/a2a/jsonrpc", "/a2a/rest/tasks/x"):
             assert (await http.get(path)).status_code == 404, path
+        root = await http.get("/")  # a browser at the root lands on the viewer
+        assert (root.status_code, root.headers["location"]) == (307, "/ui/")
 
 
 @pytest.mark.parametrize("old_name", [False, True])
