@@ -6,6 +6,8 @@
 * No test module imports a conftest (conftests hold fixtures; what tests import lives in
   tests/support/ or in a helper module beside them).
 * Every test directory is a package, so two ``test_client.py`` in different places never clash.
+* No two public classes of the source share a name (issue #10: one name, one meaning; a
+  module's private ``_Name`` helpers are its own business).
 
 Package ``__init__.py`` files are not counted: they re-export; logic lives in named modules.
 """
@@ -13,6 +15,7 @@ Package ``__init__.py`` files are not counted: they re-export; logic lives in na
 from __future__ import annotations
 
 import ast
+from collections import defaultdict
 from pathlib import Path
 from typing import Final
 
@@ -196,3 +199,13 @@ def test_every_test_directory_is_a_package() -> None:
         }
     )
     assert not missing, f"add an __init__.py to: {missing}"
+
+
+def test_no_two_public_classes_share_a_name() -> None:
+    where: defaultdict[str, list[str]] = defaultdict(list)
+    for module in source_modules():
+        for node in ast.walk(ast.parse((REPO / module).read_text(), module)):
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                where[node.name].append(f"{module}:{node.lineno}")
+    shared = [f"{name}: {', '.join(places)}" for name, places in where.items() if len(places) > 1]
+    assert not shared, "one class name, one meaning; rename one of:\n  " + "\n  ".join(shared)

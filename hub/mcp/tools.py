@@ -212,7 +212,7 @@ class WorkspaceStateArgs(_Args, frozen=True):
     ] = None
 
 
-class Timeline(_Args, frozen=True):
+class TimelineArgs(_Args, frozen=True):
     after_seq: Annotated[int, msgspec.Meta(ge=0, description="Events after this seq.")] = 0
     limit: Annotated[
         int,
@@ -421,7 +421,7 @@ async def workspace_state(link: AgentLink, a: WorkspaceStateArgs) -> dict[str, A
     return out
 
 
-async def timeline(link: AgentLink, a: Timeline) -> dict[str, Any]:
+async def timeline(link: AgentLink, a: TimelineArgs) -> dict[str, Any]:
     ws = link.workspace(a.workspace)
     kinds = frozenset(a.kinds) if a.kinds is not None else None
     limit = min(a.limit, MAX_TIMELINE_EVENTS)
@@ -591,7 +591,7 @@ TOOLS: Final[dict[str, ToolSpec]] = {
                  "artifacts, members), now or at a seq.", WorkspaceStateArgs, workspace_state,
                  read_only=True),
         ToolSpec("timeline", "The workspace's events after a seq, oldest first (paged: "
-                 "nextAfterSeq).", Timeline, timeline, read_only=True),
+                 "nextAfterSeq).", TimelineArgs, timeline, read_only=True),
         ToolSpec(TOOL_NAME, CODE_EXEC_DESCRIPTION + " Runs on the hub's backends named by "
                  "your token; pulled file changes become workspace events.", None, code_exec),
     )

@@ -51,8 +51,8 @@ from hub.runtime.outcome import (
 from hub.runtime.registry import BackendInstance
 from hub.runtime.sync import (
     Mirror,
-    Mount,
     PushFailed,
+    WorkspaceMount,
     diff,
     drafts_for,
     mounts_for,
@@ -163,7 +163,7 @@ async def supervise(execution: Execution, settings: RuntimeSettings, node: str) 
     workspaces = execution.workspaces
     try:
         capabilities = execution.instance.capabilities
-        mounts: tuple[Mount, ...] = ()
+        mounts: tuple[WorkspaceMount, ...] = ()
         if capabilities.workspace == "files":
             mounts = mounts_for(execution.instance.access, execution.request.policy.filesystem)
         push_failed: PushFailed | None = None
@@ -369,7 +369,10 @@ async def _run(
 
 
 async def _pull(
-    execution: Execution, settings: RuntimeSettings, mirror: Mirror, mounts: tuple[Mount, ...]
+    execution: Execution,
+    settings: RuntimeSettings,
+    mirror: Mirror,
+    mounts: tuple[WorkspaceMount, ...],
 ) -> tuple[list[Event], list[SkippedWrite]]:
     """The file drafts for what the run changed in the mirror, and what is skipped."""
     limits = settings.sync

@@ -53,10 +53,10 @@ from hub.log.base import BlobStore
 __all__ = [
     "Change",
     "Mirror",
-    "Mount",
     "PushFailed",
     "Scan",
     "SyncLimits",
+    "WorkspaceMount",
     "diff",
     "drafts_for",
     "mount_of",
@@ -86,7 +86,7 @@ DEFAULT_SYNC: Final = SyncLimits()
 # Mounts (pure)
 
 
-class Mount(msgspec.Struct, frozen=True):
+class WorkspaceMount(msgspec.Struct, frozen=True):
     """A workspace subtree the program sees: ``root`` (``"."`` = all) and whether changes under
     it are written back."""
 
@@ -94,28 +94,30 @@ class Mount(msgspec.Struct, frozen=True):
     writable: bool
 
 
-def mounts_for(access: Access, fs: FilesystemPolicy) -> tuple[Mount, ...]:
+def mounts_for(access: Access, fs: FilesystemPolicy) -> tuple[WorkspaceMount, ...]:
     """The mounts of a run under ``fs`` on an instance with ``access``. ``()`` = no workspace
     (filesystem ``none``): nothing is pushed or pulled."""
     rw = access == "read-write"
     if fs.mode == "none":
         return ()
     if fs.mode == "host":
-        return (Mount(".", rw),)
+        return (WorkspaceMount(".", rw),)
     if fs.mode == "workspaceReadOnly":
-        return (Mount(fs.root, False),)
+        return (WorkspaceMount(fs.root, False),)
     if fs.mode == "workspaceReadWrite":
-        return (Mount(fs.root, rw),)
-    return tuple(Mount(p, False) for p in fs.read_only) + tuple(Mount(p, rw) for p in fs.read_write)
+        return (WorkspaceMount(fs.root, rw),)
+    return tuple(WorkspaceMount(p, False) for p in fs.read_only) + tuple(
+        WorkspaceMount(p, rw) for p in fs.read_write
+    )
 
 
 def _within(path: str, root: str) -> bool:
     return root == "." or path == root or path.startswith(root + "/")
 
 
-def mount_of(mounts: Iterable[Mount], path: str) -> Mount | None:
+def mount_of(mounts: Iterable[WorkspaceMount], path: str) -> WorkspaceMount | None:
     """The most specific mount holding ``path`` (a read-only one wins a tie), or ``None``."""
-    best: Mount | None = None
+    best: WorkspaceMount | None = None
     for mount in mounts:
         if not _within(path, mount.root):
             continue
@@ -142,7 +144,7 @@ def diff(before: Mapping[str, str], after: Mapping[str, str]) -> list[Change]:
 
 
 def plan(
-    changes: Iterable[Change], mounts: tuple[Mount, ...], *, max_changes: int
+    changes: Iterable[Change], mounts: tuple[WorkspaceMount, ...], *, max_changes: int
 ) -> tuple[list[Change], list[SkippedWrite]]:
     """Split ``changes`` into those to write back and those skipped: under a read-only mount
     (``read-only``), or beyond ``max_changes`` (``tooMany``). Changes outside every mount

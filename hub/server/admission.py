@@ -9,10 +9,10 @@ its ``hello`` (the agent is only known then). Touched only from the event loop.
 
 from __future__ import annotations
 
-__all__ = ["Admission"]
+__all__ = ["ConnectionAdmission"]
 
 
-class Admission:
+class ConnectionAdmission:
     """Counts of open connections, in all and per authenticated agent."""
 
     __slots__ = ("_agents", "max_connections", "max_per_agent", "open")

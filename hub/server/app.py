@@ -54,7 +54,7 @@ from hub.observe.tracing import Tracing
 from hub.revocations import Revocations
 from hub.runtime import BackendRegistry, Runtime, RuntimeSettings
 from hub.runtime.recovery_index import RecoveryIndex
-from hub.server.admission import Admission
+from hub.server.admission import ConnectionAdmission
 from hub.server.blob_ops import BlobOps
 from hub.server.checkpoint_ops import AuditOps
 from hub.server.connection import Connection
@@ -161,7 +161,9 @@ class Hub:
             self.recovery_index,
             grace_s=config.server.presence_grace_s,
         )
-        self.admission = Admission(limits.max_connections, limits.max_connections_per_agent)
+        self.admission = ConnectionAdmission(
+            limits.max_connections, limits.max_connections_per_agent
+        )
         settings = runtime or config.runtime
         registry = BackendRegistry.from_config(
             config.backends,

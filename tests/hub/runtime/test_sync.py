@@ -15,9 +15,9 @@ from hub.core.projections.workspace import FileEntry
 from hub.log.blobs import FileBlobStore
 from hub.runtime.sync import (
     Change,
-    Mount,
     PushFailed,
     SyncLimits,
+    WorkspaceMount,
     diff,
     drafts_for,
     mount_of,
@@ -37,24 +37,31 @@ def entry(rev: int, text: str | None = None, blob: str | None = None) -> FileEnt
 
 def test_mounts_follow_access_and_policy() -> None:
     assert mounts_for("read-write", FilesystemPolicy.none()) == ()
-    assert mounts_for("read-write", FilesystemPolicy.host()) == (Mount(".", True),)
-    assert mounts_for("read", FilesystemPolicy.host()) == (Mount(".", False),)
+    assert mounts_for("read-write", FilesystemPolicy.host()) == (WorkspaceMount(".", True),)
+    assert mounts_for("read", FilesystemPolicy.host()) == (WorkspaceMount(".", False),)
     assert mounts_for("read-write", FilesystemPolicy.workspace_read_only("src")) == (
-        Mount("src", False),
+        WorkspaceMount("src", False),
     )
-    assert mounts_for("read", FilesystemPolicy.workspace_read_write()) == (Mount(".", False),)
+    assert mounts_for("read", FilesystemPolicy.workspace_read_write()) == (
+        WorkspaceMount(".", False),
+    )
     assert mounts_for("read-write", FilesystemPolicy.paths(["docs"], ["out"])) == (
-        Mount("docs", False),
-        Mount("out", True),
+        WorkspaceMount("docs", False),
+        WorkspaceMount("out", True),
     )
 
 
 def test_the_most_specific_mount_wins_and_read_only_breaks_ties() -> None:
-    mounts = (Mount(".", True), Mount("a", False), Mount("a/b", True), Mount("a/b", False))
-    assert mount_of(mounts, "x.txt") == Mount(".", True)
-    assert mount_of(mounts, "a/x") == Mount("a", False)
-    assert mount_of(mounts, "a/b/c") == Mount("a/b", False)
-    assert mount_of((Mount("a", True),), "ab/c") is None
+    mounts = (
+        WorkspaceMount(".", True),
+        WorkspaceMount("a", False),
+        WorkspaceMount("a/b", True),
+        WorkspaceMount("a/b", False),
+    )
+    assert mount_of(mounts, "x.txt") == WorkspaceMount(".", True)
+    assert mount_of(mounts, "a/x") == WorkspaceMount("a", False)
+    assert mount_of(mounts, "a/b/c") == WorkspaceMount("a/b", False)
+    assert mount_of((WorkspaceMount("a", True),), "ab/c") is None
 
 
 def test_diff_and_plan() -> None:
@@ -62,13 +69,15 @@ def test_diff_and_plan() -> None:
         {"same": "1", "changed": "1", "gone": "1"}, {"same": "1", "changed": "2", "new": "3"}
     )
     assert changes == [Change("changed", "write"), Change("gone", "delete"), Change("new", "write")]
-    keep, skipped = plan(changes, (Mount(".", True), Mount("gone", False)), max_changes=1)
+    keep, skipped = plan(
+        changes, (WorkspaceMount(".", True), WorkspaceMount("gone", False)), max_changes=1
+    )
     assert keep == [Change("changed", "write")]
     assert [(s.path, s.op, s.reason, s.mount_root) for s in skipped] == [
         ("gone", "delete", "read-only", "gone"),
         ("new", "write", "tooMany", "."),
     ]
-    assert plan(changes, (Mount("elsewhere", True),), max_changes=10) == ([], [])
+    assert plan(changes, (WorkspaceMount("elsewhere", True),), max_changes=10) == ([], [])
 
 
 def test_drafts_are_caused_and_guarded_by_base_rev() -> None:

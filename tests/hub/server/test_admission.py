@@ -13,7 +13,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from hub.server.admission import Admission
+from hub.server.admission import ConnectionAdmission
 from tests.support.hub import StartHub
 from tests.support.peer import peer
 from tests.support.tokens import mint
@@ -46,7 +46,7 @@ async def _welcomed(url: str, token: str) -> bool:
 
 
 def test_admission_counts_in_all_and_per_agent() -> None:
-    admission = Admission(2, 1)
+    admission = ConnectionAdmission(2, 1)
     admission.connected()
     assert not admission.full
     admission.connected()
