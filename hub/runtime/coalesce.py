@@ -17,15 +17,14 @@ runtime asks :meth:`deadline` when to call :meth:`due` next.
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Final
 
 import msgspec
 
+from hub.core.execution.result import Stream
 from hub.core.execution.settings import RuntimeSettings
 
 __all__ = ["DEFAULT_INTERVAL", "DEFAULT_MAX_BYTES", "Coalescer", "Flush"]
-
-Stream = Literal["stdout", "stderr"]
 
 DEFAULT_INTERVAL: Final = RuntimeSettings().coalesce_interval_s
 DEFAULT_MAX_BYTES: Final = RuntimeSettings().coalesce_bytes

@@ -27,7 +27,7 @@ import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Final, Literal
+from typing import Final
 
 from hub.core.errors import Busy, NotFound
 from hub.core.events import (
@@ -40,6 +40,7 @@ from hub.core.events import (
     ExecStarted,
 )
 from hub.core.projections.executions import ExecJournal, ExecRecord, evolve, rebuild
+from hub.core.wire.frames import Resume
 from hub.follow import LogFollower
 from hub.workspaces import Workspaces
 
@@ -47,7 +48,6 @@ __all__ = ["ExecFollower", "Journals", "Resume", "WorkspaceJournal", "exec_id_of
 
 log = logging.getLogger("agora.runtime")
 
-Resume = Literal["full", "tail"] | int
 READ_BATCH: Final = 2000
 _JOURNAL_BYTES: Final = 1024  # a journal's own tables, about
 _RECORD_BYTES: Final = 768  # one execution's record and its entries in the side tables, about

@@ -15,13 +15,13 @@ from typing import Any, Final, Literal
 import msgspec
 
 from backends.harness import extract_value
+from hub.core.execution.result import Stream
 from hub.core.projections.executions import ExecRecord
 from hub.core.wire.frames import RuntimeResult, SkippedEntry
 
 __all__ = ["Encoding", "TextDecoders", "encoding_of", "runtime_result"]
 
 Encoding = Literal["utf8", "base64"]
-Stream = Literal["stdout", "stderr"]
 _STREAMS: Final[tuple[Stream, Stream]] = ("stdout", "stderr")
 
 
