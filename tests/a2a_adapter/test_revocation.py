@@ -10,10 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import select
-import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -25,77 +21,39 @@ import httpx
 import pytest
 
 from a2a_adapter.app import JSONRPC_PATH, REST_PREFIX
-from hub.auth import TokenSigner
+from tests.support.hub import HubProcess, HubStarter
+from tests.support.paths import REPO
+from tests.support.tokens import make_signer
+from tests.support.tokens import mint as mint_token
 
-REPO = Path(__file__).resolve().parents[2]
-SECRET = "a2a-revocation-tests-secret-0123456789abcdef"
 WORKSPACE = "demo"
 WAIT = 20.0
 
 
-class Served:
-    """``agora serve`` with its A2A listener, both on free ports."""
-
-    def __init__(self, data: Path) -> None:
-        self.data = data
-        self.stderr = data.parent / "serve.stderr.log"
-        argv = [sys.executable, "-m", "hub", "serve", "--port", "0", "--a2a-port", "0"]
-        env = dict(os.environ, AGORA_SECRET=SECRET, PYTHONPATH=str(REPO))
-        with self.stderr.open("ab") as err:
-            self.proc = subprocess.Popen(
-                [*argv, "--data", str(data)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=err
-            )
-        self.a2a = ""
-        deadline = time.monotonic() + WAIT
-        buffered = b""
-        assert self.proc.stdout is not None
-        while not self.a2a:
-            ready, _, _ = select.select([self.proc.stdout], [], [], deadline - time.monotonic())
-            assert ready, f"no A2A banner within {WAIT}s: {self.log()}"
-            chunk = os.read(self.proc.stdout.fileno(), 1024)
-            assert chunk, f"agora serve exited early: {self.log()}"
-            buffered += chunk
-            for line in buffered.decode(errors="replace").splitlines():
-                if line.startswith("agora A2A on "):
-                    self.a2a = line.split()[3]
-
-    def log(self) -> str:
-        return self.stderr.read_text(errors="replace")[-4000:]
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(30)
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
-        return code
-
-
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[Served]:
-    server = Served(tmp_path / "data")
+def served(tmp_path: Path) -> Iterator[HubProcess]:
+    """``agora serve`` with its A2A listener (the HTTP port), both on free ports."""
+    starter = HubStarter(tmp_path)
     try:
-        yield server
+        yield starter.start(a2a_port=0)
     finally:
-        assert server.stop() == 0, server.log()
+        starter.close()  # SIGTERM; each hub must exit 0
 
 
 def mint(agent: str = "peer", ttl: int = 3600) -> str:
-    return TokenSigner(SECRET.encode()).issue(
-        agent, [WORKSPACE], ["read", "write"], ttl_seconds=ttl
-    )
+    return mint_token(agent, [WORKSPACE], ["read", "write"], ttl=ttl)
 
 
 def jti(token: str) -> str:
-    return TokenSigner(SECRET.encode()).verify(token).token_id
+    return make_signer().verify(token).token_id
 
 
-async def revoke(served: Served, *argv: str) -> dict[str, Any]:
+async def revoke(served: HubProcess, *argv: str) -> dict[str, Any]:
     """``agora token revoke ARGV --json`` as a separate process; the appended event."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "hub", "token", "revoke", *argv, "--json",
-        "--data", str(served.data),
-        cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+        "--data", str(served.data_dir),
+        cwd=REPO, env=served.environ(),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), WAIT)
@@ -104,9 +62,9 @@ async def revoke(served: Served, *argv: str) -> dict[str, Any]:
     return event
 
 
-def client(served: Served, token: str) -> httpx.AsyncClient:
+def client(served: HubProcess, token: str) -> httpx.AsyncClient:
     headers = {"Authorization": f"Bearer {token}", "A2A-Version": "1.0"}
-    return httpx.AsyncClient(base_url=served.a2a, headers=headers, timeout=WAIT)
+    return httpx.AsyncClient(base_url=served.a2a_url, headers=headers, timeout=WAIT)
 
 
 def message(text: str = "hi") -> dict[str, Any]:
@@ -134,7 +92,7 @@ async def sse_events(response: httpx.Response) -> AsyncIterator[tuple[str, Any]]
 
 
 async def stream_until_end(
-    served: Served, token: str, binding: str, on_open: Any = None
+    served: HubProcess, token: str, binding: str, on_open: Any = None
 ) -> list[tuple[str, Any]]:
     """Open a streaming SendMessage (the task stays submitted: the stream stays open), call
     ``on_open`` after the first event, and return every event until the hub ends the stream."""
@@ -167,7 +125,7 @@ def error_data(binding: str, data: Any) -> dict[str, Any]:
     return metadata
 
 
-async def test_revoked_token_is_401_with_reason(served: Served) -> None:
+async def test_revoked_token_is_401_with_reason(served: HubProcess) -> None:
     token = mint("mallory")
     async with client(served, token) as http:
         ok = await http.post(JSONRPC_PATH, json=rpc("ListTasks", {}))
@@ -190,7 +148,7 @@ async def test_revoked_token_is_401_with_reason(served: Served) -> None:
 
 
 @pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
-async def test_revocation_ends_an_open_stream(served: Served, binding: str) -> None:
+async def test_revocation_ends_an_open_stream(served: HubProcess, binding: str) -> None:
     token = mint("mallory")
     appended: list[dict[str, Any]] = []
 
@@ -208,9 +166,9 @@ async def test_revocation_ends_an_open_stream(served: Served, binding: str) -> N
 
 
 @pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
-async def test_expiry_ends_an_open_stream(served: Served, binding: str) -> None:
+async def test_expiry_ends_an_open_stream(served: HubProcess, binding: str) -> None:
     token = mint("shortlived", ttl=3)
-    exp = TokenSigner(SECRET.encode()).verify(token).expires_at
+    exp = make_signer().verify(token).expires_at
     events = await stream_until_end(served, token, binding)
     ended_at = time.time()
     kind, data = events[-1]
