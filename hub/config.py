@@ -21,6 +21,7 @@ from hub.core.errors import BadRequest
 from hub.core.errors import ConfigError as ConfigError  # re-exported: users catch it here
 from hub.core.execution.policy import Access
 from hub.core.execution.settings import RuntimeSettings
+from hub.core.projections.snapshots import DEFAULT_SNAPSHOT_EVERY
 from hub.core.validation import (
     DEFAULT_LIMITS,
     DEFAULT_MAX_BLOB_BYTES,
@@ -76,7 +77,7 @@ class LimitsConfig(SessionLimits, _Section, frozen=True):
     """``[limits]``: per-connection and per-event bounds. See docs/operations.md for what
     happens at each limit. The per-connection ones the protocol session enforces (batch size,
     publish rate and burst, subscriptions, bad frames, execution waits) are inherited from
-    :class:`hub.core.wire.session.ServerSessionLimits` with their defaults: this *is* the session's
+    :class:`hub.core.wire.session.SessionLimits` with their defaults: this *is* the session's
     limits, passed to every session as it is."""
 
     max_frame_bytes: Positive = DEFAULT_MAX_FRAME_BYTES
@@ -95,7 +96,7 @@ class LimitsConfig(SessionLimits, _Section, frozen=True):
     # files and artifacts together (a putBlob or publish that would pass it: tooLarge).
     max_blob_bytes: Positive = DEFAULT_MAX_BLOB_BYTES
     max_workspace_bytes: Positive = DEFAULT_MAX_WORKSPACE_BYTES
-    snapshot_every: Positive = 1000  # events between projection snapshots
+    snapshot_every: Positive = DEFAULT_SNAPSHOT_EVERY  # events between projection snapshots
 
     def draft_limits(self) -> Limits:
         """The :class:`hub.core.validation.Limits` these settings imply for event drafts."""

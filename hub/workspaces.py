@@ -46,6 +46,7 @@ from hub.core.errors import (
     Unavailable,
 )
 from hub.core.events import HUB_KINDS, OP_KINDS, ArtifactPublished, Event, FileWritten
+from hub.core.projections.snapshots import DEFAULT_SNAPSHOT_EVERY
 from hub.core.projections.workspace import FileEntry, WorkspaceState, evolve
 from hub.core.records import AppendResult
 from hub.core.rules.decide import decide, reads_state
@@ -151,7 +152,7 @@ class Workspaces:
         store: EventStore,
         *,
         limits: Limits = DEFAULT_LIMITS,
-        snapshot_every: int = 1000,
+        snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
         max_open: int = 4096,
         keep_open: Callable[[str], object] | None = None,
     ) -> None:

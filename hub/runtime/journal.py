@@ -39,9 +39,10 @@ from hub.core.events import (
     ExecRequested,
     ExecStarted,
 )
+from hub.core.execution.settings import RuntimeSettings
 from hub.core.projections.executions import ExecJournal, ExecRecord, evolve, rebuild
 from hub.core.wire.frames import Resume
-from hub.follow import LogFollower
+from hub.follow import DEFAULT_BUFFER, LogFollower
 from hub.workspaces import Workspaces
 
 __all__ = ["ExecFollower", "Journals", "Resume", "WorkspaceJournal", "exec_id_of"]
@@ -49,6 +50,7 @@ __all__ = ["ExecFollower", "Journals", "Resume", "WorkspaceJournal", "exec_id_of
 log = logging.getLogger("agora.runtime")
 
 READ_BATCH: Final = 2000
+_DEFAULTS: Final = RuntimeSettings()  # the defaults of [runtime], written there once
 _JOURNAL_BYTES: Final = 1024  # a journal's own tables, about
 _RECORD_BYTES: Final = 768  # one execution's record and its entries in the side tables, about
 _EXEC_TYPES: Final = (
@@ -183,9 +185,9 @@ class Journals:
         self,
         workspaces: Workspaces,
         *,
-        max_readers: int = 8,
-        max_pending: int = 1024,
-        cache_bytes: int = 64 * 1024 * 1024,
+        max_readers: int = _DEFAULTS.max_readers,
+        max_pending: int = DEFAULT_BUFFER,
+        cache_bytes: int = _DEFAULTS.journal_cache_bytes,
     ) -> None:
         self.workspaces = workspaces
         self.store = workspaces.store

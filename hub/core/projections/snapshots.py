@@ -22,6 +22,7 @@ from hub.core.projections.workspace import WorkspaceState
 from hub.core.records import Snapshot
 
 __all__ = [
+    "DEFAULT_SNAPSHOT_EVERY",
     "SNAPSHOT_NAME",
     "SNAPSHOT_VERSION",
     "decode_state",
@@ -32,6 +33,8 @@ __all__ = [
 
 SNAPSHOT_NAME: Final = "workspace"
 SNAPSHOT_VERSION: Final = 1
+DEFAULT_SNAPSHOT_EVERY: Final = 1000
+"""Events between two snapshots of a workspace (``[limits] snapshot_every``)."""
 
 _encoder: Final = msgspec.msgpack.Encoder()
 _decoder: Final = msgspec.msgpack.Decoder(WorkspaceState)
