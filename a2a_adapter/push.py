@@ -59,6 +59,7 @@ from a2a_adapter.responses import integral
 from a2a_adapter.store import LogTaskEventStream, TaskRef
 from hub import __version__
 from hub.config import PushSettings
+from hub.core.backoff import Backoff
 from hub.core.capability import Capability
 from hub.core.errors import AgoraError
 from hub.core.events import PushAttempted, PushAttemptedPayload
@@ -72,6 +73,7 @@ __all__ = [
     "PushNotifications",
     "PushRefused",
     "UrlPolicy",
+    "retry_backoff",
 ]
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,18 @@ _RETRY_STATUS: Final = frozenset({408, 425, 429})
 
 Outcome = Literal["delivered", "retry", "failed", "refused"]
 Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
+
+
+def retry_backoff(settings: PushSettings) -> Backoff:
+    """The wait between delivery attempts: the one :class:`~hub.core.backoff.Backoff`,
+    ``backoff_s`` doubling after each attempt, uncapped within ``max_attempts`` and without
+    jitter (the documented schedule, docs/a2a.md)."""
+    return Backoff(
+        initial=settings.backoff_s,
+        maximum=settings.backoff_s * 2.0**settings.max_attempts,
+        jitter=0.0,
+        give_up_after=None,
+    )
 
 
 class PushRefused(ValueError):
@@ -239,6 +253,7 @@ class PushNotifications:
         self.revocations = revocations
         self.settings = settings
         self.policy = policy or UrlPolicy(settings)
+        self.backoff = retry_backoff(settings)
         self._clock = clock
         self._tasks: dict[str, _Task] = {}
         self._count = 0
@@ -464,7 +479,7 @@ class PushNotifications:
             await self._record(task, entry, seq, state, attempt, outcome, cause, status, error)
             if last:
                 return
-            await asyncio.sleep(self.settings.backoff_s * 2 ** (attempt - 1))
+            await asyncio.sleep(self.backoff.delay(attempt - 1))
 
     async def _post(
         self, config: TaskPushNotificationConfig, body: object

@@ -1,10 +1,10 @@
 """Retry delays: one exponential backoff with jitter for every retry loop in Agora.
 
 The client's reconnects, the PostgreSQL store's LISTEN connection, the cluster follower and
-heartbeat, the A2A bridge and the workspaces' re-decide all wait with :class:`Backoff`: the
-delay before attempt ``n`` is ``initial * factor**n`` capped at ``maximum``, times a jitter in
-``[1 - jitter, 1]`` so that many retrying clients do not stampede in step. Pure: the caller
-sleeps; the random source is injectable for tests.
+heartbeat, the A2A bridge, the A2A push deliveries and the workspaces' re-decide all wait
+with :class:`Backoff`: the delay before attempt ``n`` is ``initial * factor**n`` capped at
+``maximum``, times a jitter in ``[1 - jitter, 1]`` so that many retrying clients do not
+stampede in step. Pure: the caller sleeps; the random source is injectable for tests.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
 
 from a2a_adapter.app import A2AService
-from a2a_adapter.push import UrlPolicy
+from a2a_adapter.push import UrlPolicy, retry_backoff
 from hub.auth import TokenSigner
 from hub.config import A2AConfig, HubConfig, PushSettings
 from hub.core.events import Completed, PushAttempted, WorkClaimed
@@ -335,3 +335,10 @@ async def test_an_unresolvable_webhook_is_refused_at_delivery(
     [only] = [a.payload for a in await attempts(workspaces)]
     assert (only.attempt, only.outcome) == (1, "refused")
     assert only.error is not None and "cannot resolve" in only.error
+
+
+def test_delivery_retries_wait_backoff_s_doubling_with_the_one_backoff() -> None:
+    backoff = retry_backoff(PushSettings(backoff_s=0.5, max_attempts=4))
+    assert [backoff.delay(n) for n in range(3)] == [0.5, 1.0, 2.0]  # no jitter, no cap
+    widest = retry_backoff(PushSettings(backoff_s=60.0, max_attempts=20))
+    assert widest.delay(18) == 60.0 * 2**18
