@@ -130,8 +130,9 @@ class ConfigError(AgoraError):
 
 
 # ---------------------------------------------------------------------------------------------
-# The one error table: class ↔ stable wire code ↔ close code ↔ A2A error (read both ways by the
-# server session, the client and the A2A adapter; no other module tables error codes).
+# The one error table: class ↔ stable wire code ↔ close code ↔ A2A error ↔ HTTP status (read
+# both ways by the server session, the client, the A2A adapter and the HTTP doors; no other
+# module tables error codes).
 
 
 class CloseCode(enum.IntEnum):
@@ -159,6 +160,8 @@ class ErrorRow(NamedTuple):
     closes: CloseCode | None
     """The close code when the error ends the connection (the client does not retry it)."""
     a2a: A2AErrorName
+    http: int
+    """The HTTP status an HTTP door (the viewer's JSON API) answers the error with."""
 
     @property
     def code(self) -> str:
@@ -166,17 +169,17 @@ class ErrorRow(NamedTuple):
 
 
 ERROR_TABLE: Final[tuple[ErrorRow, ...]] = (
-    ErrorRow(BadRequest, None, "InvalidParamsError"),
-    ErrorRow(Unauthorized, CloseCode.UNAUTHORIZED, "InvalidParamsError"),
-    ErrorRow(Forbidden, None, "InvalidParamsError"),
-    ErrorRow(NotFound, None, "InvalidParamsError"),
-    ErrorRow(Conflict, None, "UnsupportedOperationError"),
-    ErrorRow(TooLarge, None, "InvalidParamsError"),
-    ErrorRow(RateLimited, None, "UnsupportedOperationError"),
-    ErrorRow(Busy, None, "UnsupportedOperationError"),
-    ErrorRow(Exists, None, "UnsupportedOperationError"),
-    ErrorRow(Unavailable, None, "InternalError"),
-    ErrorRow(Internal, None, "InternalError"),
+    ErrorRow(BadRequest, None, "InvalidParamsError", 400),
+    ErrorRow(Unauthorized, CloseCode.UNAUTHORIZED, "InvalidParamsError", 401),
+    ErrorRow(Forbidden, None, "InvalidParamsError", 403),
+    ErrorRow(NotFound, None, "InvalidParamsError", 404),
+    ErrorRow(Conflict, None, "UnsupportedOperationError", 409),
+    ErrorRow(TooLarge, None, "InvalidParamsError", 413),
+    ErrorRow(RateLimited, None, "UnsupportedOperationError", 429),
+    ErrorRow(Busy, None, "UnsupportedOperationError", 429),
+    ErrorRow(Exists, None, "UnsupportedOperationError", 409),
+    ErrorRow(Unavailable, None, "InternalError", 503),
+    ErrorRow(Internal, None, "InternalError", 500),
 )
 """Every wire error code, once. ``docs/protocol.md`` lists the same table."""
 

@@ -22,8 +22,9 @@ paths; until the one HTTP port lands the mount is a few lines in ``a2a_adapter/a
 
 Everything the page shows beyond these comes over the WebSocket with the same token, so the
 hub's rights apply exactly as for any agent. A missing, bad, expired or revoked token is a 401
-(``WWW-Authenticate: Bearer``), a workspace the token may not read a 403, a bad name a 400;
-nothing here writes.
+(``WWW-Authenticate: Bearer``), a workspace the token may not read a 403, a bad name a 400
+(every error's status is the error table's, :data:`hub.core.errors.ERROR_TABLE`); nothing
+here writes.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from hub.auth import TokenSigner, bearer_token
 from hub.config import ViewerConfig
 from hub.core.capability import Capability
 from hub.core.chain import GENESIS, verify_chain
-from hub.core.errors import AgoraError, BadRequest, RateLimited, Unauthorized
+from hub.core.errors import AgoraError, BadRequest, RateLimited, Unauthorized, error_row
 from hub.core.records import VerifyReport
 from hub.core.validation import validate_workspace
 from hub.log.base import EventStore
@@ -218,15 +219,10 @@ def create_viewer_app(
                     status_code=401,
                     headers={"WWW-Authenticate": 'Bearer realm="agora"'},
                 )
-            except BadRequest as e:
-                return JSONResponse(
-                    {"code": e.code, "message": e.message, "details": e.details}, status_code=400
-                )
-            except AgoraError as e:
-                status = _STATUS.get(e.code, 500)
+            except AgoraError as e:  # the status is the error table's (hub.core.errors)
                 return JSONResponse(
                     {"code": e.code, "message": e.message, "details": e.details},
-                    status_code=status,
+                    status_code=error_row(e.code).http,
                 )
 
         return run
@@ -246,9 +242,6 @@ def create_viewer_app(
         Route(PREFIX + "/{rest:path}", index),
     ]
     return Starlette(routes=routes)
-
-
-_STATUS: Final = {"forbidden": 403, "rateLimited": 429, "unavailable": 503}
 
 
 class _Bounded(StreamingResponse):

@@ -1,5 +1,5 @@
 """The one error table (hub/core/errors.py): error class <-> stable wire code <-> close code <->
-A2A error, read both ways, and the same table in docs/protocol.md."""
+A2A error <-> HTTP status, read both ways, and the same table in docs/protocol.md."""
 
 from __future__ import annotations
 
@@ -98,3 +98,30 @@ def test_docs_list_the_same_codes_in_the_same_order() -> None:
 def test_docs_list_every_close_code() -> None:
     listed = {int(code) for code in first_column("| code | meaning |")}
     assert {int(code) for code in CloseCode} <= listed
+
+
+def test_each_code_has_its_http_status_client_faults_4xx() -> None:
+    statuses = {row.code: row.http for row in ERROR_TABLE}
+    assert statuses == {
+        "badRequest": 400,
+        "unauthorized": 401,
+        "forbidden": 403,
+        "notFound": 404,
+        "conflict": 409,
+        "tooLarge": 413,
+        "rateLimited": 429,
+        "busy": 429,
+        "exists": 409,
+        "unavailable": 503,
+        "internal": 500,
+    }
+    for row in ERROR_TABLE:
+        assert (400 <= row.http < 500) == issubclass(row.error, errors.ClientError), row
+
+
+def test_docs_list_the_http_statuses_in_the_table_order() -> None:
+    found = re.search(
+        r"with\nHTTP ([\d, and\n]+) \(the table's `http` column\)", PROTOCOL.read_text()
+    )
+    assert found is not None
+    assert [int(n) for n in re.findall(r"\d+", found[1])] == [row.http for row in ERROR_TABLE]
