@@ -41,6 +41,7 @@ from hub.core.errors import (
     ClientError,
     Conflict,
     Forbidden,
+    IntegrityError,
     NotFound,
     TooLarge,
     Unavailable,
@@ -653,7 +654,19 @@ class Workspaces:
         fut: asyncio.Future[_Live] = asyncio.get_running_loop().create_future()
         self._opening[workspace] = fut
         try:
-            state = await load_state(self.store, workspace)
+            try:
+                state = await load_state(self.store, workspace)
+            except IntegrityError as e:
+                # A log that cannot be read back (an event from before the nesting limit, a
+                # broken chain): quarantined as a failed recovery is — refused with the reason,
+                # never answered `internal` on every request. Recovery does not read every
+                # workspace (the index; on a shared store, the cluster's own), so the first
+                # open is where such a log is found.
+                reason = f"reading the log failed: IntegrityError: {e}"[:500]
+                log.error("workspace %s quarantined: %s", workspace, reason)
+                self.quarantine(workspace, reason)
+                self.refuse_quarantined(workspace)
+                raise
             live = _Live(workspace, state)
             self._evict_idle()
             self._live[workspace] = live

@@ -2,7 +2,10 @@
 
 Same seqs, ids, timestamps, producers and hashes (positions are the new store's own). Refused,
 with nothing written: a workspace that already has events, an event of another workspace, and
-a broken hash chain (the first bad seq and its input line are named). The whole export is
+a broken hash chain (the first bad seq and its input line are named), and a line over the
+door's limits (``[limits] max_depth``, and the stored-event size ``max_event_bytes``: an event
+larger could never be read back by a client whose frame limit is ``max_frame_bytes``). The
+whole export is
 read into memory first, because the store restores it as one atomic batch.
 
 Blobs are not in the JSON Lines; ``--blobs DIR`` (as written by ``agora export --blobs``)
@@ -29,6 +32,7 @@ import msgspec
 from hub.commands._audit import (
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_USAGE,
     add_store_args,
     add_workspace_arg,
     decode_lines,
@@ -39,12 +43,20 @@ from hub.commands._audit import (
     where,
     with_store,
 )
-from hub.commands.common import fail
+from hub.commands.common import config_from_args, fail
 from hub.commands.export import CheckpointLine, blob_refs, copy_blobs
 from hub.core.chain import canonical_bytes
 from hub.core.checkpoint import CheckpointRecord, parse_checkpoint, parse_note
-from hub.core.errors import AgoraError, BadRequest, Conflict, IntegrityError, NotFound
-from hub.core.events import Event
+from hub.core.errors import (
+    AgoraError,
+    BadRequest,
+    ConfigError,
+    Conflict,
+    IntegrityError,
+    NotFound,
+    TooLarge,
+)
+from hub.core.events import Event, encode_event
 from hub.core.merkle import append_leaf, frontier_root, leaf_hash
 from hub.log.base import EventStore
 from hub.log.blobs import FileBlobStore
@@ -96,11 +108,28 @@ async def run(args: argparse.Namespace) -> int:
     if args.blobs is not None and not args.blobs.is_dir():
         return report(COMMAND, NotFound(f"no blob directory {str(args.blobs)!r}"))
     try:
+        limits = config_from_args(args).limits.draft_limits()
+    except ConfigError as e:
+        return report(COMMAND, e, EXIT_USAGE)
+    try:
         data = read_input(args.input)
     except AgoraError as e:
         return report(COMMAND, e)
 
-    numbered, errors = decode_lines(data)
+    def check(ev: Event) -> None:
+        """The stored-event limit holds for imported events too: stored, an event over it
+        could never be read by a client whose frame limit is ``max_frame_bytes``."""
+        size = len(encode_event(ev))
+        if size > limits.max_event_bytes:
+            raise TooLarge(
+                f"the event is {size} bytes stored; the limit is {limits.max_event_bytes} "
+                "([limits] max_frame_bytes less 1 KiB)",
+                field="event",
+                limit=limits.max_event_bytes,
+                size=size,
+            )
+
+    numbered, errors = decode_lines(data, check, max_depth=limits.max_depth)
     if errors:
         return report_all(COMMAND, errors)
     if not numbered:

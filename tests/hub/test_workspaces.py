@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from hub.core.errors import BadRequest, Conflict, Forbidden, NotFound, TooLarge
+from hub.core.errors import AgoraError, BadRequest, Conflict, Forbidden, NotFound, TooLarge
 from hub.core.events import (
     ArtifactPayload,
     ArtifactPublished,
@@ -24,6 +27,7 @@ from hub.core.events import (
     NeedWork,
     WorkClaimed,
     WorkPublished,
+    decode_event,
     encode_event,
 )
 from hub.core.validation import Limits
@@ -282,3 +286,82 @@ async def test_an_event_over_max_event_bytes_once_stored_is_refused(
     r = await ws.publish("w", [msg("x" * 3000)], producer="alice")
     stored = [ev async for ev in store.read("w")]
     assert len(encode_event(stored[0])) <= 4096 and r.events[0].seq == 1
+
+
+# -- nothing accepted can break a reader (issue 11) --------------------------------------------
+
+_leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=30)
+)
+_values = st.recursive(
+    _leaves,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def _nest(depth: int, value: object) -> object:
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+# Any data, nested to around the depth limit; any text, some around the stored-event size.
+_data = _values | st.builds(_nest, st.integers(0, 140), _values)
+_text = st.none() | st.text(max_size=60) | st.integers(1_040_000, 1_050_000).map(lambda n: "x" * n)
+
+
+@st.composite
+def _hostile_drafts(draw: st.DrawFn) -> list[Event]:
+    drafts: list[Event] = []
+    for _ in range(draw(st.integers(1, 5))):
+        if draw(st.booleans()):
+            payload = MessagePayload(text=draw(_text), data=draw(_data))
+            drafts.append(MessagePosted(producer="x", payload=payload))
+        else:
+            path = draw(st.text(min_size=1, max_size=12) | st.sampled_from(["a", "a/b", "a/b/c"]))
+            drafts.append(write(path, draw(st.text(max_size=20))))
+    return drafts
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(drafts=_hostile_drafts())
+def test_nothing_the_hub_accepts_can_break_a_reader(drafts: list[Event]) -> None:
+    """For any event a publish accepts (each refused draft must be a typed error): the log
+    reads back, verifies, folds at every seq, survives export/import and a reopen (restart),
+    and every stored event fits a frame a default reader accepts (``max_event_bytes``)."""
+    asyncio.run(_accepted_events_are_readable(drafts))
+
+
+async def _accepted_events_are_readable(drafts: list[Event]) -> None:
+    limits = Limits()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        async with SqliteEventStore(root / "a.db", blobs_dir=root / "blobs") as store:
+            workspaces = Workspaces(store, limits=limits)
+            for draft in drafts:
+                try:
+                    await workspaces.publish("w", [draft], producer="x")
+                except AgoraError as e:
+                    assert e.code in ("badRequest", "tooLarge", "conflict"), e
+            stored = [e async for e in store.read("w")]
+            assert (await store.verify("w")).ok
+            for event in stored:
+                assert len(encode_event(event)) <= limits.max_event_bytes
+                await rebuild_state(store, "w", at_seq=event.seq)
+        async with SqliteEventStore(root / "a.db", blobs_dir=root / "blobs") as reopened:
+            assert [e async for e in reopened.read("w")] == stored
+            assert (await Workspaces(reopened).state("w")).seq == len(stored)
+        if stored:
+            lines = [encode_event(e) for e in stored]  # what `agora export` writes
+            async with SqliteEventStore(root / "b.db", blobs_dir=root / "blobs") as copy:
+                assert await copy.import_events("w", [decode_event(b) for b in lines]) == len(
+                    stored
+                )
+                assert (await copy.verify("w")).ok

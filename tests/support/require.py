@@ -1,6 +1,7 @@
 """``require(service, available, why)``: skip a test whose service (docker, postgres) is missing
-on this machine, but fail it when ``AGORA_REQUIRE`` lists the service (CI sets
-``AGORA_REQUIRE=docker,postgres`` so a missing service can never turn into a silent skip there).
+on this machine, but fail it when ``AGORA_REQUIRE`` lists the service (``.ci/run`` lists every
+service the suite uses, tests/test_ci.py checks it, so a missing one never turns into a silent
+skip there).
 """
 
 from __future__ import annotations

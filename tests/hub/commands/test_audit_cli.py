@@ -558,6 +558,28 @@ def test_blobs_travel_with_export_blobs(agora: Agora, tmp_path: Path) -> None:
     assert code == 1 and "no blob directory" in err
 
 
+def test_import_refuses_an_event_over_max_event_bytes(agora: Agora, tmp_path: Path) -> None:
+    """An export holding an event larger than the stored-event limit (a log written before
+    the limit, or crafted with a valid chain) is refused by line, nothing imported: once
+    stored, a reader with the default frame limit could never read past it (issue 11)."""
+    from hub.core.events import MessagePayload, MessagePosted
+
+    async def plant() -> None:
+        async with open_store(None, agora.data) as store:  # the store itself has no limit
+            await store.append("big", [MessagePosted(producer="a", payload=MessagePayload())])
+            text = "x" * (2 * 1024 * 1024)
+            big = MessagePosted(producer="a", payload=MessagePayload(text=text))
+            await store.append("big", [big])
+
+    asyncio.run(plant())
+    exported = agora.ok("export", "big")
+    fresh = tmp_path / "fresh"
+    code, out, err = agora("import", "big", stdin=exported, data=fresh)
+    assert code == 1 and out == "", err
+    assert "line 2" in err and "tooLarge" in err, err
+    assert not fresh.exists()  # refused before the store is opened: nothing written
+
+
 def test_export_output_file_is_only_replaced_when_complete(demo: Agora, tmp_path: Path) -> None:
     target = tmp_path / "out.jsonl"
     target.write_text("previous\n")

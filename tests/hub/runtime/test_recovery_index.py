@@ -171,3 +171,48 @@ async def test_journals_are_evicted_within_their_byte_bound_and_reloaded(tmp_pat
         again = await journals.get("w0")  # evicted: reloaded from the log on demand
         assert again.record("e0") is not None and again.seq == 10
         await asyncio.sleep(0)
+
+
+
+async def test_on_postgresql_a_poisoned_workspace_is_refused_with_a_reason(
+    tmp_path: Path, start_runtime_hub: Callable[..., HubProcess]
+) -> None:
+    """Issue 11 item 1 on PostgreSQL (there the hub started but the poisoned workspace
+    answered ``internal`` forever): a log holding an event no reader can read back, planted in
+    a schema; the hub starts and serves the other workspace, and the poisoned one is refused
+    with ``unavailable`` and the reason, never ``internal``."""
+    from tests.support.postgres import drop_schemas, need_postgres, new_schema, url_for
+
+    need_postgres()
+    schema = new_schema("quar")
+    url = url_for(schema)
+    data = tmp_path / "data"
+    hub: HubProcess | None = None
+    try:
+        async with open_store(url, data) as store:
+            for workspace in ("good", "bad"):
+                await store.append(
+                    workspace,
+                    [MessagePosted(payload=MessagePayload(text="hi"), producer="alice")],
+                )
+            poison = MessagePosted(
+                payload=MessagePayload(data=_deep(READ_MAX_DEPTH + 20)), producer="alice"
+            )
+            await store.append("bad", [poison])
+        config = (
+            f'[storage]\nstore = "{url}"\n\n'
+            '[[backends]]\nid = "process"\nkind = "process"\naccess = "read-write"\n'
+        )
+        hub = start_runtime_hub(config, data_dir=data)
+        async with exec_peer(hub.url) as p:
+            published = await p.publish("bad", {"kind": "messagePosted", "payload": {"text": "x"}})
+            fine = await p.publish("good", {"kind": "messagePosted", "payload": {"text": "x"}})
+        assert fine["op"] == "ack", fine
+        assert published["op"] == "error" and published["code"] == "unavailable", published
+        assert "IntegrityError" in published["details"]["quarantined"], published
+        assert "seq 2" in published["details"]["quarantined"], published
+        assert "quarantined" in hub.log() and "Traceback" not in hub.log()
+    finally:
+        if hub is not None and hub.proc is not None and hub.proc.poll() is None:
+            hub.terminate()
+        drop_schemas([schema])

@@ -14,6 +14,7 @@ from hub.config import BackendConfig, ConfigError
 from hub.core.errors import NotFound
 from hub.runtime.registry import BackendRegistry, UnavailableBackend, default_configs
 from tests.support.paths import REPO
+from tests.support.require import require
 
 
 def test_no_config_means_one_instance_of_each_kind() -> None:
@@ -134,3 +135,27 @@ def test_agora_backends_without_config_lists_every_kind() -> None:
         "rust",
         "javascript",
     ]
+
+
+CONTROLS = ("network", "filesystem", "environment", "timeout", "memory", "pids", "cpu")
+
+
+def test_agora_backends_shows_the_process_backend_confined_and_what_it_enforces() -> None:
+    """Issue 12, safe defaults: a fresh configuration's ``process`` instance is ``namespace``
+    isolated (bubblewrap), and ``agora backends`` shows the isolation and the controls it
+    enforces on this host (or, without bubblewrap, that it is unavailable and why)."""
+    table = _agora("backends")
+    as_json = _agora("backends", "--json")
+    assert table.returncode == 0 and as_json.returncode == 0, table.stderr
+    [row] = [r for r in json.loads(as_json.stdout) if r["id"] == "process"]
+    require("bwrap", row["available"], row["reason"])
+    caps = row["capabilities"]
+    assert caps["isolation"] == "namespace"
+    enforced = [c for c in CONTROLS if caps[f"enforces{c.capitalize()}"]]
+    # Always: network, filesystem, environment, timeout and memory (a cgroup, else RLIMIT_AS);
+    # pids and cpu only where the host has those cgroups.
+    assert enforced[:5] == list(CONTROLS[:5]), enforced
+    header, line = table.stdout.splitlines()[:2]
+    assert header.split()[4:] == ["ISOLATION", "LANGUAGES", "ENFORCES"]
+    assert line.split()[:6] == ["process", "*", "process", "read-write", "yes", "namespace"]
+    assert line.split()[-1] == ",".join(enforced)

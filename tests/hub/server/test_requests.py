@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 
-from tests.support.hub import HubProcess
+from tests.support.hub import HubProcess, StartHub
 from tests.support.peer import message, peer
 from tests.support.tokens import mint
 
@@ -96,6 +96,27 @@ async def test_base_rev_conflicts(hub: HubProcess) -> None:
         assert "text" not in state["state"]["files"]["src/a.txt"]  # metadata unless asked
         state = await p.call("state", workspace="files", contents=True, paths=["src/a.txt"])
         assert state["state"]["files"]["src/a.txt"]["text"] == "v2"
+
+
+async def test_state_contents_over_the_cap_are_too_large_and_paths_narrow_them(
+    start_hub: StartHub,
+) -> None:
+    """The ``state`` reply is bounded (issue 11 item 3): metadata by default, and inline
+    contents at most ``[limits] max_state_contents_bytes`` per reply (``tooLarge`` naming
+    ``$.contents`` over it); asking for fewer ``paths`` gets them."""
+    hub = start_hub("[limits]\nmax_state_contents_bytes = 1000\n")
+    async with peer(hub.url, mint("big")) as p:
+        for name in ("a.txt", "b.txt"):
+            payload = {"path": name, "text": name[0] * 600}
+            ack = await p.publish("cap", {"kind": "fileWritten", "payload": payload})
+            assert ack["op"] == "ack", ack
+        meta = await p.call("state", workspace="cap")
+        assert all("text" not in f for f in meta["state"]["files"].values()), meta
+        over = await p.call("state", workspace="cap", contents=True)
+        assert (over["op"], over["code"]) == ("error", "tooLarge"), over
+        assert over["details"]["field"] == "$.contents" and over["details"]["limit"] == 1000
+        one = await p.call("state", workspace="cap", contents=True, paths=["a.txt"])
+        assert one["state"]["files"]["a.txt"]["text"] == "a" * 600
 
 
 async def test_state_now_and_at_seq(hub: HubProcess) -> None:
