@@ -101,9 +101,10 @@ def verify_chain(
 
     Returns (events checked, first break or None).
     """
-    # The audit's inner loop (``agora verify`` walks every event of a log through it): the
-    # same checks as :func:`compute_hash` per event, with every callee bound once per call
-    # rather than looked up per event.
+    # The audit's inner loop (``agora verify`` sends every event of a log through it): the
+    # checks of :func:`compute_hash`, inlined, with every callee bound once per call. (A
+    # version over whole columns of a page with ``map`` measured no faster: the C calls per
+    # event — replace, encode, sha256, hexdigest — are the cost, not the loop.)
     encode = _sorted_encoder.encode
     replace = msgspec.structs.replace
     sha256 = hashlib.sha256

@@ -313,8 +313,9 @@ class EventStore(abc.ABC):
         after_seq: int = 0,
         until_seq: int | None = None,
         batch: int = 5000,
-    ) -> AsyncIterator[Event]:
-        """Every event after ``after_seq`` (up to ``until_seq``), fetched in batches."""
+    ) -> AsyncGenerator[Event, None]:
+        """Every event after ``after_seq`` (up to ``until_seq``), fetched in batches (read
+        ahead: :meth:`pages`; close it with ``contextlib.aclosing`` when stopping early)."""
         async with contextlib.aclosing(
             self.pages(workspace, after_seq=after_seq, until_seq=until_seq, batch=batch)
         ) as pages:
