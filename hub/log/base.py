@@ -17,7 +17,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import ClassVar, Final, Self
+from typing import Any, ClassVar, Final, Self
 
 from hub.core.chain import ChainWalk
 from hub.core.checkpoint import CheckpointRecord
@@ -196,6 +196,11 @@ class BlobStore(abc.ABC):
             raise IntegrityError(f"blob {sha256} does not match its hash", sha256=sha256)
 
 
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 class EventStore(abc.ABC):
     """A durable, append-only, hash-chained log of events, partitioned by workspace.
 
@@ -359,11 +364,12 @@ class EventStore(abc.ABC):
                 await asyncio.sleep(0)  # let the read ahead start before the caller works
                 yield page
         finally:
+            # A read ahead nobody needed: its failure is nobody's (marked retrieved even if
+            # this wait is itself cancelled), and it is waited for so no task outlives us.
+            ahead.add_done_callback(_retrieved)
             if not ahead.done():
                 ahead.cancel()
                 await asyncio.wait([ahead])
-            if not ahead.cancelled():
-                ahead.exception()  # a read ahead nobody needed: its failure is nobody's
 
     # -- following other writers ------------------------------------------------------------
 
