@@ -209,15 +209,17 @@ async def audit_log(
     while want is not None and want == 0:
         roots[0] = EMPTY_ROOT
         want = next(pending, None)
-    async for event in store.read(workspace, batch=_AUDIT_PAGE):
-        if want is None:
-            break
-        leaf = leaf_hash(canonical_bytes(event))
-        frontier, _ = append_leaf(frontier, len(leaves), leaf)
-        leaves.append(leaf)
-        while want is not None and want == len(leaves):
-            roots[want] = frontier_root(frontier)
-            want = next(pending, None)
+    # aclosing: the walk stops at the largest checkpoint, and the page read ahead is dropped.
+    async with contextlib.aclosing(store.read(workspace, batch=_AUDIT_PAGE)) as events:
+        async for event in events:
+            if want is None:
+                break
+            leaf = leaf_hash(canonical_bytes(event))
+            frontier, _ = append_leaf(frontier, len(leaves), leaf)
+            leaves.append(leaf)
+            while want is not None and want == len(leaves):
+                roots[want] = frontier_root(frontier)
+                want = next(pending, None)
     matched = sorted(
         size for size, root in roots.items() if _signed_root(checkpoints, size) == root
     )

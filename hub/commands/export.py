@@ -18,7 +18,7 @@ import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Final
 
 import msgspec
 
@@ -84,6 +84,11 @@ def register(subparsers: Any) -> None:
     )
     add_store_args(parser)
     parser.set_defaults(func=run)
+
+
+REFERENCING_KINDS: Final = frozenset({FileWritten, ArtifactPublished, ExecRequested})
+"""The event types :func:`blob_refs` can find a reference in (a long walk skips the others
+with one set lookup per event)."""
 
 
 def blob_refs(event: Event) -> list[str]:

@@ -8,6 +8,7 @@ verbatim, one per line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 from typing import Any, Final
 
 import msgspec
@@ -107,18 +108,17 @@ async def _replay_text(
         else WorkspaceState(workspace=workspace)
     )
     timeline = Timeline(state)
-    while True:
-        page = await store.read_batch(workspace, after_seq=after, until_seq=until_seq, limit=PAGE)
-        lines: list[str] = []
-        for ev in page:
-            if until_ms is not None and ev.timestamp > until_ms:
-                _print(lines)
-                return
-            lines.append(timeline.line(ev))
-        _print(lines)
-        if len(page) < PAGE:
-            return
-        after = page[-1].seq
+    line = timeline.line
+    async with contextlib.aclosing(
+        store.pages(workspace, after_seq=after, until_seq=until_seq, batch=PAGE)
+    ) as pages:
+        async for page in pages:
+            if until_ms is not None:
+                stop = next((i for i, ev in enumerate(page) if ev.timestamp > until_ms), None)
+                if stop is not None:
+                    _print([line(ev) for ev in page[:stop]])
+                    return
+            _print([line(ev) for ev in page])
 
 
 async def _replay_json(

@@ -1,13 +1,16 @@
 """``agora verify [WORKSPACE]``: audit one workspace's log, or every workspace's.
 
-Per workspace, two checks:
+Per workspace, three checks, made in one pass over its log (each event read and decoded
+once):
 
 1. The log: seqs gapless from 1 and every hash linking to the previous one
-   (:meth:`hub.log.base.EventStore.verify`). The first bad seq is named.
+   (:func:`hub.core.chain.verify_chain`, as :meth:`hub.log.base.EventStore.verify`). The
+   first bad seq is named.
 2. The caches: the state loaded the way the server loads it (newest snapshot plus the log
-   after it) equals a rebuild from the first event (:func:`load_state` vs
-   :func:`rebuild_state`). Skipped when the workspace has no snapshot (both would be the same
-   rebuild) or when check 1 failed.
+   after it) equals a rebuild from the first event (what :func:`hub.log.loading.load_state`
+   and :func:`~hub.log.loading.rebuild_state` give). Skipped when the workspace has no
+   usable snapshot (both would be the same rebuild) or when check 1 failed.
+3. The blobs the log references are in the blob store and still hash to their names.
 
 Prints ``ok WORKSPACE N events`` per sound workspace and a total; a damaged workspace is named
 on stderr with its first bad seq, and the exit code is 1.
@@ -24,6 +27,7 @@ for this workspace, and cosigned by every ``--witness-key``. docs/audit.md walks
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 from typing import Any, Final
 
@@ -40,16 +44,17 @@ from hub.commands._audit import (
     warn,
     with_store,
 )
-from hub.commands.blobs import referenced_blobs
 from hub.commands.checkpoint import read_verifier, verifier_from_args
 from hub.commands.common import fail
+from hub.commands.export import REFERENCING_KINDS, blob_refs
+from hub.core.chain import ChainWalk
 from hub.core.checkpoint import Checkpoint, NoteError, NoteVerifier, open_checkpoint, origin_for
 from hub.core.errors import AgoraError, BadRequest, IntegrityError, NotFound
+from hub.core.events import Event
 from hub.core.projections.snapshots import SNAPSHOT_NAME, SNAPSHOT_VERSION, from_snapshot
-from hub.core.projections.workspace import WorkspaceState
+from hub.core.projections.workspace import WorkspaceState, fold
 from hub.core.records import Head
 from hub.log.base import EventStore
-from hub.log.loading import load_state, rebuild_state
 
 COMMAND = "verify"
 
@@ -108,8 +113,6 @@ async def run(args: argparse.Namespace) -> int:
         total = 0
         for head in heads:
             checked, problem = await verify_workspace(store, head, show_progress=show)
-            if problem is None:
-                problem = await verify_blobs(store, head.workspace)
             total += checked
             if problem is None:
                 print(f"ok {head.workspace} {checked} events")
@@ -133,43 +136,71 @@ async def run(args: argparse.Namespace) -> int:
 async def verify_workspace(
     store: EventStore, head: Head, *, show_progress: bool = False
 ) -> tuple[int, str | None]:
-    """(events checked, the first problem or None) for one workspace."""
+    """(events checked, the first problem or None) for one workspace, up to ``head``.
+
+    One pass over the log does every check that needs its events: each page is decoded once
+    (:meth:`EventStore.pages`, reading the next page meanwhile) and goes through the chain
+    check, the rebuild from scratch and the state from the snapshot (both folds only when
+    there is a usable snapshot to compare), and the collection of referenced blobs, which are
+    then checked (:func:`verify_blobs`). A page is folded only once its chain checked out.
+    """
     workspace = head.workspace
-    label = f"verify {workspace}: {{}} of {head.seq:,} events"
+    snapshot = await store.load_snapshot(
+        workspace, SNAPSHOT_NAME, SNAPSHOT_VERSION, at_or_before=head.seq
+    )
+    cached = None if snapshot is None else from_snapshot(snapshot, workspace)
+    rebuilt = None if cached is None else WorkspaceState(workspace=workspace)
+    refs: dict[str, int] = {}
+    walk = ChainWalk()
     try:
-        async with progress(label.format("hash chain"), enabled=show_progress):
-            report = await store.verify(workspace)
+        async with (
+            progress(f"verify {workspace}: {head.seq:,} events", enabled=show_progress),
+            contextlib.aclosing(store.pages(workspace, until_seq=head.seq)) as pages,
+        ):
+            async for page in pages:
+                if walk.check(page) is not None:
+                    break
+                if rebuilt is not None and cached is not None:
+                    fold(rebuilt, page)
+                    if page and page[-1].seq > cached.seq:  # the log after the snapshot
+                        after = cached.seq
+                        fold(cached, page if page[0].seq > after else _after(page, after))
+                _collect_blobs(refs, page)
     except IntegrityError as e:  # a stored event that does not even decode
         return 0, e.message
-    if report.error is not None:
-        return report.checked, f"seq {report.error.seq}: {report.error.problem}"
-
-    snapshot = await store.load_snapshot(
-        workspace, SNAPSHOT_NAME, SNAPSHOT_VERSION, at_or_before=report.head
-    )
-    if snapshot is None:
-        return report.checked, None
-    if from_snapshot(snapshot, workspace) is None:
+    if walk.error is not None:
+        return walk.checked, f"seq {walk.error.seq}: {walk.error.problem}"
+    if snapshot is not None and cached is None:
         # load_state ignores it, so every reader still gets the right state; only speed suffers.
         warn(COMMAND, f"workspace {workspace}: snapshot at seq {snapshot.seq} is unusable")
-        return report.checked, None
-    async with progress(label.format("rebuild"), enabled=show_progress):
-        rebuilt = await rebuild_state(store, workspace, at_seq=report.head)
-        loaded = await load_state(store, workspace, at_seq=report.head)
-    if loaded != rebuilt:
-        fields = ", ".join(f for f in _STATE_FIELDS if getattr(loaded, f) != getattr(rebuilt, f))
-        return report.checked, (
-            f"seq {report.head}: the state from the snapshot at seq {snapshot.seq} differs "
+    if snapshot is not None and cached is not None and cached != rebuilt:
+        fields = ", ".join(f for f in _STATE_FIELDS if getattr(cached, f) != getattr(rebuilt, f))
+        return walk.checked, (
+            f"seq {walk.head}: the state from the snapshot at seq {snapshot.seq} differs "
             f"from a rebuild from scratch ({fields}); snapshots are disposable caches, "
             "deleting them repairs this"
         )
-    return report.checked, None
+    return walk.checked, await verify_blobs(store, refs)
 
 
-async def verify_blobs(store: EventStore, workspace: str) -> str | None:
-    """The first problem with the blobs ``workspace`` references (missing, or content
-    that no longer hashes to its name), or None. Each blob is read in ranges."""
-    for sha, seq in sorted((await referenced_blobs(store, workspace)).items(), key=lambda i: i[1]):
+def _after(page: list[Event], seq: int) -> list[Event]:
+    return [ev for ev in page if ev.seq > seq]
+
+
+def _collect_blobs(refs: dict[str, int], page: list[Event]) -> None:
+    """Add the blobs ``page`` references to ``refs`` (sha256 → the first seq naming it)."""
+    kinds = REFERENCING_KINDS
+    for ev in page:
+        if type(ev) in kinds:
+            for sha in blob_refs(ev):
+                refs.setdefault(sha, ev.seq)
+
+
+async def verify_blobs(store: EventStore, refs: dict[str, int]) -> str | None:
+    """The first problem with the referenced blobs ``refs`` (sha256 → the first seq
+    referencing it): missing, or content that no longer hashes to its name; or None. Checked
+    in seq order, each blob read in ranges."""
+    for sha, seq in sorted(refs.items(), key=lambda i: i[1]):
         try:
             await store.blobs.check(sha)
         except NotFound:

@@ -13,7 +13,7 @@ every level, no whitespace, UTF-8 (msgspec ``order="sorted"``). Then::
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 import msgspec
@@ -101,17 +101,58 @@ def verify_chain(
 
     Returns (events checked, first break or None).
     """
+    # The audit's inner loop (``agora verify`` sends every event of a log through it): the
+    # checks of :func:`compute_hash`, inlined, with every callee bound once per call. (A
+    # version over whole columns of a page with ``map`` measured no faster: the C calls per
+    # event — replace, encode, sha256, hexdigest — are the cost, not the loop.)
+    encode = _sorted_encoder.encode
+    replace = msgspec.structs.replace
+    sha256 = hashlib.sha256
     expected_seq = after_seq + 1
-    count = 0
     for ev in events:
         if ev.seq != expected_seq:
             problem = "duplicate seq" if ev.seq < expected_seq else f"gap before seq {ev.seq}"
-            return count, ChainBreak(seq=min(ev.seq, expected_seq), problem=problem)
-        if (ev.prev or GENESIS) != prev:
-            return count, ChainBreak(seq=ev.seq, problem="prev does not match previous hash")
-        if ev.hash != compute_hash(ev):
-            return count, ChainBreak(seq=ev.seq, problem="hash does not match content")
+            return expected_seq - after_seq - 1, ChainBreak(
+                seq=min(ev.seq, expected_seq), problem=problem
+            )
+        link = ev.prev or GENESIS
+        if link != prev:
+            return expected_seq - after_seq - 1, ChainBreak(
+                seq=ev.seq, problem="prev does not match previous hash"
+            )
+        canonical = encode(replace(ev, hash=None, position=0))
+        if ev.hash != sha256(link.encode() + canonical).hexdigest():
+            return expected_seq - after_seq - 1, ChainBreak(
+                seq=ev.seq, problem="hash does not match content"
+            )
         prev = ev.hash
         expected_seq += 1
-        count += 1
-    return count, None
+    return expected_seq - after_seq - 1, None
+
+
+class ChainWalk:
+    """A workspace's chain checked page after page (:func:`verify_chain` carried across
+    pages): ``checked`` events so far, ``head`` the last seq that checks out, ``error`` the
+    first break (after which :meth:`check` checks nothing more)."""
+
+    __slots__ = ("checked", "error", "head", "prev")
+
+    def __init__(self, *, after_seq: int = 0, prev: str = GENESIS) -> None:
+        self.checked = 0
+        self.head = after_seq
+        self.prev = prev
+        self.error: ChainBreak | None = None
+
+    def check(self, page: Sequence[Event]) -> ChainBreak | None:
+        """Check the next page (in seq order, continuing the last one); the first break, if
+        this page or an earlier one has one."""
+        if self.error is not None:
+            return self.error
+        n, problem = verify_chain(page, after_seq=self.head, prev=self.prev)
+        self.checked += n
+        if n:
+            last = page[n - 1]
+            self.head = last.seq
+            self.prev = last.hash or GENESIS
+        self.error = problem
+        return problem

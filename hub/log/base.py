@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import hashlib
 import os
 import stat
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import ClassVar, Final, Self
+from typing import Any, ClassVar, Final, Self
 
-from hub.core.chain import GENESIS, verify_chain
+from hub.core.chain import ChainWalk
 from hub.core.checkpoint import CheckpointRecord
 from hub.core.errors import BadRequest, IntegrityError, TooLarge
 from hub.core.events import Event
@@ -195,6 +196,11 @@ class BlobStore(abc.ABC):
             raise IntegrityError(f"blob {sha256} does not match its hash", sha256=sha256)
 
 
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 class EventStore(abc.ABC):
     """A durable, append-only, hash-chained log of events, partitioned by workspace.
 
@@ -312,17 +318,58 @@ class EventStore(abc.ABC):
         after_seq: int = 0,
         until_seq: int | None = None,
         batch: int = 5000,
-    ) -> AsyncIterator[Event]:
-        """Every event after ``after_seq`` (up to ``until_seq``), fetched in batches."""
-        while True:
-            page = await self.read_batch(
-                workspace, after_seq=after_seq, until_seq=until_seq, limit=batch
+    ) -> AsyncGenerator[Event, None]:
+        """Every event after ``after_seq`` (up to ``until_seq``), fetched in batches (read
+        ahead: :meth:`pages`; close it with ``contextlib.aclosing`` when stopping early)."""
+        async with contextlib.aclosing(
+            self.pages(workspace, after_seq=after_seq, until_seq=until_seq, batch=batch)
+        ) as pages:
+            async for page in pages:
+                for ev in page:
+                    yield ev
+
+    async def pages(
+        self,
+        workspace: str,
+        *,
+        after_seq: int = 0,
+        until_seq: int | None = None,
+        batch: int = 5000,
+    ) -> AsyncGenerator[list[Event], None]:
+        """The events after ``after_seq`` (up to ``until_seq``) as :meth:`read_batch` pages
+        of ``batch`` (the last one shorter, possibly empty; none after a short one).
+
+        Read ahead by one page: the next page's query is already running (in the store's
+        reader thread, or on the server) while the caller works on this one, so a long walk
+        costs about the larger of reading and processing rather than their sum. At most two
+        pages are held. Use it in ``contextlib.aclosing`` when the walk may stop early: the
+        read ahead is then cancelled. Raises what :meth:`read_batch` raises, in page order.
+        """
+        if batch < 1:
+            raise ValueError("batch must be >= 1")
+
+        def fetch(after: int) -> asyncio.Task[list[Event]]:
+            return asyncio.ensure_future(
+                self.read_batch(workspace, after_seq=after, until_seq=until_seq, limit=batch)
             )
-            for ev in page:
-                yield ev
-            if len(page) < batch:
-                return
-            after_seq = page[-1].seq
+
+        ahead = fetch(after_seq)
+        try:
+            while True:
+                page = await ahead
+                if len(page) < batch:
+                    yield page
+                    return
+                ahead = fetch(page[-1].seq)
+                await asyncio.sleep(0)  # let the read ahead start before the caller works
+                yield page
+        finally:
+            # A read ahead nobody needed: its failure is nobody's (marked retrieved even if
+            # this wait is itself cancelled), and it is waited for so no task outlives us.
+            ahead.add_done_callback(_retrieved)
+            if not ahead.done():
+                ahead.cancel()
+                await asyncio.wait([ahead])
 
     # -- following other writers ------------------------------------------------------------
 
@@ -418,22 +465,15 @@ class EventStore(abc.ABC):
 
     # -- audit ------------------------------------------------------------------------------
 
-    async def verify(self, workspace: str) -> VerifyReport:
-        """Walk the workspace's chain a page at a time; report the first broken link, gap or
-        duplicate (``head``: the last seq that checks out)."""
-        batch = 5000
-        checked = 0
-        prev = GENESIS
-        last = 0
-        while True:
-            page = await self.read_batch(workspace, after_seq=last, limit=batch)
-            n, problem = verify_chain(page, after_seq=last, prev=prev)
-            checked += n
-            if problem is not None:
-                head = page[n - 1].seq if n else last
-                return VerifyReport(workspace=workspace, checked=checked, head=head, error=problem)
-            if page:
-                prev = page[-1].hash or GENESIS
-                last = page[-1].seq
-            if len(page) < batch:
-                return VerifyReport(workspace=workspace, checked=checked, head=last)
+    async def verify(self, workspace: str, *, until_seq: int | None = None) -> VerifyReport:
+        """Walk the workspace's chain (up to ``until_seq``) a page at a time; report the first
+        broken link, gap or duplicate (``head``: the last seq that checks out). Raises
+        :class:`IntegrityError` for a stored event that does not decode."""
+        walk = ChainWalk()
+        async with contextlib.aclosing(self.pages(workspace, until_seq=until_seq)) as pages:
+            async for page in pages:
+                if walk.check(page) is not None:
+                    break
+        return VerifyReport(
+            workspace=workspace, checked=walk.checked, head=walk.head, error=walk.error
+        )

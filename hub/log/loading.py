@@ -54,13 +54,12 @@ async def load_state(
         state = WorkspaceState(workspace=workspace)
     if at_seq is not None and at_seq <= state.seq:
         return state
-    while True:
-        page = await store.read_batch(
-            workspace, after_seq=state.seq, until_seq=at_seq, limit=READ_BATCH
-        )
+    # Read ahead (EventStore.pages): the next page is fetched while this one is folded.
+    async for page in store.pages(
+        workspace, after_seq=state.seq, until_seq=at_seq, batch=READ_BATCH
+    ):
         fold(state, page)
-        if len(page) < READ_BATCH:
-            return state
+    return state
 
 
 async def rebuild_state(
@@ -101,11 +100,7 @@ async def load_journal(store: EventStore, workspace: str, at_seq: int | None = N
     Raises only what the store raises.
     """
     journal = ExecJournal(workspace=workspace)
-    while True:
-        page = await store.read_batch(
-            workspace, after_seq=journal.seq, until_seq=at_seq, limit=READ_BATCH
-        )
+    async for page in store.pages(workspace, until_seq=at_seq, batch=READ_BATCH):
         for ev in page:
             evolve_journal(journal, ev)
-        if len(page) < READ_BATCH:
-            return journal
+    return journal

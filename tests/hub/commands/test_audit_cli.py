@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -21,10 +22,11 @@ from hub.cli import main
 from hub.commands._audit import progress
 from hub.commands.timeline import format_time
 from hub.core.chain import compute_hash
-from hub.core.events import decode_event
+from hub.core.events import Event, decode_event
 from hub.core.projections.snapshots import to_snapshot
 from hub.log.factory import open_store
 from hub.log.loading import load_state
+from hub.log.sqlite import SqliteEventStore
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -453,6 +455,30 @@ def test_verify_warns_about_an_unusable_snapshot(demo: Agora) -> None:
     assert code == 0
     assert "snapshot at seq 3 is unusable" in err
     assert "ok demo 4 events" in out
+
+
+def test_verify_reads_each_event_once(demo: Agora, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chain, the snapshot against a rebuild and the blob references are all checked in
+    one pass over the log: every event is read (and decoded) once, not once per check."""
+    demo.ok("append", "demo", stdin=jsonl(*[MESSAGE] * 20))
+    save_snapshot(demo.data, "demo", 10)
+    read: list[int] = []
+    read_batch, read_raw = SqliteEventStore.read_batch, SqliteEventStore.read_raw
+
+    async def counted_batch(self: SqliteEventStore, *args: Any, **kwargs: Any) -> list[Event]:
+        page = await read_batch(self, *args, **kwargs)
+        read.extend(e.seq for e in page)
+        return page
+
+    async def counted_raw(self: SqliteEventStore, *args: Any, **kwargs: Any) -> Any:
+        page = await read_raw(self, *args, **kwargs)
+        read.extend(seq for seq, _ in page)
+        return page
+
+    monkeypatch.setattr(SqliteEventStore, "read_batch", counted_batch)
+    monkeypatch.setattr(SqliteEventStore, "read_raw", counted_raw)
+    assert "ok demo 24 events" in demo.ok("verify", "demo")
+    assert sorted(read) == list(range(1, 25))
 
 
 def test_verify_empty_store(agora: Agora) -> None:

@@ -166,3 +166,81 @@ def test_verify_resumes_after_a_seq() -> None:
     assert verify_chain(h[2:], after_seq=2, prev=h[1].hash or "") == (2, None)
     checked, err = verify_chain(h[2:], after_seq=2, prev=GENESIS)
     assert checked == 0 and err is not None and err.problem.startswith("prev")
+
+
+def _walk(
+    events: list[Event], after_seq: int = 0, prev: str = GENESIS
+) -> tuple[int, ChainBreak | None]:
+    """The chain check written out from its definition, with :func:`compute_hash` (what the
+    inlined loop of verify_chain must agree with on any damage)."""
+    expected = after_seq + 1
+    for count, ev in enumerate(events):
+        if ev.seq != expected:
+            problem = "duplicate seq" if ev.seq < expected else f"gap before seq {ev.seq}"
+            return count, ChainBreak(seq=min(ev.seq, expected), problem=problem)
+        if (ev.prev or GENESIS) != prev:
+            return count, ChainBreak(seq=ev.seq, problem="prev does not match previous hash")
+        if ev.hash != compute_hash(ev):
+            return count, ChainBreak(seq=ev.seq, problem="hash does not match content")
+        prev, expected = ev.hash, expected + 1
+    return len(events), None
+
+
+_DAMAGE = st.sampled_from(
+    [
+        "prev None",
+        "prev empty",
+        "prev other",
+        "hash None",
+        "hash empty",
+        "hash other",
+        "seq",
+        "drop",
+        "repeat",
+        "swap",
+        "rehash",
+        "producer",
+    ]
+)
+
+
+@settings(max_examples=300)
+@given(valid_histories(max_size=30), st.data())
+def test_verify_chain_agrees_with_the_event_by_event_definition(
+    history: list[Event], data: st.DataObject
+) -> None:
+    page = list(history)
+    for _ in range(data.draw(st.integers(0, 3))):
+        if not page:
+            break
+        i = data.draw(st.integers(0, len(page) - 1))
+        ev = page[i]
+        match data.draw(_DAMAGE):
+            case "prev None" | "prev empty" | "prev other" as d:
+                page[i] = msgspec.structs.replace(
+                    ev, prev={"prev None": None, "prev empty": ""}.get(d, "e" * 64)
+                )
+            case "hash None" | "hash empty" | "hash other" as d:
+                page[i] = msgspec.structs.replace(
+                    ev, hash={"hash None": None, "hash empty": ""}.get(d, "e" * 64)
+                )
+            case "seq":
+                page[i] = msgspec.structs.replace(ev, seq=data.draw(st.integers(0, 40)))
+            case "drop":
+                del page[i]
+            case "repeat":
+                page.insert(i, ev)
+            case "swap":
+                j = data.draw(st.integers(0, len(page) - 1))
+                page[i], page[j] = page[j], page[i]
+            case "rehash":  # content edited and its hash recomputed: the next link breaks
+                forged = msgspec.structs.replace(ev, producer="mallory")
+                page[i] = msgspec.structs.replace(forged, hash=compute_hash(forged))
+            case _:
+                page[i] = msgspec.structs.replace(ev, producer="mallory")
+    # Resume part way (as a later page of a walk does): after seq ``start`` of the history.
+    start = data.draw(st.integers(0, min(len(page), len(history))))
+    after, prev = (0, GENESIS) if start == 0 else (start, history[start - 1].hash or GENESIS)
+    tail = page[start:]
+    assert verify_chain(tail, after_seq=after, prev=prev) == _walk(tail, after, prev)
+    assert verify_chain(iter(tail), after_seq=after, prev=prev) == _walk(tail, after, prev)

@@ -12,6 +12,7 @@ store where that workspace is empty; positions are re-assigned, everything hashe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -256,6 +257,32 @@ async def test_read_batch_ranges(store: EventStore) -> None:
     ]
 
 
+async def test_pages_read_ahead_in_order(store: EventStore) -> None:
+    await store.append("ws", [msg(str(i)) for i in range(10)])
+
+    async def pages(**kwargs: Any) -> list[list[int]]:
+        return [[e.seq for e in page] async for page in store.pages("ws", **kwargs)]
+
+    assert await pages(batch=4) == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10]]
+    # A last full page is followed by an empty one (the walk cannot know it was the last).
+    assert await pages(batch=5) == [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10], []]
+    assert await pages(after_seq=2, until_seq=7, batch=2) == [[3, 4], [5, 6], [7]]
+    assert await pages(after_seq=10) == [[]]
+    with pytest.raises(ValueError):
+        await pages(batch=0)
+
+
+async def test_pages_stopped_early_leave_no_read_running(store: EventStore) -> None:
+    await store.append("ws", [msg(str(i)) for i in range(10)])
+    before = asyncio.all_tasks()
+    async with contextlib.aclosing(store.pages("ws", batch=2)) as pages:
+        async for page in pages:
+            assert [e.seq for e in page] == [1, 2]
+            break
+    assert asyncio.all_tasks() == before  # the read ahead was cancelled and awaited
+    assert [e.seq for e in await store.read_batch("ws", after_seq=8)] == [9, 10]
+
+
 async def test_read_raw_returns_the_stored_bytes(store: EventStore) -> None:
     result = await store.append("ws", [msg("a"), msg("b"), msg("c")])
     raw = await store.read_raw("ws", after_seq=1)
@@ -305,6 +332,8 @@ async def test_verify_a_healthy_log(store: EventStore) -> None:
     assert report.ok and report.checked == 15 and report.head == 15
     empty = await store.verify("nobody")
     assert empty.ok and empty.checked == 0 and empty.head == 0
+    upto = await store.verify("ws", until_seq=7)
+    assert upto.ok and upto.checked == 7 and upto.head == 7
 
 
 # -- import ----------------------------------------------------------------------------------
