@@ -43,8 +43,9 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from starlette.applications import Starlette
 from starlette.routing import Mount
+from starlette.types import ASGIApp
 
-from a2a_adapter.auth import AgoraContextBuilder, ASGIApp, BearerAuth
+from a2a_adapter.auth import AgoraContextBuilder, BearerAuth
 from a2a_adapter.bridge import Bridge
 from a2a_adapter.files import BLOBS_PATH, create_blob_app
 from a2a_adapter.grpc_binding import GrpcServer

@@ -21,8 +21,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
 import uvicorn
+from starlette.types import ASGIApp
 
-from hub.http.app import ASGIApp, Door, create_app, traced
+from hub.http.app import Door, create_app, traced
 
 if TYPE_CHECKING:
     from hub.auth import TokenSigner
