@@ -89,7 +89,7 @@ from hub.core.execution.request import ExecutionRequest, Source
 from hub.core.execution.result import (
     TIMEOUT_EXIT_CODE,
     Diagnostic,
-    ExecEvent,
+    ExecutionEvent,
     ExecutionResult,
     OutputChunk,
 )
@@ -470,7 +470,7 @@ class RustBackend(BackendLifecycle):
         request: ExecutionRequest,
         workdir: Path | None,
         access: WorkspaceAccess | None = None,
-    ) -> AsyncGenerator[ExecEvent, None]:
+    ) -> AsyncGenerator[ExecutionEvent, None]:
         """Check, build and run ``request``'s source (contract: :mod:`backends.base`).
 
         Raises, before running anything: what :func:`validate_request` raises;
@@ -670,7 +670,7 @@ class RustBackend(BackendLifecycle):
         workdir: Path | None,
         run: Run,
         stop: asyncio.Future[Any],
-    ) -> AsyncGenerator[ExecEvent, None]:
+    ) -> AsyncGenerator[ExecutionEvent, None]:
         stdin = request.stdin
         if stdin is None and request.has_input:
             stdin = msgspec.json.encode(request.input) + b"\n"

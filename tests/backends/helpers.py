@@ -20,7 +20,7 @@ import pytest
 from backends.base import (
     BackendUnavailable,
     CodeExecutor,
-    ExecEvent,
+    ExecutionEvent,
     ExecutionRequest,
     ExecutionResult,
     OutputChunk,
@@ -45,7 +45,7 @@ def new_request(backend: CodeExecutor, **fields: Any) -> ExecutionRequest:
     return ExecutionRequest(**fields)
 
 
-async def drain(events: AsyncIterator[ExecEvent]) -> tuple[ExecutionResult, list[OutputChunk]]:
+async def drain(events: AsyncIterator[ExecutionEvent]) -> tuple[ExecutionResult, list[OutputChunk]]:
     """Consume an ``execute`` stream: its one result and the chunks streamed before it (the
     contract's order is checked: no chunk after the result, exactly one result)."""
     chunks: list[OutputChunk] = []
