@@ -49,7 +49,7 @@ from a2a_adapter.auth import AgoraContextBuilder, BearerAuth
 from a2a_adapter.bridge import Bridge
 from a2a_adapter.files import BLOBS_PATH, create_blob_app
 from a2a_adapter.grpc_binding import GrpcServer
-from a2a_adapter.handler import AgoraRequestHandler
+from a2a_adapter.handler import BLOCKING_TIMEOUT_S, AgoraRequestHandler
 from a2a_adapter.limits import BodyLimits
 from a2a_adapter.push import PushNotifications
 from a2a_adapter.responses import ExactResponses
@@ -58,7 +58,7 @@ from a2a_adapter.store import LogTaskEventStream, LogTaskStore, TaskLocator
 from a2a_adapter.taskindex import TaskIndex
 from hub import __version__
 from hub.auth import TokenSigner
-from hub.config import HubConfig
+from hub.config import SHUTDOWN_TIMEOUT_S, HubConfig
 from hub.core.validation import DEFAULT_LIMITS, Limits
 from hub.follow import LogFollower
 from hub.revocations import Revocations
@@ -232,8 +232,8 @@ class A2AService:
         port: int | None = None,
         runtime: A2ARuntime | None = None,
         public_url: str | None = None,
-        blocking_timeout: float = 60.0,
-        shutdown_timeout: float = 3.0,
+        blocking_timeout: float = BLOCKING_TIMEOUT_S,
+        shutdown_timeout: float = SHUTDOWN_TIMEOUT_S,
         bridge: bool = True,
         revocations: Revocations | None = None,
         grpc_port: int | None = None,

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Self
 import uvicorn
 from starlette.types import ASGIApp
 
+from hub.config import SHUTDOWN_TIMEOUT_S
 from hub.http.app import Door, create_app, traced
 
 if TYPE_CHECKING:
@@ -59,7 +60,9 @@ class HttpService:
     then :meth:`serve` an app; :meth:`aclose` stops accepting, ends the requests in flight
     within ``shutdown_timeout`` and closes the socket."""
 
-    def __init__(self, host: str, port: int, *, shutdown_timeout: float = 3.0) -> None:
+    def __init__(
+        self, host: str, port: int, *, shutdown_timeout: float = SHUTDOWN_TIMEOUT_S
+    ) -> None:
         self.host = host
         self.port = port
         self.shutdown_timeout = shutdown_timeout
