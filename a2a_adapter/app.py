@@ -2,9 +2,9 @@
 
 ``agora serve`` mounts it on the one HTTP port (:mod:`hub.http.serve`, through
 :meth:`A2AService.open_app`), in the same event loop as the WebSocket server.
-:class:`A2AService` can also listen on its own (``async with``: uvicorn, no signal handlers of
-its own; tests bind port 0 and read :attr:`A2AService.port`). Either way it starts the client
-bridge (:mod:`a2a_adapter.bridge`) when ``[[a2a.peers]]`` are configured.
+:class:`A2AService` has no listener of its own: the tests, the conformance-kit harness and the
+A2A benchmark serve it on ``hub.http``'s listener too (``tests/support/a2a.py``). It starts the
+client bridge (:mod:`a2a_adapter.bridge`) when ``[[a2a.peers]]`` are configured.
 
 Routes: ``GET /.well-known/agent-card.json`` (public; ``Cache-Control`` and a weak ``ETag``,
 304 on ``If-None-Match``), JSON-RPC at ``POST /a2a/jsonrpc``, HTTP+JSON under ``/a2a/rest``
@@ -18,12 +18,8 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import socket
-from collections.abc import Generator
-from types import TracebackType
-from typing import Final, Self
+from typing import Final
 
-import uvicorn
 from a2a.server.routes import (
     create_agent_card_routes,
     create_jsonrpc_routes,
@@ -43,12 +39,13 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from starlette.applications import Starlette
 from starlette.routing import Mount
+from starlette.types import ASGIApp
 
-from a2a_adapter.auth import AgoraContextBuilder, ASGIApp, BearerAuth
+from a2a_adapter.auth import AgoraContextBuilder, BearerAuth
 from a2a_adapter.bridge import Bridge
 from a2a_adapter.files import BLOBS_PATH, create_blob_app
 from a2a_adapter.grpc_binding import GrpcServer
-from a2a_adapter.handler import AgoraRequestHandler
+from a2a_adapter.handler import BLOCKING_TIMEOUT_S, AgoraRequestHandler
 from a2a_adapter.limits import BodyLimits
 from a2a_adapter.push import PushNotifications
 from a2a_adapter.responses import ExactResponses
@@ -57,7 +54,7 @@ from a2a_adapter.store import LogTaskEventStream, LogTaskStore, TaskLocator
 from a2a_adapter.taskindex import TaskIndex
 from hub import __version__
 from hub.auth import TokenSigner
-from hub.config import HubConfig
+from hub.config import SHUTDOWN_TIMEOUT_S, HubConfig
 from hub.core.validation import DEFAULT_LIMITS, Limits
 from hub.follow import LogFollower
 from hub.revocations import Revocations
@@ -191,14 +188,6 @@ def create_app(
     )
 
 
-class _Server(uvicorn.Server):
-    """uvicorn without its signal handlers: ``agora serve`` owns SIGINT/SIGTERM."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        yield
-
-
 def _url_host(host: str) -> str:
     try:
         addr = ipaddress.ip_address(host)
@@ -210,16 +199,18 @@ def _url_host(host: str) -> str:
 
 
 class A2AService:
-    """The A2A listener (and bridge) as an async context manager.
+    """The A2A door (and bridge): :meth:`open_app` gives the ASGI app to mount on a listener,
+    :meth:`aclose` ends it.
 
-    ``host``/``port`` default to ``config.server.host``/``http_port``; port 0 picks a free one
-    (:attr:`port` tells which). ``public_url`` is the base URL the card advertises (default
-    ``http://host:port``). Closing stops accepting, ends open streams, waits up to
-    ``shutdown_timeout`` for requests in flight, then stops the bridge. ``revocations``: the
-    hub's revoked tokens (``agora serve`` shares the WebSocket hub's); without, the service
-    loads and follows the system workspace itself. ``grpc_port`` (default ``[a2a]
-    grpc_port``): also serve the gRPC binding there (0: a free one, :attr:`grpc_port` tells).
-    """
+    ``host``/``port`` (default ``config.server.host``/``http_port``): where the listener that
+    serves the app is bound (set ``port`` to the bound one before :meth:`open_app`); the gRPC
+    binding binds ``host`` too. ``public_url`` is the base URL the card advertises (default
+    ``http://host:port``). Closing ends open streams, stops the gRPC binding (waiting up to
+    ``shutdown_timeout`` for its calls in flight), push deliveries and the bridge.
+    ``revocations``: the hub's revoked tokens (``agora serve`` shares the WebSocket hub's);
+    without, the service loads and follows the system workspace itself. ``grpc_port`` (default
+    ``[a2a] grpc_port``): also serve the gRPC binding there (0: a free one, :attr:`grpc_port`
+    tells)."""
 
     def __init__(
         self,
@@ -231,8 +222,8 @@ class A2AService:
         port: int | None = None,
         runtime: A2ARuntime | None = None,
         public_url: str | None = None,
-        blocking_timeout: float = 60.0,
-        shutdown_timeout: float = 3.0,
+        blocking_timeout: float = BLOCKING_TIMEOUT_S,
+        shutdown_timeout: float = SHUTDOWN_TIMEOUT_S,
         bridge: bool = True,
         revocations: Revocations | None = None,
         grpc_port: int | None = None,
@@ -258,63 +249,16 @@ class A2AService:
         self.grpc: GrpcServer | None = None
         self.grpc_port = grpc_port if grpc_port is not None else config.a2a.grpc_port
         self.bridge: Bridge | None = None
-        self._server: _Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._serving: asyncio.Task[None] | None = None
-        self._socket: socket.socket | None = None
 
     @property
     def url(self) -> str:
         """The base URL the card advertises."""
         return self.public_url or f"http://{_url_host(self.host)}:{self.port}"
 
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def start(self) -> None:
-        """Bind, start serving and start the bridge. Raises ``OSError`` if the port is taken."""
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.host, self.port))
-            sock.listen(128)
-            sock.setblocking(False)
-        except OSError:
-            sock.close()
-            raise
-        self._socket = sock
-        self.port = sock.getsockname()[1]
-        app = await self.open_app()
-        server_config = uvicorn.Config(
-            app,
-            log_config=None,
-            log_level="warning",
-            lifespan="off",
-            ws="none",
-            timeout_graceful_shutdown=max(int(self.shutdown_timeout), 1),
-        )
-        self._server = _Server(server_config)
-        self._serving = asyncio.create_task(self._server.serve(sockets=[sock]))
-        while not self._server.started:
-            if self._serving.done():
-                self._serving.result()  # startup failed: raise its error
-                raise RuntimeError("the A2A listener stopped during startup")
-            await asyncio.sleep(0.01)
-        log.info("agora A2A listening on %s", self.url)
-
     async def open_app(self) -> ASGIApp:
-        """The A2A door without a listener of its own (``hub.http`` mounts it on the one HTTP
-        port): load and follow revocations, start the bridge, and return the ASGI app whose
+        """The A2A door to mount on a listener (``hub.http`` mounts it on the one HTTP port):
+        load and follow revocations, start the bridge, and return the ASGI app whose
         card advertises :attr:`url` (set ``port``/``public_url`` first). :meth:`aclose` ends
         it."""
         if self._own_revocations:
@@ -378,12 +322,9 @@ class A2AService:
         self._revocations_stop.set()
         self.locator.uninstall()
         self.index.uninstall()
-        if self._server is not None:
-            self._server.should_exit = True
         for task in self._tasks:
             task.cancel()
-        tasks = [*self._tasks, *([self._serving] if self._serving is not None else [])]
-        for task in tasks:
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 try:
                     async with asyncio.timeout(self.shutdown_timeout + 2):
@@ -391,13 +332,9 @@ class A2AService:
                 except TimeoutError:
                     task.cancel()
                 except Exception:
-                    log.exception("A2A listener task failed")
+                    log.exception("A2A door task failed")
         self._tasks.clear()
-        self._serving = None
         if self.grpc is not None:
             await self.grpc.aclose()
         if self.push is not None:
             await self.push.aclose()
-        if self._socket is not None:
-            self._socket.close()
-            self._socket = None

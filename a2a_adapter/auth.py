@@ -20,20 +20,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import (
-    AsyncGenerator,
-    AsyncIterator,
-    Awaitable,
-    Callable,
-    Collection,
-    MutableMapping,
-)
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection
 from typing import Any, Final, TypeVar, cast
 
 from a2a.auth.user import User
 from a2a.server.context import ServerCallContext
 from a2a.server.routes import DefaultServerCallContextBuilder
 from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from a2a_adapter.store import CAPABILITY_KEY
 from hub.auth import TokenSigner, asgi_bearer_token
@@ -44,11 +38,6 @@ from hub.revocations import Revocations
 __all__ = ["AgoraContextBuilder", "AgoraUser", "BearerAuth", "until_token_ends"]
 
 T = TypeVar("T")
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 SCOPE_KEY: Final = "agora.capability"
 

@@ -28,6 +28,7 @@ from a2a_adapter.auth import AgoraUser
 from a2a_adapter.handler import AgoraRequestHandler
 from a2a_adapter.store import CAPABILITY_KEY
 from hub.auth import TokenSigner
+from hub.config import SHUTDOWN_TIMEOUT_S
 from hub.core.capability import Capability
 from hub.core.errors import Unauthorized
 from hub.revocations import Revocations
@@ -155,7 +156,7 @@ class GrpcServer:
         revocations: Revocations,
         *,
         max_message_bytes: int,
-        shutdown_timeout: float = 3.0,
+        shutdown_timeout: float = SHUTDOWN_TIMEOUT_S,
     ) -> None:
         self.verify = revocations.verifier(signer.verify)
         limit = max(max_message_bytes, MAX_MESSAGE_BYTES_FLOOR)

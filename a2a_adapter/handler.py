@@ -107,11 +107,15 @@ from hub.follow import FollowerClosed
 from hub.revocations import Revocations
 from hub.workspaces import Workspaces
 
-__all__ = ["RESUME_HEADER", "AgoraRequestHandler", "a2a_error"]
+__all__ = ["BLOCKING_TIMEOUT_S", "RESUME_HEADER", "AgoraRequestHandler", "a2a_error"]
 
 log = logging.getLogger(__name__)
 
 _O = TypeVar("_O", Task, TaskArtifactUpdateEvent, ListTasksResponse)
+
+BLOCKING_TIMEOUT_S: Final = 60.0
+"""How long a blocking SendMessage waits for its task to settle before answering with the
+task as it is."""
 
 RESUME_HEADER: Final = "last-event-id"
 """SubscribeToTask header: replay the task's updates after this seq (``agora.event.seq``)."""
@@ -187,7 +191,7 @@ class AgoraRequestHandler(RequestHandler):
         revocations: Revocations,
         runtime: A2ARuntime | None = None,
         push: PushNotifications | None = None,
-        blocking_timeout: float = 60.0,
+        blocking_timeout: float = BLOCKING_TIMEOUT_S,
         max_streams: int = 512,
     ) -> None:
         self.workspaces = workspaces

@@ -30,11 +30,13 @@ INLINE_MAX_BYTES: Final = 64 * 1024
 INLINE_BUDGET_BYTES: Final = 1024 * 1024
 """Inlined bytes per response at most (a page of ListTasks included): the rest stay URLs."""
 
-Outgoing = Task | TaskArtifactUpdateEvent | ListTasksResponse
+InlineReply = Task | TaskArtifactUpdateEvent | ListTasksResponse
+"""An A2A reply whose small file parts are inlined (a task, an artifact update, a page of
+ListTasks)."""
 
 
 async def inline_files(
-    message: Outgoing,
+    message: InlineReply,
     workspaces: Workspaces,
     *,
     max_bytes: int = INLINE_MAX_BYTES,
@@ -69,7 +71,7 @@ async def inline_files(
                 left -= size
 
 
-def _artifacts(message: Outgoing) -> Iterable[tuple[str, Iterable[Artifact]]]:
+def _artifacts(message: InlineReply) -> Iterable[tuple[str, Iterable[Artifact]]]:
     if isinstance(message, TaskArtifactUpdateEvent):
         yield message.context_id, [message.artifact]
     elif isinstance(message, Task):

@@ -84,7 +84,8 @@ MAX_SECRET_CHARS: Final = 4096  # token, scheme + credentials
 MAX_ID_CHARS: Final = 256
 _RETRY_STATUS: Final = frozenset({408, 425, 429})
 
-Outcome = Literal["delivered", "retry", "failed", "refused"]
+DeliveryOutcome = Literal["delivered", "retry", "failed", "refused"]
+"""How one push delivery attempt ended."""
 Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
 
 
@@ -473,7 +474,7 @@ class PushNotifications:
                 await self._record(task, entry, seq, state, attempt, "delivered", cause, status)
                 return
             last = attempt == attempts or not retry
-            outcome: Outcome = (
+            outcome: DeliveryOutcome = (
                 "refused" if status is None and not retry else ("failed" if last else "retry")
             )
             await self._record(task, entry, seq, state, attempt, outcome, cause, status, error)
@@ -522,7 +523,7 @@ class PushNotifications:
         seq: int,
         state: str,
         attempt: int,
-        outcome: Outcome,
+        outcome: DeliveryOutcome,
         cause: str | None,
         status: int | None = None,
         error: str | None = None,

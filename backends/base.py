@@ -104,7 +104,7 @@ from hub.core.execution.request import (
 )
 from hub.core.execution.result import (
     Diagnostic,
-    ExecEvent,
+    ExecutionEvent,
     ExecutionMetadata,
     ExecutionResult,
     OutputChunk,
@@ -122,8 +122,8 @@ __all__ = [
     "DependencyNotFound",
     "Diagnostic",
     "EnvironmentPolicy",
-    "ExecEvent",
     "ExecutionError",
+    "ExecutionEvent",
     "ExecutionFailed",
     "ExecutionInternal",
     "ExecutionIsolation",
@@ -208,7 +208,7 @@ class CodeExecutor(Protocol):
         request: ExecutionRequest,
         workdir: Path | None,
         access: WorkspaceAccess | None = None,
-    ) -> AsyncIterator[ExecEvent]:
+    ) -> AsyncIterator[ExecutionEvent]:
         """Run ``request``: yields output chunks, then one :class:`ExecutionResult`."""
         ...
 
@@ -223,8 +223,8 @@ class CodeExecutor(Protocol):
 
 @contextlib.asynccontextmanager
 async def closing_stream(
-    events: AsyncIterator[ExecEvent],
-) -> AsyncIterator[AsyncIterator[ExecEvent]]:
+    events: AsyncIterator[ExecutionEvent],
+) -> AsyncIterator[AsyncIterator[ExecutionEvent]]:
     """``async with closing_stream(backend.execute(...)) as events:`` — iterate, and have the
     stream closed when the block ends (early exit included), which stops the program.
 
@@ -238,7 +238,7 @@ async def closing_stream(
             await aclose()
 
 
-async def collect(events: AsyncIterator[ExecEvent]) -> ExecutionResult:
+async def collect(events: AsyncIterator[ExecutionEvent]) -> ExecutionResult:
     """Drain an ``execute`` stream and return its result (chunks are already in it).
 
     Closes the stream in any case. Raises what ``execute`` raises, or

@@ -50,6 +50,7 @@ from hub.core.execution.capabilities import ExecutionLanguage
 from hub.core.execution.errors import ExecutionError
 from hub.core.execution.request import UNSET, ExecutionRequest, GuestModule, Source
 from hub.core.execution.result import ExecutionResult
+from hub.core.execution.settings import RustSettings
 
 __all__ = [
     "CODE_EXEC_DESCRIPTION",
@@ -219,6 +220,8 @@ class CodeTool:
     also runs ``typescript`` unless one is given for it —, ``wasm``, ``shell``);
     missing ones are created on first use with a 300 s timeout ceiling and closed by
     :meth:`aclose`. ``workdir``: the directory programs see as their workspace (default: none).
+    ``rust``: the settings of a ``rust`` backend it creates (resolved by the caller, e.g.
+    ``RustSettings().resolved(os.environ)``; default: the type's environment-free defaults).
     """
 
     name: Final = TOOL_NAME
@@ -229,8 +232,10 @@ class CodeTool:
         *,
         workdir: Path | None = None,
         identity: str | None = None,
+        rust: RustSettings | None = None,
     ) -> None:
         self._given: dict[str, CodeExecutor] = dict(backends or {})
+        self._rust = rust
         self._owned: dict[str, CodeExecutor] = {}
         self._workdir = workdir
         self._identity = identity
@@ -292,7 +297,7 @@ class CodeTool:
             if language in self._given:
                 return self._given[language]
         if language not in self._owned:
-            self._owned[language] = _default_backend(language)
+            self._owned[language] = _default_backend(language, self._rust)
         backend = self._owned[language]
         await backend.start()
         return backend
@@ -353,7 +358,7 @@ def _wasm_bytes(code: str) -> bytes:
         raise InvalidCode("wasm code must be WebAssembly text or base64 of a binary") from e
 
 
-def _default_backend(language: str) -> CodeExecutor:
+def _default_backend(language: str, rust: RustSettings | None) -> CodeExecutor:
     """A backend for ``language`` with a timeout ceiling of :data:`MAX_TIMEOUT_SECS`."""
     ceiling = MAX_TIMEOUT_SECS * 1000
     if language == "python":
@@ -386,7 +391,7 @@ def _default_backend(language: str) -> CodeExecutor:
         return ProcessBackend("code-exec-shell", policy=process_policy)
     from backends.rust import RustBackend
 
-    return RustBackend("code-exec-rust", policy=process_policy)
+    return RustBackend("code-exec-rust", policy=process_policy, settings=rust)
 
 
 def _text(data: bytes) -> str:

@@ -42,7 +42,7 @@ from hub.core.execution.capabilities import (
 from hub.core.execution.errors import InvalidCode
 from hub.core.execution.policy import FilesystemPolicy, SandboxPolicy
 from hub.core.execution.request import ExecutionRequest
-from hub.core.execution.result import ExecEvent, classify
+from hub.core.execution.result import ExecutionEvent, classify
 
 __all__ = ["MOCK_INSTRUCTIONS", "MockBackend", "parse_script"]
 
@@ -109,7 +109,7 @@ class MockBackend(BackendLifecycle):
         request: ExecutionRequest,
         workdir: Path | None,
         access: WorkspaceAccess | None = None,
-    ) -> AsyncGenerator[ExecEvent, None]:
+    ) -> AsyncGenerator[ExecutionEvent, None]:
         """Play ``request``'s script (contract: :mod:`backends.base`). ``workdir`` and
         ``access`` are not used: the mock has no workspace."""
         await self._check_request(request)

@@ -97,7 +97,7 @@ from hub.core.execution.policy import (
 from hub.core.execution.request import ExecutionRequest
 from hub.core.execution.result import (
     Diagnostic,
-    ExecEvent,
+    ExecutionEvent,
     ExecutionReason,
     ExecutionResult,
     ExecutionStatus,
@@ -291,7 +291,7 @@ class PythonBackend(BackendLifecycle):
         access: WorkspaceAccess | None = None,
         *,
         session: str | None = None,
-    ) -> AsyncGenerator[ExecEvent, None]:
+    ) -> AsyncGenerator[ExecutionEvent, None]:
         """Run ``request``'s snippet (contract: :mod:`backends.base`).
 
         ``access``: the workspace for the host functions (default: ``workdir`` through

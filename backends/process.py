@@ -78,7 +78,13 @@ from hub.core.execution.capabilities import (
 from hub.core.execution.errors import ExecutionFailed, InvalidRequest
 from hub.core.execution.policy import MIB, FilesystemMode, SandboxPolicy, host_local
 from hub.core.execution.request import ExecutionRequest
-from hub.core.execution.result import ExecEvent, ExecutionResult, Stream, classify, signal_exit_code
+from hub.core.execution.result import (
+    ExecutionEvent,
+    ExecutionResult,
+    Stream,
+    classify,
+    signal_exit_code,
+)
 
 __all__ = ["DEFAULT_PATH", "Confinement", "ProcessBackend", "probe_network_isolation"]
 
@@ -410,7 +416,7 @@ class ProcessBackend(BackendLifecycle):
         request: ExecutionRequest,
         workdir: Path | None,
         access: WorkspaceAccess | None = None,
-    ) -> AsyncGenerator[ExecEvent, None]:
+    ) -> AsyncGenerator[ExecutionEvent, None]:
         """Run ``request`` as a host process (contract: :mod:`backends.base`)."""
         await self._check_request(request)
         argv, stdin = self._command(request)

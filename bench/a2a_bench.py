@@ -80,6 +80,7 @@ from hub.log.sqlite import SqliteEventStore  # noqa: E402
 from hub.workspaces import Workspaces  # noqa: E402
 from tests.a2a_adapter.echo_agent import echo_agent  # noqa: E402
 from tests.a2a_adapter.webhook import WebhookReceiver  # noqa: E402
+from tests.support.a2a import a2a_listening  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
 from rawws import RawClient  # noqa: E402
@@ -172,7 +173,9 @@ async def run(args: argparse.Namespace) -> None:
             workspaces = Workspaces(store)
             signer = TokenSigner(SECRET)
             token = signer.issue("peer", [WORKSPACE], ["read", "write"], ttl_seconds=3600)
-            async with A2AService(workspaces, signer, HubConfig(), host="127.0.0.1", port=0) as svc:
+            async with a2a_listening(
+                A2AService(workspaces, signer, HubConfig(), host="127.0.0.1", port=0)
+            ) as svc:
                 follower = LogFollower(workspaces)
                 follower.install()
                 worker = asyncio.create_task(member(workspaces, follower))
@@ -260,7 +263,9 @@ async def history_reads(args: argparse.Namespace) -> dict[str, float]:
             workspaces = Workspaces(store)
             signer = TokenSigner(SECRET)
             token = signer.issue("peer", ["*"], ["read", "write"], ttl_seconds=3600)
-            async with A2AService(workspaces, signer, HubConfig(), host="127.0.0.1", port=0) as svc:
+            async with a2a_listening(
+                A2AService(workspaces, signer, HubConfig(), host="127.0.0.1", port=0)
+            ) as svc:
                 headers = {"Authorization": f"Bearer {token}"}
                 async with httpx.AsyncClient(headers=headers, timeout=600) as http:
                     for size in (1_000, 100_000):
@@ -411,7 +416,9 @@ async def push_latency(args: argparse.Namespace) -> dict[str, float]:
             signer = TokenSigner(SECRET)
             token = signer.issue("peer", [WORKSPACE], ["read", "write"], ttl_seconds=3600)
             async with (
-                A2AService(workspaces, signer, config, host="127.0.0.1", port=0) as svc,
+                a2a_listening(
+                    A2AService(workspaces, signer, config, host="127.0.0.1", port=0)
+                ) as svc,
                 WebhookReceiver() as hook,
                 client_for(svc.url + "/.well-known/agent-card.json", token, False) as client,
             ):

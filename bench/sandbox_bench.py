@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import time
@@ -189,9 +190,10 @@ async def bench(runs: int, rust: bool) -> list[tuple[str, list[float]]]:
             )
         )
     if rust:
-        from backends.rust import RustBackend
+        from backends.rust import RustBackend, RustSettings
 
-        async with RustBackend() as backend:
+        # This script is its own composition root: the toolchain from its environment.
+        async with RustBackend(settings=RustSettings().resolved(os.environ)) as backend:
             await backend.prepare()
 
             def source() -> str:

@@ -36,6 +36,10 @@ from hub.core.wire.session import Positive, SessionLimits
 DEFAULT_DATA: Final = "./agora-data"
 """The data directory when neither ``--data`` nor ``[storage] data`` names one."""
 
+SHUTDOWN_TIMEOUT_S: Final = 3.0
+"""How long a listener that stops (the HTTP port, the A2A gRPC binding) lets requests in flight
+finish before it closes them."""
+
 NODE_ID_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,128}")
 """A node id (``[cluster] node_id``, ``AGORA_NODE_ID``): what ``execStarted.payload.node``
 records and the ``nodes`` table is keyed by."""

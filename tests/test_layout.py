@@ -6,8 +6,8 @@
 * No test module imports a conftest (conftests hold fixtures; what tests import lives in
   tests/support/ or in a helper module beside them).
 * Every test directory is a package, so two ``test_client.py`` in different places never clash.
-* No two public classes of the source share a name (issue #10: one name, one meaning; a
-  module's private ``_Name`` helpers are its own business).
+* No two public classes or module-level type aliases of the source share a name (issue #10:
+  one name, one meaning; a module's private ``_Name`` helpers are its own business).
 
 Package ``__init__.py`` files are not counted: they re-export; logic lives in named modules.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
@@ -201,11 +202,45 @@ def test_every_test_directory_is_a_package() -> None:
     assert not missing, f"add an __init__.py to: {missing}"
 
 
-def test_no_two_public_classes_share_a_name() -> None:
+def type_aliases(tree: ast.Module) -> Iterator[tuple[str, int]]:
+    """A module's public type aliases, by name and line: ``X: TypeAlias = …``, and ``X = …``
+    whose value is a union (``A | B``) or a subscripted type (``Literal[…]``, ``Callable[…]``,
+    ``tuple[…]``) with a CapWords name (constants are UPPER_CASE, TypeVars are calls)."""
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            annotation = ast.unparse(node.annotation)
+            if annotation in ("TypeAlias", "typing.TypeAlias"):
+                yield node.target.id, node.lineno
+        elif (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(target := node.targets[0], ast.Name)
+            and target.id[:1].isupper()
+            and not target.id.isupper()
+            and (
+                isinstance(node.value, ast.Subscript)
+                or (isinstance(node.value, ast.BinOp) and isinstance(node.value.op, ast.BitOr))
+            )
+        ):
+            yield target.id, node.lineno
+
+
+def test_type_aliases_are_found() -> None:
+    tree = ast.parse(
+        "Commit: TypeAlias = Callable[[], None]\nMode = Literal['x']\nEither = Left | Right\n"
+        "LIMIT = sizes[1]\nT = TypeVar('T')\n_Private = Left | Right\nlog = get('x')\n"
+    )
+    assert [name for name, _ in type_aliases(tree)] == ["Commit", "Mode", "Either"]
+
+
+def test_no_two_public_classes_or_type_aliases_share_a_name() -> None:
     where: defaultdict[str, list[str]] = defaultdict(list)
     for module in source_modules():
-        for node in ast.walk(ast.parse((REPO / module).read_text(), module)):
+        tree = ast.parse((REPO / module).read_text(), module)
+        for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
                 where[node.name].append(f"{module}:{node.lineno}")
+        for name, line in type_aliases(tree):
+            where[name].append(f"{module}:{line} (alias)")
     shared = [f"{name}: {', '.join(places)}" for name, places in where.items() if len(places) > 1]
-    assert not shared, "one class name, one meaning; rename one of:\n  " + "\n  ".join(shared)
+    assert not shared, "one name, one meaning; rename one of:\n  " + "\n  ".join(shared)

@@ -92,7 +92,7 @@ from hub.core.execution.errors import (
 )
 from hub.core.execution.policy import SandboxPolicy
 from hub.core.execution.request import ExecutionRequest
-from hub.core.execution.result import Diagnostic, ExecEvent, ExecutionResult, classify
+from hub.core.execution.result import Diagnostic, ExecutionEvent, ExecutionResult, classify
 
 __all__ = ["ContainerBackend"]
 
@@ -285,7 +285,7 @@ class ContainerBackend(BackendLifecycle):
         request: ExecutionRequest,
         workdir: Path | None,
         access: WorkspaceAccess | None = None,
-    ) -> AsyncGenerator[ExecEvent, None]:
+    ) -> AsyncGenerator[ExecutionEvent, None]:
         """Run ``request`` in a fresh container (contract: :mod:`backends.base`)."""
         await self._check_request(request)
         command = command_for(request)

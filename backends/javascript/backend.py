@@ -98,7 +98,7 @@ from hub.core.execution.policy import MIB, SandboxPolicy, strict_js
 from hub.core.execution.request import ExecutionRequest
 from hub.core.execution.result import (
     Diagnostic,
-    ExecEvent,
+    ExecutionEvent,
     ExecutionResult,
     Stream,
     classify,
@@ -361,7 +361,7 @@ class JavaScriptBackend(BackendLifecycle):
         request: ExecutionRequest,
         workdir: Path | None,
         access: WorkspaceAccess | None = None,
-    ) -> AsyncGenerator[ExecEvent, None]:
+    ) -> AsyncGenerator[ExecutionEvent, None]:
         """Run ``request``'s module (contract: :mod:`backends.base`), on a warm worker when one
         of its shape is idle. ``access``: the workspace for ``agora:workspace`` (default:
         ``workdir`` through :class:`DirectoryAccess`)."""

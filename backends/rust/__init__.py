@@ -12,7 +12,7 @@ from backends.rust.backend import (
     RustDeps,
     RustToolchain,
 )
-from backends.rust.settings import RustSettings, host_settings
+from backends.rust.settings import RustSettings, as_passed
 
 __all__ = [
     "DEBIAN_REGISTRY",
@@ -20,5 +20,5 @@ __all__ = [
     "RustDeps",
     "RustSettings",
     "RustToolchain",
-    "host_settings",
+    "as_passed",
 ]

@@ -37,8 +37,9 @@ the phase; ``cancel`` during a compile kills the compiler (``cancelled/killed``)
 serde_json comes from Debian's crate registry (``apt-get install librust-serde-json-dev``
 puts it in ``/usr/share/cargo/registry``): the first run builds it once, offline, with cargo
 (a one-dependency project whose ``.cargo/config.toml`` replaces crates.io with that directory
-and sets ``net.offline``) into ``cache_dir`` (default ``$AGORA_RUST_CACHE``, else
-``$XDG_CACHE_HOME/agora/rust``, else ``~/.cache/agora/rust``), keyed by the rustc version.
+and sets ``net.offline``) into ``cache_dir`` (``[runtime.rust]``, resolved by ``agora serve``:
+``$AGORA_RUST_CACHE``, else ``$XDG_CACHE_HOME/agora/rust``, else ``~/.cache/agora/rust``; the
+backend itself reads no environment), keyed by the rustc version.
 User code is then compiled with ``rustc --extern serde_json=…/libserde_json-….rlib
 -L dependency=…/deps``. A missing crate, cargo or rustc is a :class:`DependencyNotFound`
 listing the places searched. Nothing is fetched from the network.
@@ -79,7 +80,7 @@ from backends.process import (
 )
 from backends.runs import Run, RunRegistry, wait_quietly
 from backends.rust.diagnostics import errors, parse_diagnostics, to_diagnostic
-from backends.rust.settings import RustSettings, host_settings
+from backends.rust.settings import RustSettings, as_passed
 from backends.rust.source import validate_rust_source, wrap
 from hub.core.execution.capabilities import BackendCapabilities, ExecutionLanguage
 from hub.core.execution.errors import DependencyNotFound, ExecutionInternal
@@ -88,7 +89,7 @@ from hub.core.execution.request import ExecutionRequest, Source
 from hub.core.execution.result import (
     TIMEOUT_EXIT_CODE,
     Diagnostic,
-    ExecEvent,
+    ExecutionEvent,
     ExecutionResult,
     OutputChunk,
 )
@@ -208,9 +209,9 @@ class RustToolchain:
     serde_json build (:meth:`deps`).
 
     ``settings``: where builds are cached, the crate registry and the toolchain's environment
-    (:class:`~hub.core.execution.settings.RustSettings`; resolved by
-    :func:`~backends.rust.settings.host_settings` when not given resolved). ``cache_dir`` and
-    ``registry`` override them."""
+    (:class:`~hub.core.execution.settings.RustSettings`, as passed; unresolved ones get the
+    type's environment-free defaults, :func:`~backends.rust.settings.as_passed`). ``cache_dir``
+    and ``registry`` override them."""
 
     def __init__(
         self,
@@ -222,7 +223,7 @@ class RustToolchain:
         cargo: str | None = None,
         deps_timeout_s: float = 600.0,
     ) -> None:
-        settings = host_settings(settings)
+        settings = as_passed(settings)
         self.env = dict(settings.tool_env)
         """The environment rustc and cargo run with."""
         self.cache_dir = cache_dir if cache_dir is not None else Path(settings.cache_dir or ".")
@@ -469,7 +470,7 @@ class RustBackend(BackendLifecycle):
         request: ExecutionRequest,
         workdir: Path | None,
         access: WorkspaceAccess | None = None,
-    ) -> AsyncGenerator[ExecEvent, None]:
+    ) -> AsyncGenerator[ExecutionEvent, None]:
         """Check, build and run ``request``'s source (contract: :mod:`backends.base`).
 
         Raises, before running anything: what :func:`validate_request` raises;
@@ -669,7 +670,7 @@ class RustBackend(BackendLifecycle):
         workdir: Path | None,
         run: Run,
         stop: asyncio.Future[Any],
-    ) -> AsyncGenerator[ExecEvent, None]:
+    ) -> AsyncGenerator[ExecutionEvent, None]:
         stdin = request.stdin
         if stdin is None and request.has_input:
             stdin = msgspec.json.encode(request.input) + b"\n"

@@ -1,25 +1,25 @@
 """The ``rust`` backend's settings (:class:`hub.core.execution.settings.RustSettings`, the
 ``[runtime.rust]`` table) as the backend uses them.
 
-The hub resolves them once in its composition root (``agora serve``: the file, then the
-documented override ``$AGORA_RUST_CACHE``, then the toolchain's environment). A backend made
-without resolved settings — a test, a benchmark, a library user — gets them resolved from this
-process's environment here, the one place of the backend that reads it.
+The backend reads no environment: the composition root (``agora serve``) resolves the settings
+once — the file, then the documented override ``$AGORA_RUST_CACHE``, then the toolchain's
+environment — and passes them down. A backend made without resolved settings (a test, a
+benchmark, a library user that did not resolve them) gets the settings type's own defaults,
+filled in without any environment: see :func:`as_passed`.
 """
 
 from __future__ import annotations
 
-import os
-
 from hub.core.execution.settings import RustSettings
 
-__all__ = ["RustSettings", "host_settings"]
+__all__ = ["RustSettings", "as_passed"]
 
 
-def host_settings(settings: RustSettings | None = None) -> RustSettings:
-    """``settings`` (default: the defaults) resolved against this process's environment
-    unless already resolved (a cache directory and a toolchain environment set)."""
+def as_passed(settings: RustSettings | None = None) -> RustSettings:
+    """``settings`` (default: the defaults) as they are when already resolved, else with the
+    settings type's environment-free defaults filled in (:meth:`RustSettings.resolved` of an
+    empty environment: the cache under ``/tmp/.cache/agora/rust``, rustc and cargo looked up
+    on ``/usr/local/bin:/usr/bin:/bin``). To use this process's environment, resolve them
+    against it first: ``RustSettings().resolved(os.environ)``."""
     settings = settings or RustSettings()
-    if settings.cache_dir is not None and "PATH" in settings.tool_env:
-        return settings
-    return settings.resolved(os.environ)
+    return settings if settings.is_resolved else settings.resolved({})

@@ -9,7 +9,7 @@ from backends.wasm.backend import (
     DEFAULT_MAX_MEMORY_BYTES,
     MAX_WASM_BYTES,
     WASM_MAGIC,
-    BlobSource,
+    BlobReader,
     WasmBackend,
     validate_wasm_bytes,
 )
@@ -19,7 +19,7 @@ __all__ = [
     "DEFAULT_MAX_MEMORY_BYTES",
     "MAX_WASM_BYTES",
     "WASM_MAGIC",
-    "BlobSource",
+    "BlobReader",
     "ModuleCache",
     "WasmBackend",
     "validate_wasm_bytes",

@@ -91,7 +91,7 @@ from hub.core.execution.policy import SandboxPolicy, strict
 from hub.core.execution.request import ExecutionRequest, GuestModule, ModuleBlob
 from hub.core.execution.result import (
     Diagnostic,
-    ExecEvent,
+    ExecutionEvent,
     ExecutionReason,
     ExecutionResult,
     ExecutionStatus,
@@ -102,7 +102,7 @@ __all__ = [
     "DEFAULT_MAX_MEMORY_BYTES",
     "MAX_WASM_BYTES",
     "WASM_MAGIC",
-    "BlobSource",
+    "BlobReader",
     "ModuleCache",
     "WasmBackend",
     "validate_wasm_bytes",
@@ -143,7 +143,7 @@ def validate_wasm_bytes(data: bytes, *, max_bytes: int = MAX_WASM_BYTES) -> None
         )
 
 
-class BlobSource(Protocol):
+class BlobReader(Protocol):
     """Where blob payloads come from (:class:`hub.log.blobs.FileBlobStore` fits)."""
 
     async def get(self, sha256: str) -> bytes:
@@ -283,7 +283,7 @@ class WasmBackend(BackendLifecycle):
         *,
         access: Access = "read-write",
         policy: SandboxPolicy | None = None,
-        blobs: BlobSource | None = None,
+        blobs: BlobReader | None = None,
         max_concurrent: int = 8,
         max_module_bytes: int = MAX_WASM_BYTES,
         max_memory_bytes: int = DEFAULT_MAX_MEMORY_BYTES,
@@ -375,7 +375,7 @@ class WasmBackend(BackendLifecycle):
         request: ExecutionRequest,
         workdir: Path | None,
         access: WorkspaceAccess | None = None,
-    ) -> AsyncGenerator[ExecEvent, None]:
+    ) -> AsyncGenerator[ExecutionEvent, None]:
         """Run ``request``'s module (contract: :mod:`backends.base`).
 
         Raises, before running anything: what :func:`validate_request` raises;

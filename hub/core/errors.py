@@ -162,19 +162,28 @@ class ErrorRow(NamedTuple):
     a2a: A2AErrorName
     http: int
     """The HTTP status an HTTP door (the viewer's JSON API) answers the error with."""
+    bare_close: CloseCode | None = None
+    """The close code the server session ends a connection with for this fault on its own,
+    without an ``error`` frame (too many bad frames, a frame over the size limit); a client
+    reads it back as this error, as it does ``closes``."""
 
     @property
     def code(self) -> str:
         return self.error.code
 
+    @property
+    def fatal_closes(self) -> tuple[CloseCode, ...]:
+        """The close codes a client raises this error for (reconnecting cannot help)."""
+        return tuple(code for code in (self.closes, self.bare_close) if code is not None)
+
 
 ERROR_TABLE: Final[tuple[ErrorRow, ...]] = (
-    ErrorRow(BadRequest, None, "InvalidParamsError", 400),
+    ErrorRow(BadRequest, None, "InvalidParamsError", 400, bare_close=CloseCode.POLICY),
     ErrorRow(Unauthorized, CloseCode.UNAUTHORIZED, "InvalidParamsError", 401),
     ErrorRow(Forbidden, None, "InvalidParamsError", 403),
     ErrorRow(NotFound, None, "InvalidParamsError", 404),
     ErrorRow(Conflict, None, "UnsupportedOperationError", 409),
-    ErrorRow(TooLarge, None, "InvalidParamsError", 413),
+    ErrorRow(TooLarge, None, "InvalidParamsError", 413, bare_close=CloseCode.TOO_BIG),
     ErrorRow(RateLimited, None, "UnsupportedOperationError", 429),
     ErrorRow(Busy, None, "UnsupportedOperationError", 429),
     ErrorRow(Exists, None, "UnsupportedOperationError", 409),
@@ -190,11 +199,10 @@ codes are in no table row (a hub sending one would be read as ``internal``)."""
 _BY_CODE: Final[Mapping[str, ErrorRow]] = {row.code: row for row in ERROR_TABLE}
 
 FATAL_CLOSES: Final[Mapping[int, type[AgoraError]]] = {
-    CloseCode.UNAUTHORIZED: Unauthorized,
-    CloseCode.POLICY: BadRequest,
-    CloseCode.TOO_BIG: TooLarge,
+    code: row.error for row in ERROR_TABLE for code in row.fatal_closes
 }
-"""Close codes after which reconnecting cannot help, and the error a client raises for each."""
+"""Close codes after which reconnecting cannot help, and the error a client raises for each:
+the table read from close code to error (the ``closes`` and ``bare_close`` columns)."""
 
 
 def error_row(code: str) -> ErrorRow:

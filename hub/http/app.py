@@ -30,6 +30,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hub.core.validation import TRACEPARENT_RE
 from hub.observe.tracing import Tracing
@@ -43,11 +44,6 @@ __all__ = [
     "create_app",
     "traced",
 ]
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 Readiness = Callable[[], Mapping[str, bool]]
 """The readiness checks by name (``store``, ``recovered``, ``serving``): ready when all hold."""

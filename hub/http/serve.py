@@ -21,8 +21,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
 import uvicorn
+from starlette.types import ASGIApp
 
-from hub.http.app import ASGIApp, Door, create_app, traced
+from hub.config import SHUTDOWN_TIMEOUT_S
+from hub.http.app import Door, create_app, traced
 
 if TYPE_CHECKING:
     from hub.auth import TokenSigner
@@ -58,7 +60,9 @@ class HttpService:
     then :meth:`serve` an app; :meth:`aclose` stops accepting, ends the requests in flight
     within ``shutdown_timeout`` and closes the socket."""
 
-    def __init__(self, host: str, port: int, *, shutdown_timeout: float = 3.0) -> None:
+    def __init__(
+        self, host: str, port: int, *, shutdown_timeout: float = SHUTDOWN_TIMEOUT_S
+    ) -> None:
         self.host = host
         self.port = port
         self.shutdown_timeout = shutdown_timeout

@@ -83,12 +83,12 @@ from hub.log.writer import (
     Decision,
     GroupCommit,
     HashRow,
-    Outcome,
-    Request,
     Tip,
     TreeBuilder,
     TreeGrowth,
     TreeTip,
+    WriteOutcome,
+    WriteRequest,
     batch_timestamp,
     chain,
     decide_batch,
@@ -884,7 +884,7 @@ class PostgresEventStore(EventStore):
 
     # -- the writer task (hub.log.writer.GroupCommit) calls this with each batch ------------
 
-    async def _commit(self, batch: list[Request]) -> None:
+    async def _commit(self, batch: list[WriteRequest]) -> None:
         # Requests whose caller gave up before the transaction began are not written.
         live = [r for r in batch if not r.future.done()]
         if not live:
@@ -900,7 +900,7 @@ class PostgresEventStore(EventStore):
             raise
         resolve(live, outcomes)
 
-    async def _transact(self, batch: list[Request]) -> list[Outcome]:
+    async def _transact(self, batch: list[WriteRequest]) -> list[WriteOutcome]:
         """Write one batch in one transaction; one outcome per request, in order."""
         try:
             pool = self._get_pool()
@@ -1000,7 +1000,7 @@ class PostgresEventStore(EventStore):
             [r[2] for r in hash_rows],
         )
 
-    async def _decide(self, conn: Conn, batch: list[Request]) -> tuple[Decision, int]:
+    async def _decide(self, conn: Conn, batch: list[WriteRequest]) -> tuple[Decision, int]:
         """Check and seal every request of the batch in memory (:func:`decide_batch`), holding the
         lock. Returns the decision and the batch's timestamp."""
         found = await conn.fetch(self._sql.tips, sorted({r.workspace for r in batch}))
@@ -1022,7 +1022,7 @@ class PostgresEventStore(EventStore):
         return decision, now
 
     async def _known_ids(
-        self, conn: Conn, batch: list[Request]
+        self, conn: Conn, batch: list[WriteRequest]
     ) -> dict[tuple[str, str], tuple[int, bytes]]:
         """Client-chosen ids of this batch already stored: (workspace, id) → (seq, body)."""
         workspaces: list[str] = []

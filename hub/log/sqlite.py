@@ -61,12 +61,12 @@ from hub.log.writer import (
     Append,
     Decision,
     GroupCommit,
-    Outcome,
-    Request,
     Tip,
     TreeBuilder,
     TreeGrowth,
     TreeTip,
+    WriteOutcome,
+    WriteRequest,
     batch_timestamp,
     chain,
     decide_batch,
@@ -392,7 +392,7 @@ class _Writer:
 
     # -- the batch --------------------------------------------------------------------------
 
-    def write(self, batch: list[Request]) -> list[Outcome]:
+    def write(self, batch: list[WriteRequest]) -> list[WriteOutcome]:
         """Write one batch in one transaction; one outcome per request, in order."""
         conn = self.conn
         if conn is None:
@@ -431,7 +431,7 @@ class _Writer:
                 conn.execute("ROLLBACK")
         self._forget()
 
-    def _decide(self, conn: sqlite3.Connection, batch: list[Request]) -> tuple[Decision, int]:
+    def _decide(self, conn: sqlite3.Connection, batch: list[WriteRequest]) -> tuple[Decision, int]:
         """Check and seal every request of the batch in memory (:func:`decide_batch`); nothing is
         written yet. Returns the decision and the batch's timestamp."""
         version = conn.execute("PRAGMA data_version").fetchone()[0]
@@ -454,7 +454,7 @@ class _Writer:
         return decision, now
 
     def _known_ids(
-        self, conn: sqlite3.Connection, batch: list[Request]
+        self, conn: sqlite3.Connection, batch: list[WriteRequest]
     ) -> dict[tuple[str, str], tuple[int, bytes]]:
         """Client-chosen ids of this batch already stored: (workspace, id) → (seq, body)."""
         by_workspace: dict[str, list[str]] = {}
@@ -689,7 +689,7 @@ class SqliteEventStore(EventStore):
 
     # -- the writer task (hub.log.writer.GroupCommit) calls this with each batch ------------
 
-    async def _commit(self, batch: list[Request]) -> None:
+    async def _commit(self, batch: list[WriteRequest]) -> None:
         """Write ``batch`` in one hop to the writer thread and settle its callers' futures.
 
         The thread hands the outcomes back with one ``call_soon_threadsafe`` that settles
@@ -702,7 +702,7 @@ class SqliteEventStore(EventStore):
         writer = self._writer
         assert writer is not None and self._executor is not None
 
-        def report(outcomes: list[Outcome]) -> None:  # on the loop
+        def report(outcomes: list[WriteOutcome]) -> None:  # on the loop
             resolve(batch, outcomes)
             if not done.done():
                 done.set_result(None)

@@ -91,10 +91,10 @@ class Import:
         self.size = len(events)
 
 
-Request: TypeAlias = Append | Import
-Outcome: TypeAlias = AppendResult | int | AgoraError
+WriteRequest: TypeAlias = Append | Import
+WriteOutcome: TypeAlias = AppendResult | int | AgoraError
 # A store's commit: write the batch in one transaction and settle every request's future.
-Commit: TypeAlias = Callable[[list[Request]], Awaitable[None]]
+Commit: TypeAlias = Callable[[list[WriteRequest]], Awaitable[None]]
 
 
 class _Stop:
@@ -110,7 +110,7 @@ def chain(error: AgoraError, cause: BaseException) -> AgoraError:
     return error
 
 
-def resolve(batch: Sequence[Request], outcomes: Sequence[Outcome]) -> None:
+def resolve(batch: Sequence[WriteRequest], outcomes: Sequence[WriteOutcome]) -> None:
     """Hand each request its outcome (one per request, in order); skip cancelled callers."""
     for request, outcome in zip(batch, outcomes, strict=True):
         future = request.future
@@ -147,12 +147,14 @@ class GroupCommit:
         self._storable = storable
         self.task: asyncio.Task[None] | None = None
         self.accepting = False
-        self._queue: asyncio.Queue[Request | _Stop] | None = None
+        self._queue: asyncio.Queue[WriteRequest | _Stop] | None = None
         self._stopping = False
         # Requests waiting for room in the full queue, in call order. The writer moves them
         # into the queue itself as it makes room, so none overtakes another (asyncio.Queue's
         # own put() lets a newcomer take a freed slot before the putter it woke).
-        self._backlog: collections.deque[tuple[Request, asyncio.Future[None]]] = collections.deque()
+        self._backlog: collections.deque[tuple[WriteRequest, asyncio.Future[None]]] = (
+            collections.deque()
+        )
         self._closing: asyncio.Future[None] | None = None
         # Told (requests, seconds, failed) after each transaction (EventStore.observe_commits).
         self.observer: CommitObserver | None = None
@@ -204,7 +206,7 @@ class GroupCommit:
                 self._queue.put_nowait(_STOP)
 
     @staticmethod
-    def _fail_queued(queue: asyncio.Queue[Request | _Stop]) -> None:
+    def _fail_queued(queue: asyncio.Queue[WriteRequest | _Stop]) -> None:
         while not queue.empty():
             item = queue.get_nowait()
             if not isinstance(item, _Stop) and not item.future.done():
@@ -291,7 +293,7 @@ class GroupCommit:
         await self._enqueue(Import(workspace, batch, future))
         return await future
 
-    async def _enqueue(self, request: Request) -> None:
+    async def _enqueue(self, request: WriteRequest) -> None:
         queue = self._queue
         assert queue is not None
         if not self._backlog and not queue.full():
@@ -313,7 +315,7 @@ class GroupCommit:
             if self._stopping and not self._backlog:
                 self._wake()
 
-    def _admit(self, queue: asyncio.Queue[Request | _Stop]) -> None:
+    def _admit(self, queue: asyncio.Queue[WriteRequest | _Stop]) -> None:
         """Move waiting requests into the queue, oldest first, while it has room."""
         while self._backlog and not queue.full():
             request, admitted = self._backlog.popleft()
@@ -335,11 +337,11 @@ class GroupCommit:
     async def _run(self, commit: Commit) -> None:
         queue = self._queue
         assert queue is not None
-        carry: Request | None = None
+        carry: WriteRequest | None = None
         try:
             while True:
                 if carry is not None:
-                    first: Request | _Stop = carry
+                    first: WriteRequest | _Stop = carry
                     carry = None
                 else:
                     self._admit(queue)
@@ -404,7 +406,7 @@ def _grow(records: dict[str, TreeGrowth], workspace: str, current: Tip) -> list[
 class Decision(NamedTuple):
     """What :func:`decide_batch` made of a batch."""
 
-    outcomes: list[Outcome]
+    outcomes: list[WriteOutcome]
     """One per request, in order: its result, or the error that rejected it alone."""
     rows: list[tuple[Event, bytes]]
     """The sealed events to insert (with ``encode_event`` of each), in position order."""
@@ -426,7 +428,7 @@ def batch_timestamp(last: int) -> int:
 
 
 def decide_batch(
-    batch: Sequence[Request],
+    batch: Sequence[WriteRequest],
     *,
     tip: Callable[[str], Tip],
     known: Mapping[tuple[str, str], tuple[int, bytes]],
@@ -449,7 +451,7 @@ def decide_batch(
     written: dict[tuple[str, str], Event] = {}
     rows: list[tuple[Event, bytes]] = []
     records: dict[str, TreeGrowth] = {}
-    outcomes: list[Outcome] = []
+    outcomes: list[WriteOutcome] = []
     minted = iter(
         mint(now, sum(r.size - len(r.client_ids) for r in batch if isinstance(r, Append)))
     )

@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, MutableMapping
 from types import TracebackType
 from typing import Any, Final, Self
 
@@ -46,6 +46,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.authentication import AuthCredentials
 from starlette.requests import Request
+from starlette.types import Receive, Scope, Send
 
 from hub.auth import TokenSigner, asgi_bearer_token
 from hub.client import Session, connect
@@ -58,10 +59,6 @@ from hub.mcp.tools import DEFAULT_BACKENDS, AgentLink
 from hub.revocations import Revocations
 
 __all__ = ["MCP_PATH", "McpHttp"]
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 MCP_PATH: Final = "/mcp"
 

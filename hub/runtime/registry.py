@@ -44,7 +44,7 @@ from backends.base import (
     BackendUnavailable,
     CodeExecutor,
     EnvironmentPolicy,
-    ExecEvent,
+    ExecutionEvent,
     ExecutionIsolation,
     ExecutionLanguage,
     ExecutionRequest,
@@ -163,7 +163,7 @@ class UnavailableBackend:
         request: ExecutionRequest,
         workdir: Path | None,
         access: WorkspaceAccess | None = None,
-    ) -> AsyncIterator[ExecEvent]:
+    ) -> AsyncIterator[ExecutionEvent]:
         raise BackendUnavailable(
             f"backend {self._name!r} is unavailable: {self._reason}", backend=self._name
         )

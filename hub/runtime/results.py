@@ -68,10 +68,6 @@ def runtime_result(
         shown, found = extract_value(stdout)
         if found is not msgspec.UNSET:
             stdout = shown
-    skipped = [
-        SkippedEntry(path=s.path, mount_root=s.mount_root, op=s.op, reason=s.reason)
-        for s in finished.skipped
-    ]
     return RuntimeResult(
         status=finished.status,
         reason=finished.reason,
@@ -85,7 +81,7 @@ def runtime_result(
         duration_ms=finished.duration_ms,
         pushed=finished.pushed,
         pulled=finished.pulled,
-        skipped=skipped,
+        skipped=[SkippedEntry.of(s) for s in finished.skipped],
         diagnostics=list(finished.diagnostics) if finished.diagnostics else msgspec.UNSET,
         artifacts=list(finished.artifacts),
     )

@@ -14,6 +14,7 @@ from hub.config import HubConfig
 from hub.log.sqlite import SqliteEventStore
 from hub.workspaces import Workspaces
 from tests.a2a_adapter.peers import WORKSPACE, TokenFactory
+from tests.support.a2a import a2a_listening
 from tests.support.tokens import TTL_S, make_signer
 
 
@@ -46,7 +47,7 @@ async def workspaces(tmp_path: Path) -> AsyncIterator[Workspaces]:
 
 @pytest.fixture
 async def service(workspaces: Workspaces, signer: TokenSigner) -> AsyncIterator[A2AService]:
-    async with A2AService(
-        workspaces, signer, HubConfig(), host="127.0.0.1", port=0, blocking_timeout=20
+    async with a2a_listening(
+        A2AService(workspaces, signer, HubConfig(), host="127.0.0.1", port=0, blocking_timeout=20)
     ) as svc:
         yield svc

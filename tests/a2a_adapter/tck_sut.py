@@ -35,6 +35,7 @@ from hub.core.events import (
 )
 from hub.log.sqlite import SqliteEventStore
 from hub.workspaces import Workspaces
+from tests.support.a2a import a2a_listening
 
 SECRET = b"tck-sut-secret-0123456789abcdef0123456789"
 
@@ -113,12 +114,7 @@ async def main(port: int, grpc_port: int | None) -> None:
             given = grpc_binding.bearer_of
             # This harness only: a gRPC call without a token gets the kit's token.
             grpc_binding.bearer_of = lambda metadata: given(metadata) or token
-            async with service:
-                assert service._server is not None
-                service._server.config.app = _WithToken(service._server.config.app, token)
-                service._server.config.loaded_app = _WithToken(
-                    service._server.config.loaded_app, token
-                )
+            async with a2a_listening(service, wrap=lambda app: _WithToken(app, token)):
                 print(f"tck sut on {service.url}", flush=True)
                 await member(workspaces)
 

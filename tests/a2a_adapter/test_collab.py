@@ -29,6 +29,7 @@ from hub.config import HubConfig, ServerConfig
 from hub.log.sqlite import SqliteEventStore
 from hub.server.app import Hub
 from tests.a2a_adapter.peers import WORKSPACE, TokenFactory, open_client
+from tests.support.a2a import a2a_listening
 
 S = TaskState
 
@@ -43,7 +44,7 @@ async def hub_and_a2a(tmp_path: Path, signer: TokenSigner) -> AsyncIterator[tupl
     runner = asyncio.create_task(hub.run(stop, on_ready=ready.set_result))
     url = await asyncio.wait_for(asyncio.shield(ready), 10)
     try:
-        async with A2AService(hub.workspaces, signer, config, port=0) as a2a:
+        async with a2a_listening(A2AService(hub.workspaces, signer, config, port=0)) as a2a:
             yield url, a2a
     finally:
         stop.set()

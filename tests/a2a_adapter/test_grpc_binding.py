@@ -34,6 +34,7 @@ from hub.core.events import Completed
 from hub.workspaces import Workspaces
 from tests.a2a_adapter.peers import WORKSPACE, TokenFactory, Worker, fetch_card
 from tests.a2a_adapter.webhook import WebhookReceiver
+from tests.support.a2a import a2a_listening
 from tests.support.hub import HubProcess
 from tests.support.tokens import make_signer, mint
 
@@ -43,8 +44,10 @@ S = TaskState
 @pytest.fixture
 async def grpc_service(workspaces: Workspaces, signer: TokenSigner) -> AsyncIterator[A2AService]:
     config = HubConfig(a2a=A2AConfig(push=PushSettings(allow_loopback=True)))
-    async with A2AService(
-        workspaces, signer, config, host="127.0.0.1", port=0, grpc_port=0, blocking_timeout=20
+    async with a2a_listening(
+        A2AService(
+            workspaces, signer, config, host="127.0.0.1", port=0, grpc_port=0, blocking_timeout=20
+        )
     ) as svc:
         yield svc
 

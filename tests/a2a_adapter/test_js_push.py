@@ -22,6 +22,7 @@ from hub.core.events import Completed, PushAttempted
 from hub.workspaces import Workspaces
 from tests.a2a_adapter.peers import WORKSPACE, TokenFactory
 from tests.a2a_adapter.webhook import WebhookReceiver
+from tests.support.a2a import a2a_listening
 from tests.support.require import require
 from tests.support.waiting import wait_for
 
@@ -50,8 +51,10 @@ def _installed() -> Path:
 @pytest.fixture
 async def js_service(workspaces: Workspaces, signer: TokenSigner) -> AsyncIterator[A2AService]:
     config = HubConfig(a2a=A2AConfig(push=PushSettings(allow_loopback=True)))
-    async with A2AService(
-        workspaces, signer, config, host="127.0.0.1", port=0, grpc_port=0, blocking_timeout=20
+    async with a2a_listening(
+        A2AService(
+            workspaces, signer, config, host="127.0.0.1", port=0, grpc_port=0, blocking_timeout=20
+        )
     ) as svc:
         yield svc
 

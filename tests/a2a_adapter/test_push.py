@@ -29,6 +29,7 @@ from hub.core.events import Completed, PushAttempted, WorkClaimed
 from hub.workspaces import Workspaces
 from tests.a2a_adapter.peers import WORKSPACE, TokenFactory, open_client
 from tests.a2a_adapter.webhook import WebhookReceiver
+from tests.support.a2a import a2a_listening
 from tests.support.waiting import wait_for
 
 LOOPBACK = PushSettings(allow_loopback=True, backoff_s=0.05, timeout_s=1.0, max_attempts=3)
@@ -37,8 +38,8 @@ LOOPBACK = PushSettings(allow_loopback=True, backoff_s=0.05, timeout_s=1.0, max_
 @pytest.fixture
 async def push_service(workspaces: Workspaces, signer: TokenSigner) -> AsyncIterator[A2AService]:
     config = HubConfig(a2a=A2AConfig(push=LOOPBACK))
-    async with A2AService(
-        workspaces, signer, config, host="127.0.0.1", port=0, blocking_timeout=20
+    async with a2a_listening(
+        A2AService(workspaces, signer, config, host="127.0.0.1", port=0, blocking_timeout=20)
     ) as svc:
         yield svc
 

@@ -55,6 +55,7 @@ from hub.core.events import (
 )
 from hub.workspaces import Workspaces
 from tests.a2a_adapter.peers import WORKSPACE, TokenFactory, Worker, open_client
+from tests.support.a2a import a2a_listening
 from tests.support.waiting import wait_for
 
 S = TaskState
@@ -437,8 +438,8 @@ async def test_exec_part_runs_through_the_runtime(
     workspaces: Workspaces, signer: TokenSigner, token: TokenFactory
 ) -> None:
     runtime = FakeRuntime(workspaces)
-    async with A2AService(
-        workspaces, signer, HubConfig(), host="127.0.0.1", port=0, runtime=runtime
+    async with a2a_listening(
+        A2AService(workspaces, signer, HubConfig(), host="127.0.0.1", port=0, runtime=runtime)
     ) as svc:
         exec_part = Part()
         exec_part.data.CopyFrom(
@@ -505,13 +506,15 @@ class FinishedRuntime(FakeRuntime):
 async def test_exec_stream_starts_at_the_request_even_if_the_run_is_over(
     workspaces: Workspaces, signer: TokenSigner, token: TokenFactory
 ) -> None:
-    async with A2AService(
-        workspaces,
-        signer,
-        HubConfig(),
-        host="127.0.0.1",
-        port=0,
-        runtime=FinishedRuntime(workspaces),
+    async with a2a_listening(
+        A2AService(
+            workspaces,
+            signer,
+            HubConfig(),
+            host="127.0.0.1",
+            port=0,
+            runtime=FinishedRuntime(workspaces),
+        )
     ) as svc:
         exec_part = Part()
         exec_part.data.CopyFrom(

@@ -1,5 +1,5 @@
-"""Helpers the backend tests share: building a request, draining an ``execute`` stream, and
-the lifecycle checks
+"""Helpers the backend tests share: building a request, draining an ``execute`` stream, the
+rust settings of this host, and the lifecycle checks
 that every backend passes the same way (a running id is busy, a cancelled consumer stops the
 run, a closed backend is unavailable).
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,13 +20,21 @@ import pytest
 from backends.base import (
     BackendUnavailable,
     CodeExecutor,
-    ExecEvent,
+    ExecutionEvent,
     ExecutionRequest,
     ExecutionResult,
     OutputChunk,
     collect,
 )
 from hub.core.errors import Busy
+from hub.core.execution.settings import RustSettings
+
+
+def host_rust_settings() -> RustSettings:
+    """The rust backend's settings resolved against this process's environment (the toolchain
+    on its ``PATH``, e.g. rustup's): the tests are their own composition root, the backend
+    reads no environment."""
+    return RustSettings().resolved(os.environ)
 
 
 def new_request(backend: CodeExecutor, **fields: Any) -> ExecutionRequest:
@@ -36,7 +45,7 @@ def new_request(backend: CodeExecutor, **fields: Any) -> ExecutionRequest:
     return ExecutionRequest(**fields)
 
 
-async def drain(events: AsyncIterator[ExecEvent]) -> tuple[ExecutionResult, list[OutputChunk]]:
+async def drain(events: AsyncIterator[ExecutionEvent]) -> tuple[ExecutionResult, list[OutputChunk]]:
     """Consume an ``execute`` stream: its one result and the chunks streamed before it (the
     contract's order is checked: no chunk after the result, exactly one result)."""
     chunks: list[OutputChunk] = []

@@ -23,6 +23,7 @@ from backends.code_tool import (
 )
 from hub.cli import main
 from tests.backends import wat
+from tests.backends.helpers import host_rust_settings
 from tests.backends.rust.test_backend import rust_state
 from tests.support.require import require
 
@@ -41,7 +42,7 @@ RESULT_KEYS = {
 
 @pytest.fixture
 async def tool() -> AsyncIterator[CodeTool]:
-    async with CodeTool() as made:
+    async with CodeTool(rust=host_rust_settings()) as made:
         yield made
 
 

@@ -33,7 +33,7 @@ from backends.base import (
     validate_request,
 )
 from hub.core.errors import Busy
-from hub.core.execution.result import ExecEvent
+from hub.core.execution.result import ExecutionEvent
 from tests.backends.helpers import BOUND_S
 from tests.backends.rigs import Listener, Rig
 
@@ -277,7 +277,7 @@ async def test_a_running_id_is_busy(rig: Rig) -> None:
     request = rig.request("sleep 5")
     async with closing_stream(rig.backend.execute(request, None)) as events:
 
-        async def first() -> ExecEvent:
+        async def first() -> ExecutionEvent:
             return await anext(events)
 
         task = asyncio.create_task(first())

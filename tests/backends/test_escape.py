@@ -46,7 +46,7 @@ from backends.base import (
 from backends.process import ProcessBackend
 from hub.auth import load_or_create_secret
 from tests.backends import wat
-from tests.backends.helpers import BOUND_S
+from tests.backends.helpers import BOUND_S, host_rust_settings
 from tests.backends.rigs import Listener, containers_of, processes_with
 from tests.support.docker import TEST_OWNER
 from tests.support.require import require
@@ -473,7 +473,7 @@ async def open_hostile(kind: str) -> AsyncIterator[Hostile]:
     else:
         from backends.rust import RustBackend
 
-        backend = RustBackend()
+        backend = RustBackend(settings=host_rust_settings())
     await backend.start()
     try:
         ok, why = backend.available()

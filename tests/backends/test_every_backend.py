@@ -49,7 +49,7 @@ from backends.wasm import WasmBackend
 from hub.core.errors import Busy
 from hub.core.execution.validate import CALLABLE_LANGUAGES
 from tests.backends import wat
-from tests.backends.helpers import drain
+from tests.backends.helpers import drain, host_rust_settings
 from tests.support.docker import TEST_OWNER, docker_available
 from tests.support.require import require
 
@@ -223,7 +223,7 @@ async def _make(kind: str) -> CodeExecutor:
     if kind == "python":
         return PythonBackend()
     if kind == "rust":
-        return RustBackend()
+        return RustBackend(settings=host_rust_settings())
     if kind == "javascript":
         from backends.javascript import JavaScriptBackend
 

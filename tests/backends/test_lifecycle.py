@@ -14,7 +14,7 @@ from backends.base import (
     BackendCapabilities,
     BackendUnavailable,
     CodeExecutor,
-    ExecEvent,
+    ExecutionEvent,
     ExecutionIsolation,
     ExecutionLanguage,
     ExecutionRequest,
@@ -57,7 +57,7 @@ class Idle(BackendLifecycle):
 
     async def execute(
         self, request: ExecutionRequest, workdir: Path | None
-    ) -> AsyncGenerator[ExecEvent, None]:
+    ) -> AsyncGenerator[ExecutionEvent, None]:
         """Admits the request, ends the run at once: ``completed`` with the shared metadata."""
         await self._check_request(request)
         run = self._registry.admit(request.exec_id)

@@ -8,7 +8,8 @@
 * :mod:`tests.support.docker`: the Docker Engine probe;
 * :mod:`tests.support.require`: skip where a service is missing, fail where CI requires it;
 * :mod:`tests.support.waiting`: wait for a condition within a generous bound;
-* :mod:`tests.support.paths`: where the repository is.
+* :mod:`tests.support.paths`: where the repository is;
+* :mod:`tests.support.a2a`: the A2A door served on ``hub.http``'s listener.
 
 conftest.py files hold only fixtures, built from these modules; a helper used by one directory
 only lives beside its tests (tests/backends/rigs.py, tests/hub/log/stores.py, …).

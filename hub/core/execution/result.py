@@ -34,7 +34,7 @@ __all__ = [
     "CANCEL_EXIT_CODE",
     "TIMEOUT_EXIT_CODE",
     "Diagnostic",
-    "ExecEvent",
+    "ExecutionEvent",
     "ExecutionMetadata",
     "ExecutionReason",
     "ExecutionResult",
@@ -152,7 +152,7 @@ class ExecutionResult(
         )
 
 
-ExecEvent = OutputChunk | ExecutionResult
+ExecutionEvent = OutputChunk | ExecutionResult
 """What :meth:`backends.base.CodeExecutor.execute` yields: chunks, then one result."""
 
 

@@ -57,6 +57,12 @@ class RustSettings(_Table, frozen=True):
     registry: str = "/usr/share/cargo/registry"
     tool_env: dict[str, str] = {}
 
+    @property
+    def is_resolved(self) -> bool:
+        """Whether :meth:`resolved` filled these in (a cache directory and a toolchain
+        ``PATH`` set), so that a backend uses them as they are."""
+        return self.cache_dir is not None and "PATH" in self.tool_env
+
     def resolved(self, environ: Mapping[str, str]) -> RustSettings:
         """These settings with what the environment decides filled in: the cache directory
         (``$AGORA_RUST_CACHE`` wins over the file) and the toolchain's environment."""

@@ -26,7 +26,7 @@ from backends.base import (
 from backends.rust import DEBIAN_REGISTRY, RustBackend, RustToolchain
 from backends.rust.diagnostics import errors, parse_diagnostics, to_diagnostic
 from backends.rust.source import strip_comments_and_literals, validate_rust_source, wrap
-from tests.backends.helpers import new_request
+from tests.backends.helpers import host_rust_settings, new_request
 from tests.support.require import require
 
 RUN_OK = """
@@ -211,7 +211,9 @@ def test_parse_diagnostics_of_nothing() -> None:
 
 
 async def test_missing_serde_json_is_dependency_not_found(tmp_path: Path) -> None:
-    toolchain = RustToolchain(cache_dir=tmp_path / "cache", registry=tmp_path / "registry")
+    toolchain = RustToolchain(
+        settings=host_rust_settings(), cache_dir=tmp_path / "cache", registry=tmp_path / "registry"
+    )
     await toolchain.probe()
     require("rust", toolchain.rustc is not None, toolchain.problem)
     with pytest.raises(DependencyNotFound) as caught:
@@ -236,7 +238,7 @@ def rust_state() -> tuple[bool, str]:
 async def backend() -> AsyncIterator[RustBackend]:
     ok, why = rust_state()
     require("rust", ok, why)
-    async with RustBackend() as made:
+    async with RustBackend(settings=host_rust_settings()) as made:
         await made.prepare()  # serde_json, built once per rustc version and cached on disk
         yield made
 
@@ -310,7 +312,7 @@ async def test_run_phase_timeout(backend: RustBackend) -> None:
 async def test_compile_phase_timeout(tmp_path: Path) -> None:
     ok, why = rust_state()
     require("rust", ok, why)
-    async with RustBackend(check_timeout_s=0.001) as quick:
+    async with RustBackend(settings=host_rust_settings(), check_timeout_s=0.001) as quick:
         await quick.prepare()
         result = await run(quick, unique(RUN_OK))
     assert (result.status, result.reason) == ("failed", "timeout")

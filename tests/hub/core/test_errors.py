@@ -84,6 +84,15 @@ def test_fatal_closes_are_not_retried_and_raise_tabled_errors() -> None:
         CloseCode.TOO_BIG: TooLarge,
     }
     assert dict(FATAL_CLOSES) == expected
+    # Read from the table's close columns, not tabled again beside it:
+    assert [(row.code, row.fatal_closes) for row in ERROR_TABLE if row.fatal_closes] == [
+        ("badRequest", (CloseCode.POLICY,)),
+        ("unauthorized", (CloseCode.UNAUTHORIZED,)),
+        ("tooLarge", (CloseCode.TOO_BIG,)),
+    ]
+    # A bare close (no error frame) is not how the error is sent: sending one keeps the
+    # connection open.
+    assert closes_connection(BadRequest("x")) is None and closes_connection(TooLarge("x")) is None
     tabled = {row.error for row in ERROR_TABLE}
     assert set(FATAL_CLOSES.values()) <= tabled
     # A shutdown, an internal failure or a slow reader is worth reconnecting after.

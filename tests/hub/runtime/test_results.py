@@ -6,6 +6,7 @@ import msgspec
 
 from hub.core.events import ExecFinishedPayload, SkippedWrite
 from hub.core.projections.executions import ExecRecord, JournalChunk
+from hub.core.wire.frames import SkippedEntry
 from hub.runtime.results import TextDecoders, encoding_of, runtime_result
 
 
@@ -48,6 +49,20 @@ def test_base64_and_the_finished_fields() -> None:
         {"path": "a", "mountRoot": ".", "op": "write", "reason": "read-only"}
     ]
     assert result.diagnostics == [{"code": "timeout"}]
+
+
+def test_a_skipped_entry_is_the_stored_skipped_write_with_its_reason_always_sent() -> None:
+    # One definition: the frame's entry is the stored payload's type, only ``reason`` made
+    # required, so the stored encoding omits the default and the frame always carries it.
+    stored = SkippedWrite(path="a", mount_root=".", op="write")
+    assert msgspec.json.encode(stored) == b'{"path":"a","mountRoot":".","op":"write"}'
+    entry = SkippedEntry.of(stored)
+    assert isinstance(entry, SkippedWrite)
+    assert msgspec.json.encode(entry) == (
+        b'{"path":"a","mountRoot":".","op":"write","reason":"read-only"}'
+    )
+    names = [f.encode_name for f in msgspec.structs.fields(SkippedWrite)]
+    assert [f.encode_name for f in msgspec.structs.fields(SkippedEntry)] == names
 
 
 def test_a_value_taken_from_stdout_is_left_out_of_it() -> None:

@@ -14,7 +14,7 @@ import pytest
 from backends.base import (
     Admission,
     BackendCapabilities,
-    ExecEvent,
+    ExecutionEvent,
     ExecutionIsolation,
     ExecutionLanguage,
     ExecutionRequest,
@@ -96,7 +96,7 @@ class Scripted:
 
     async def execute(
         self, request: ExecutionRequest, workdir: Path | None, access: object = None
-    ) -> AsyncIterator[ExecEvent]:
+    ) -> AsyncIterator[ExecutionEvent]:
         source = request.source or ""
         self.given.append((workdir, access))
         stop = self._stops[request.exec_id] = asyncio.Event()

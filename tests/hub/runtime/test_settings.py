@@ -4,6 +4,7 @@ the runtime and the backends (``[runtime.rust]``)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,24 @@ def test_the_rust_backend_takes_its_settings(tmp_path: Path) -> None:
     assert backend.toolchain.cache_dir == tmp_path / "cache"
     assert backend.toolchain.registry == tmp_path / "crates"
     assert backend.toolchain.env == {"PATH": "/"}  # no other environment reaches rustc
+
+
+def test_the_rust_backend_reads_no_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The override is the composition root's to apply (agora serve), never the backend's.
+    monkeypatch.setenv("AGORA_RUST_CACHE", str(tmp_path / "from-env"))
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    defaults = RustSettings().resolved({})  # the settings type's own, environment-free
+    backend = RustBackend()
+    assert backend.toolchain.cache_dir == Path(defaults.cache_dir or "")
+    assert backend.toolchain.env == defaults.tool_env
+    assert str(tmp_path) not in str(backend.toolchain.env)
+    unresolved = RustSettings(cache_dir=str(tmp_path / "file"))
+    assert RustBackend(settings=unresolved).toolchain.cache_dir == tmp_path / "file"
+    resolved = unresolved.resolved(os.environ)  # as agora serve does, once
+    assert RustBackend(settings=resolved).toolchain.cache_dir == tmp_path / "from-env"
 
 
 def test_the_composition_root_hands_the_settings_out(tmp_path: Path) -> None:
