@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
@@ -37,6 +38,7 @@ import msgspec
 from hub.core.backoff import Backoff
 from hub.core.capability import SYSTEM_WORKSPACE
 from hub.core.errors import (
+    AgoraError,
     BadRequest,
     ClientError,
     Conflict,
@@ -59,8 +61,9 @@ from hub.core.validation import (
     validate_draft,
     validate_workspace,
 )
-from hub.log.base import EventStore
+from hub.log.base import BlobIntent, EventStore
 from hub.log.loading import load_state, save_snapshot_if_due
+from hub.log.sqlite import mint_id
 
 if TYPE_CHECKING:  # OpenTelemetry is loaded only when tracing is on (hub.observe.tracing)
     from hub.observe.tracing import Tracing
@@ -78,8 +81,22 @@ REDECIDE_BACKOFF: Final = Backoff(
 )
 # Events read from the store per page by a catch-up.
 CATCH_UP_PAGE: Final = 1000
+# How old a blob intent is before a sweep takes it for a crash's: a publish's blobs are
+# stored and its append committed within moments, but another process (another hub node, an
+# `agora append`) may have one in flight while this hub starts or sweeps. Also how often a
+# running hub sweeps.
+ORPHAN_GRACE_S: Final = 300.0
 # How long a catch-up waits for this node's own in-flight batch before reading the store.
 OWN_COMMIT_GRACE_S: Final = 0.1
+
+
+class _PendingBlob(msgspec.Struct, frozen=True):
+    """Inline content a publish moves to the blob store once its batch is decided, for the
+    event ``event_id`` (the intent that guards it names the event)."""
+
+    content: bytes
+    sha256: str
+    event_id: str
 
 
 class _Live:
@@ -348,9 +365,11 @@ class Workspaces:
             )
         prepared: list[Event] = []
         # Content to move to the blob store: stored only once the batch is decided, so a
-        # refused publish writes nothing (a crash between the two leaves an unreferenced blob,
-        # which `agora blobs gc` removes; it is never referenced by an event).
-        pending_blobs: list[bytes] = []
+        # refused publish writes nothing. Each new blob is guarded by a durable intent written
+        # before it (hub.log.base.BlobIntent): settled once the append committed, swept at
+        # once when the batch is refused after all, and swept at the next start when a crash
+        # came between the two (:meth:`sweep_orphans`).
+        pending_blobs: list[_PendingBlob] = []
         for i, draft in enumerate(drafts):
             if not trusted and (draft.kind in HUB_KINDS or draft.kind in OP_KINDS):
                 raise Forbidden(
@@ -374,6 +393,44 @@ class Workspaces:
             # are collected; refusing them here would lose a finished run's record.
             await self._check_batch_quota(workspace, prepared)
         ordered = expected_seq is not None or reads_state(prepared)
+        intents: list[BlobIntent] = []
+        try:
+            result = await self._decide_and_append(
+                workspace,
+                prepared,
+                producer,
+                expected_seq=expected_seq,
+                ordered=ordered,
+                submitted=submitted,
+                pending_blobs=pending_blobs,
+                intents=intents,
+            )
+        except ClientError:
+            # Refused: nothing of this batch was appended; its new blobs go now (unless the
+            # same ids were written by a retry meanwhile, or another publish took them up).
+            if intents:
+                await self._sweep(intents)
+            raise
+        # An error of the store (unavailable, cancelled) leaves the intents: whether the
+        # append committed is not known here; the next start's sweep finds out.
+        for intent in intents:
+            await self.store.blobs.settle(intent)
+        return result
+
+    async def _decide_and_append(
+        self,
+        workspace: str,
+        prepared: list[Event],
+        producer: str,
+        *,
+        expected_seq: int | None,
+        ordered: bool,
+        submitted: asyncio.Future[None] | None,
+        pending_blobs: list[_PendingBlob],
+        intents: list[BlobIntent],
+    ) -> AppendResult:
+        """The decide → (store blobs) → append loop of :meth:`publish`; each intent written
+        for a blob it stores is added to ``intents``."""
         for attempt in range(MAX_REDECIDE):
             live = await self._open(workspace)
             # A batch decided without reading the state need not wait for the tentative state
@@ -406,8 +463,7 @@ class Workspaces:
             if pending_blobs:
                 # Decided: store the content now, then decide again (the state may have moved
                 # while the blobs were written; the next round has no await before append).
-                for content in pending_blobs:
-                    await self.store.blobs.put(content)
+                await self._store_blobs(workspace, pending_blobs, intents)
                 pending_blobs.clear()
                 continue
             result = await self._append(live, prepared, ordered=ordered, submitted=submitted)
@@ -420,6 +476,59 @@ class Workspaces:
             f"workspace {workspace!r} kept changing under this batch; retry",
             head=self._live[workspace].committed.seq if workspace in self._live else 0,
         )
+
+    async def _store_blobs(
+        self, workspace: str, pending: list[_PendingBlob], intents: list[BlobIntent]
+    ) -> None:
+        """Store a decided batch's blobs. One stored already is touched (so no sweep takes
+        it from under this batch) and needs no intent; a new one gets its intent first."""
+        blobs = self.store.blobs
+        done: set[str] = set()
+        for blob in pending:
+            if blob.sha256 in done or await blobs.touch(blob.sha256):
+                continue
+            done.add(blob.sha256)
+            intent = await blobs.intend(workspace, blob.event_id, blob.sha256, len(blob.content))
+            intents.append(intent)
+            await blobs.put(blob.content, stamp=intent.stamp)
+
+    async def sweep_orphans(self, *, before: float) -> int:
+        """Settle the blob intents stamped before ``before`` (epoch seconds) that a crash
+        left between storing a publish's blob and committing its event; return how many
+        blobs were removed. Bounded by the intents (publishes in flight at the crash), never
+        a scan of a log or of the blob store. Run at start, before serving."""
+        return await self._sweep(await self.store.blobs.intents(before))
+
+    async def _sweep(self, intents: Sequence[BlobIntent]) -> int:
+        """For each intent: its event committed (found by id, as idempotency finds it, and
+        referencing the blob) → the intent is dropped; else the blob is removed unless it
+        was stored or used again after the intent (then another publish, an upload or the
+        hub references it), and the intent dropped. Inline content never had a grant, so
+        no quota counted it; nothing else to undo."""
+        removed = 0
+        for intent in intents:
+            try:
+                found = await self.store.lookup_ids(intent.workspace, [intent.event_id])
+                event = found.get(intent.event_id)
+                committed = isinstance(event, FileWritten) and event.payload.blob == intent.sha256
+                if not committed and await self.store.blobs.delete_untouched(
+                    intent.sha256, intent.stamp
+                ):
+                    log.info(
+                        "removed blob %s of %s's event %s, never committed",
+                        intent.sha256,
+                        intent.workspace,
+                        intent.event_id,
+                    )
+                    removed += 1
+                await self.store.blobs.settle(intent)
+            except (AgoraError, OSError) as e:
+                # Kept for the next sweep: one unreadable workspace (or a store hiccup) must
+                # not stop the others, nor mask the refusal a publish is reporting.
+                log.warning(
+                    "the intent of blob %s in %s is kept: %s", intent.sha256, intent.workspace, e
+                )
+        return removed
 
     async def _append(
         self,
@@ -589,7 +698,7 @@ class Workspaces:
         draft: Event,
         workspace: str,
         producer: str,
-        pending_blobs: list[bytes],
+        pending_blobs: list[_PendingBlob],
         *,
         trusted: bool = False,
     ) -> Event:
@@ -619,8 +728,10 @@ class Workspaces:
             content = file_content(p.text, p.base64, "payload.base64")
             digest = hashlib.sha256(content).hexdigest()
             if len(content) > self.limits.blob_threshold:
-                if not await self.store.blobs.has(digest):
-                    pending_blobs.append(content)
+                if not draft.id:
+                    # The blob's intent names its event: an id now, not the store's later.
+                    draft = msgspec.structs.replace(draft, id=mint_id(int(time.time() * 1000)))
+                pending_blobs.append(_PendingBlob(content, digest, draft.id))
                 payload = msgspec.structs.replace(
                     p, text=None, base64=None, blob=digest, sha256=digest, size=len(content)
                 )

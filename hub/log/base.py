@@ -15,6 +15,7 @@ import os
 import stat
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, Final, Self
@@ -31,6 +32,28 @@ CommitObserver = Callable[[int, float, bool], None]
 
 CHECK_CHUNK: Final = 1024 * 1024
 """Bytes read at a time while a blob's hash is checked."""
+
+
+@dataclass(frozen=True, slots=True)
+class BlobIntent:
+    """A publish's durable note, written before it stores inline content as a blob: event
+    ``event_id`` of ``workspace`` will reference blob ``sha256`` (``size`` bytes).
+    ``stamp`` (microseconds since the epoch) is when it was written, and the stored time a
+    blob created for it carries (``put(..., stamp=)``); a blob used again since (put,
+    committed, touched) has a later stored time. A start sweeps the intents a crash left
+    (:meth:`hub.workspaces.Workspaces.sweep_orphans`)."""
+
+    workspace: str
+    event_id: str
+    sha256: str
+    size: int
+    stamp: int
+
+
+def stamp_before(seconds: float) -> int:
+    """``seconds`` since the epoch as a :class:`BlobIntent` stamp bound (microseconds),
+    clamped to a BIGINT (``math.inf``: every intent)."""
+    return int(min(max(seconds, 0.0), 9.2e12) * 1_000_000)
 
 
 def _open_regular(path: Path) -> int:
@@ -74,8 +97,10 @@ class BlobStore(abc.ABC):
             )
 
     @abc.abstractmethod
-    async def put(self, data: bytes) -> str:
-        """Store ``data`` durably; return its sha256. Idempotent."""
+    async def put(self, data: bytes, *, stamp: int | None = None) -> str:
+        """Store ``data`` durably; return its sha256. Idempotent. A blob stored already is
+        touched (:meth:`touch`); a new one's stored time is ``stamp`` (a :class:`BlobIntent`'s,
+        in microseconds since the epoch) when given, else now."""
 
     @abc.abstractmethod
     async def get(self, sha256: str) -> bytes:
@@ -155,6 +180,34 @@ class BlobStore(abc.ABC):
         """Drop the uploads last written before ``before`` (epoch seconds), never committed
         (``agora blobs gc``); return how many."""
 
+    # -- intents: a publish's blobs until its event is committed (orphan sweep) -----------
+
+    @abc.abstractmethod
+    async def touch(self, sha256: str) -> bool:
+        """Mark a stored blob used again: its stored time moves strictly forward (past any
+        :class:`BlobIntent` stamp of an earlier moment, whatever the clocks say). Whether it
+        is stored (nothing is done when it is absent). Every path that finds a blob stored
+        already and goes on to reference it (``put``, ``commit``, ``put_file``) touches it,
+        so the orphan sweep never removes a blob someone else took up meanwhile."""
+
+    @abc.abstractmethod
+    async def intend(self, workspace: str, event_id: str, sha256: str, size: int) -> BlobIntent:
+        """Durably record (before the blob is stored) that event ``event_id`` of
+        ``workspace`` will reference blob ``sha256``; return the intent, stamped now."""
+
+    @abc.abstractmethod
+    async def intents(self, before: float) -> tuple[BlobIntent, ...]:
+        """The intents stamped before ``before`` (epoch seconds)."""
+
+    @abc.abstractmethod
+    async def settle(self, intent: BlobIntent) -> None:
+        """Drop the intent (its event was committed, or its blob was swept). Idempotent."""
+
+    @abc.abstractmethod
+    async def delete_untouched(self, sha256: str, stamp: int) -> bool:
+        """Remove the blob if its stored time is not after ``stamp`` (nothing stored or
+        touched it since the intent of that stamp created it); whether it was removed."""
+
     async def put_file(self, path: Path) -> tuple[str, int]:
         """Store the file at ``path`` chunk by chunk (hashed first, then uploaded and checked
         on commit), never whole in memory; return its (sha256, size)."""
@@ -164,7 +217,7 @@ class BlobStore(abc.ABC):
         fd = await asyncio.to_thread(_open_regular, path)
         try:
             size, sha256 = await asyncio.to_thread(_hash_fd, fd)
-            if await self.has(sha256):
+            if await self.touch(sha256):  # referenced again: no orphan sweep may take it
                 return sha256, size
             # An upload of its own: two collections of the same hash at once (one file
             # changing under it) never write into one upload.

@@ -14,6 +14,12 @@ bytes that were hashed. A partial upload survives a restart: the client resumes 
 
 Grants (which workspace may reference a blob, and pays for it in its quota) are files
 ``root/.grants/<workspace>/<sha256>`` holding the size and the agent; their mtime is when.
+
+Intents (:class:`hub.log.base.BlobIntent`: a publish's inline content stored before its event
+is committed) are files ``root/.intents/<hash of workspace, event id, sha256>`` holding the
+intent as JSON, written durably before the blob. A blob's stored time is its file's mtime: one
+created for an intent carries the intent's stamp, and every later use (:meth:`touch`) moves it
+strictly forward and fsyncs it, so the orphan sweep can tell a blob nobody took up since.
 """
 
 from __future__ import annotations
@@ -22,19 +28,23 @@ import asyncio
 import contextlib
 import hashlib
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Final
 
+import msgspec
+
 from hub.core.errors import BadRequest, IntegrityError, NotFound, TooLarge, Unavailable
 from hub.core.validation import DEFAULT_MAX_BLOB_BYTES, SHA256_RE, validate_workspace
-from hub.log.base import BlobStore
+from hub.log.base import BlobIntent, BlobStore, stamp_before
 
-__all__ = ["DEFAULT_MAX_BLOB_BYTES", "GRANTS_DIR", "UPLOADS_DIR", "FileBlobStore"]
+__all__ = ["DEFAULT_MAX_BLOB_BYTES", "GRANTS_DIR", "INTENTS_DIR", "UPLOADS_DIR", "FileBlobStore"]
 _TMP_PREFIX: Final = ".tmp-"
 UPLOADS_DIR: Final = ".uploads"
 GRANTS_DIR: Final = ".grants"
+INTENTS_DIR: Final = ".intents"
 _COMMITTING: Final = ".commit-"
 _HASH_CHUNK: Final = 1024 * 1024
 
@@ -58,8 +68,9 @@ class FileBlobStore(BlobStore):
             raise BadRequest("blob id must be a lowercase hex sha256", field="sha256")
         return self.root / sha256[:2] / sha256[2:]
 
-    async def put(self, data: bytes) -> str:
-        """Store ``data`` durably; return its sha256. Idempotent.
+    async def put(self, data: bytes, *, stamp: int | None = None) -> str:
+        """Store ``data`` durably; return its sha256. Idempotent (a stored blob is touched;
+        a new one's mtime is ``stamp``, in microseconds, when given).
 
         Raises :class:`TooLarge` above ``max_bytes``, :class:`Unavailable` on an I/O error.
         """
@@ -69,7 +80,7 @@ class FileBlobStore(BlobStore):
                 size=len(data),
                 limit=self.max_bytes,
             )
-        return await asyncio.to_thread(self._put_sync, bytes(data))
+        return await asyncio.to_thread(self._put_sync, bytes(data), stamp)
 
     async def get(self, sha256: str) -> bytes:
         """The blob's content, checked against its hash.
@@ -134,7 +145,7 @@ class FileBlobStore(BlobStore):
         return await asyncio.to_thread(self._write_sync, sha256, path, offset, data)
 
     async def commit(self, sha256: str, size: int, *, uploader: str = "") -> None:
-        if not uploader and await self.has(sha256):
+        if not uploader and await self.touch(sha256):
             return
         path = self._upload_path(sha256, size, uploader)
         await asyncio.to_thread(self._commit_sync, sha256, size, path)
@@ -258,6 +269,113 @@ class FileBlobStore(BlobStore):
 
         return await asyncio.to_thread(purge)
 
+    # -- intents --------------------------------------------------------------------------
+
+    def _intent_path(self, workspace: str, event_id: str, sha256: str) -> Path:
+        self.path_of(sha256)
+        validate_workspace(workspace)
+        # Hashed: an event id may hold characters a file name may not.
+        key = hashlib.sha256(f"{workspace}\n{event_id}\n{sha256}".encode()).hexdigest()
+        return self.root / INTENTS_DIR / key
+
+    async def touch(self, sha256: str) -> bool:
+        path = self.path_of(sha256)
+
+        def touch() -> bool:
+            try:
+                _touch_sync(path)
+            except FileNotFoundError:
+                return False
+            return True
+
+        try:
+            return await asyncio.to_thread(touch)
+        except OSError as e:
+            raise Unavailable(f"cannot touch blob {sha256}: {e}") from e
+
+    async def intend(self, workspace: str, event_id: str, sha256: str, size: int) -> BlobIntent:
+        path = self._intent_path(workspace, event_id, sha256)
+        intent = BlobIntent(workspace, event_id, sha256, size, time.time_ns() // 1000)
+
+        def write() -> None:
+            created = _mkdirs(path.parent)
+            tmp = path.parent / f"{_TMP_PREFIX}{uuid.uuid4().hex}"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                os.write(fd, msgspec.json.encode(intent))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+            for d in (path.parent, *created):
+                _fsync_dir(d)
+
+        try:
+            await asyncio.to_thread(write)
+        except OSError as e:
+            raise Unavailable(f"cannot record the intent to store blob {sha256}: {e}") from e
+        return intent
+
+    async def intents(self, before: float) -> tuple[BlobIntent, ...]:
+        top = self.root / INTENTS_DIR
+        cutoff = stamp_before(before)
+
+        def scan() -> list[BlobIntent]:
+            found: list[BlobIntent] = []
+            if not top.is_dir():
+                return found
+            for f in top.iterdir():
+                if f.name.startswith(_TMP_PREFIX):
+                    continue  # an intent whose write a crash cut: its blob was never put
+                with contextlib.suppress(OSError, msgspec.DecodeError):
+                    intent = msgspec.json.decode(f.read_bytes(), type=BlobIntent)
+                    if intent.stamp < cutoff:
+                        found.append(intent)
+            return found
+
+        try:
+            return tuple(await asyncio.to_thread(scan))
+        except OSError as e:
+            raise Unavailable(f"cannot read the blob intents: {e}") from e
+
+    async def settle(self, intent: BlobIntent) -> None:
+        path = self._intent_path(intent.workspace, intent.event_id, intent.sha256)
+
+        def remove() -> None:
+            # Not fsynced: an intent that comes back after a crash is settled again by the
+            # sweep (its event is found, or its blob was removed already).
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+        try:
+            await asyncio.to_thread(remove)
+        except OSError as e:
+            raise Unavailable(f"cannot drop the intent of blob {intent.sha256}: {e}") from e
+
+    async def delete_untouched(self, sha256: str, stamp: int) -> bool:
+        path = self.path_of(sha256)
+
+        def remove() -> bool:
+            try:
+                if path.stat().st_mtime_ns // 1000 > stamp:
+                    return False
+                # Out of every reader's reach first, then checked again: a touch between the
+                # check and the move is seen and the blob put back.
+                private = path.parent / f"{_TMP_PREFIX}{uuid.uuid4().hex}"
+                os.replace(path, private)
+            except FileNotFoundError:
+                return False
+            if private.stat().st_mtime_ns // 1000 > stamp:
+                os.replace(private, path)
+                return False
+            private.unlink()
+            return True
+
+        try:
+            return await asyncio.to_thread(remove)
+        except OSError as e:
+            raise Unavailable(f"cannot remove blob {sha256}: {e}") from e
+
     # -- worker-thread side -----------------------------------------------------------------
 
     def _read_sync(self, sha256: str, path: Path, offset: int, length: int) -> bytes:
@@ -346,6 +464,8 @@ class FileBlobStore(BlobStore):
         try:
             if target.is_file():
                 private.unlink()  # stored already: the upload only proved its holder has it
+                with contextlib.suppress(FileNotFoundError):
+                    _touch_sync(target)
                 return
             created = _mkdirs(target.parent)
             os.replace(private, target)
@@ -356,12 +476,14 @@ class FileBlobStore(BlobStore):
                 private.unlink()
             raise Unavailable(f"cannot commit blob {sha256}: {e}") from e
 
-    def _put_sync(self, data: bytes) -> str:
+    def _put_sync(self, data: bytes, stamp: int | None) -> str:
         digest = hashlib.sha256(data).hexdigest()
         path = self.root / digest[:2] / digest[2:]
         try:
             if path.is_file():
-                return digest  # content-addressed: same name, same bytes
+                with contextlib.suppress(FileNotFoundError):  # swept meanwhile: store it again
+                    _touch_sync(path, after=stamp)
+                    return digest  # content-addressed: same name, same bytes
             created = _mkdirs(path.parent)
             tmp = path.parent / f"{_TMP_PREFIX}{uuid.uuid4().hex}"
             try:
@@ -370,6 +492,8 @@ class FileBlobStore(BlobStore):
                     view = memoryview(data)
                     while view:
                         view = view[os.write(fd, view) :]
+                    if stamp is not None:
+                        os.utime(fd, ns=(stamp * 1000, stamp * 1000))
                     os.fsync(fd)
                 finally:
                     os.close(fd)
@@ -396,6 +520,20 @@ class FileBlobStore(BlobStore):
         if hashlib.sha256(data).hexdigest() != sha256:
             raise IntegrityError(f"blob {sha256} does not match its hash", sha256=sha256)
         return data
+
+
+def _touch_sync(path: Path, *, after: int | None = None) -> None:
+    """Move the file's mtime strictly forward (at least a microsecond, whatever the clock
+    says; past the stamp ``after`` too) and make it durable. Raises ``FileNotFoundError``
+    when it is absent."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        st = os.fstat(fd)
+        ns = max(time.time_ns(), st.st_mtime_ns + 1000, ((after or 0) + 1) * 1000)
+        os.utime(fd, ns=(ns, ns))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _mkdirs(directory: Path) -> list[Path]:

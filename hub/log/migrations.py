@@ -198,6 +198,24 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             """,
         ),
     ),
+    Migration(
+        6,
+        "blob_intents (a publish's blobs until its event is committed: the orphan sweep)",
+        (
+            # ``stamp``: microseconds since the epoch, the hub's clock when it was written and
+            # the stored_at of a blob created for it (see hub.log.base.BlobIntent).
+            """
+            CREATE TABLE {schema}.blob_intents (
+                workspace TEXT   NOT NULL,
+                event_id  TEXT   NOT NULL,
+                sha256    TEXT   NOT NULL,
+                size      BIGINT NOT NULL,
+                stamp     BIGINT NOT NULL,
+                PRIMARY KEY (workspace, event_id, sha256)
+            )
+            """,
+        ),
+    ),
 )
 
 LATEST: Final = MIGRATIONS[-1].version

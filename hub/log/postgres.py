@@ -48,6 +48,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, Final, TypeAlias
@@ -72,7 +73,7 @@ from hub.core.events import Event
 from hub.core.merkle import HASH_SIZE, frontier_indexes, stored_hash_count
 from hub.core.records import AppendResult, Head, Snapshot
 from hub.core.validation import SHA256_RE
-from hub.log.base import BlobStore, EventStore
+from hub.log.base import BlobIntent, BlobStore, EventStore, stamp_before
 from hub.log.blobs import DEFAULT_MAX_BLOB_BYTES
 from hub.log.codec import decode_page, head_from_row
 from hub.log.migrations import Conn, check_version, migrate, quote, validate_schema
@@ -172,6 +173,13 @@ def _storable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+_TOUCHED: Final = (
+    "greatest(now(), {b}.stored_at + interval '1 microsecond', "
+    "timestamptz 'epoch' + (coalesce({at}::bigint, 0) + 1) * interval '1 microsecond')"
+)
+"""A touched blob's new ``stored_at``: strictly later than before and than the stamp ``at``."""
 
 
 class _Sql:
@@ -285,9 +293,35 @@ class _Sql:
         )
         self.delete_snapshots = f"DELETE FROM {s}.snapshots WHERE workspace = $1"
         self.delete_all_snapshots = f"DELETE FROM {s}.snapshots"
+        # A blob stored again is touched: its stored_at moves strictly forward, past the
+        # stamp of the intent storing it (whatever the clocks of the nodes say), so the
+        # orphan sweep never takes a blob used since (hub.log.base.BlobIntent). $3: that
+        # stamp, in microseconds since the epoch, or NULL (then now()).
         self.blob_put = (
-            f"INSERT INTO {s}.blobs (sha256, data, size) "
-            "VALUES ($1, $2::bytea, octet_length($2::bytea)) ON CONFLICT (sha256) DO NOTHING"
+            f"INSERT INTO {s}.blobs AS b (sha256, data, size, stored_at) "
+            "VALUES ($1, $2::bytea, octet_length($2::bytea), "
+            "coalesce(timestamptz 'epoch' + $3::bigint * interval '1 microsecond', now())) "
+            f"ON CONFLICT (sha256) DO UPDATE SET stored_at = {_TOUCHED.format(b='b', at='$3')}"
+        )
+        self.blob_touch = (
+            f"UPDATE {s}.blobs AS b SET stored_at = {_TOUCHED.format(b='b', at='NULL')} "
+            "WHERE sha256 = $1"
+        )
+        self.intent_put = (
+            f"INSERT INTO {s}.blob_intents (workspace, event_id, sha256, size, stamp) "
+            "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (workspace, event_id, sha256) "
+            "DO UPDATE SET size = EXCLUDED.size, stamp = EXCLUDED.stamp"
+        )
+        self.intent_list = (
+            f"SELECT workspace, event_id, sha256, size, stamp FROM {s}.blob_intents "
+            "WHERE stamp < $1"
+        )
+        self.intent_drop = (
+            f"DELETE FROM {s}.blob_intents WHERE workspace = $1 AND event_id = $2 AND sha256 = $3"
+        )
+        self.blob_delete_untouched = (
+            f"DELETE FROM {s}.blobs WHERE sha256 = $1 "
+            "AND stored_at <= timestamptz 'epoch' + $2::bigint * interval '1 microsecond'"
         )
         self.blob_get = f"SELECT data FROM {s}.blobs WHERE sha256 = $1"
         self.blob_has = f"SELECT EXISTS (SELECT 1 FROM {s}.blobs WHERE sha256 = $1)"
@@ -338,8 +372,9 @@ class _Sql:
         )
         self.grant_drop = f"DELETE FROM {s}.blob_grants WHERE workspace = $1 AND sha256 = $2"
         self.blob_put_chunked = (
-            f"INSERT INTO {s}.blobs (sha256, data, size, chunked) VALUES ($1, ''::bytea, $2, true) "
-            "ON CONFLICT (sha256) DO NOTHING"
+            f"INSERT INTO {s}.blobs AS b (sha256, data, size, chunked) "
+            "VALUES ($1, ''::bytea, $2, true) "
+            f"ON CONFLICT (sha256) DO UPDATE SET stored_at = {_TOUCHED.format(b='b', at='NULL')}"
         )
         self.blob_delete = f"DELETE FROM {s}.blobs WHERE sha256 = $1"
         self.upload_purge = (
@@ -403,8 +438,9 @@ class PostgresBlobStore(BlobStore):
             raise BadRequest("blob id must be a lowercase hex sha256", field="sha256")
         return sha256
 
-    async def put(self, data: bytes) -> str:
-        """Store ``data``; return its sha256. Idempotent. Raises :class:`TooLarge` above
+    async def put(self, data: bytes, *, stamp: int | None = None) -> str:
+        """Store ``data``; return its sha256. Idempotent (a stored blob is touched; a new one
+        is stored at ``stamp``, in microseconds, when given). Raises :class:`TooLarge` above
         ``max_bytes``, :class:`Unavailable` when the database is unreachable."""
         if len(data) > self.max_bytes:
             raise TooLarge(
@@ -415,7 +451,7 @@ class PostgresBlobStore(BlobStore):
         data = bytes(data)
         digest = await _sha256(data)
         try:
-            await self._pool().execute(self._sql.blob_put, digest, data)
+            await self._pool().execute(self._sql.blob_put, digest, data, stamp)
         except _DRIVER_ERRORS as e:
             raise _translate(e, "storing a blob") from e
         return digest
@@ -534,7 +570,7 @@ class PostgresBlobStore(BlobStore):
 
     async def commit(self, sha256: str, size: int, *, uploader: str = "") -> None:
         self._check(sha256)
-        if not uploader and await self.has(sha256):
+        if not uploader and await self.touch(sha256):
             return
         digest = hashlib.sha256()
         try:
@@ -630,6 +666,56 @@ class PostgresBlobStore(BlobStore):
         except _DRIVER_ERRORS as e:
             raise _translate(e, "purging uploads") from e
         return n
+
+    # -- intents --------------------------------------------------------------------------
+
+    async def touch(self, sha256: str) -> bool:
+        self._check(sha256)
+        try:
+            status = await self._pool().execute(self._sql.blob_touch, sha256)
+        except _DRIVER_ERRORS as e:
+            raise _translate(e, "touching a blob") from e
+        return _rowcount(status) > 0
+
+    async def intend(self, workspace: str, event_id: str, sha256: str, size: int) -> BlobIntent:
+        self._check(sha256)
+        intent = BlobIntent(workspace, event_id, sha256, size, time.time_ns() // 1000)
+        try:
+            await self._pool().execute(
+                self._sql.intent_put, workspace, event_id, sha256, size, intent.stamp
+            )
+        except _DRIVER_ERRORS as e:
+            raise _translate(e, "recording a blob intent") from e
+        return intent
+
+    async def intents(self, before: float) -> tuple[BlobIntent, ...]:
+        try:
+            rows = await self._pool().fetch(self._sql.intent_list, stamp_before(before))
+        except _DRIVER_ERRORS as e:
+            raise _translate(e, "listing blob intents") from e
+        return tuple(
+            BlobIntent(str(r[0]), str(r[1]), str(r[2]), int(r[3]), int(r[4])) for r in rows
+        )
+
+    async def settle(self, intent: BlobIntent) -> None:
+        try:
+            await self._pool().execute(
+                self._sql.intent_drop, intent.workspace, intent.event_id, intent.sha256
+            )
+        except _DRIVER_ERRORS as e:
+            raise _translate(e, "dropping a blob intent") from e
+
+    async def delete_untouched(self, sha256: str, stamp: int) -> bool:
+        self._check(sha256)
+        try:
+            async with self._pool().acquire() as conn, conn.transaction():
+                status = await conn.execute(self._sql.blob_delete_untouched, sha256, stamp)
+                removed = _rowcount(status) > 0
+                if removed:
+                    await conn.execute(self._sql.blob_delete_parts, sha256)
+        except _DRIVER_ERRORS as e:
+            raise _translate(e, "deleting a blob") from e
+        return removed
 
     async def list(self) -> AsyncIterator[tuple[str, int, float]]:
         try:

@@ -30,6 +30,7 @@ and the runtime have stopped; the node is then marked stopped in the table.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -61,7 +62,7 @@ from hub.server.connection import Connection
 from hub.server.fanout import Fanout
 from hub.server.presence import Presence
 from hub.server.tasks import OwnedTasks
-from hub.workspaces import Workspaces
+from hub.workspaces import ORPHAN_GRACE_S, Workspaces
 
 if TYPE_CHECKING:
     from hub.cluster.node import ClusterNode
@@ -217,6 +218,7 @@ class Hub:
                     self.tasks.attach(tg)
                     tg.create_task(self.revocations.run(stop), name="agora-revocations")
                     tg.create_task(self.checkpointer.run(stop), name="agora-checkpoints")
+                    tg.create_task(self._sweep_orphans(stop), name="agora-orphan-sweep")
                     runtime = tg.create_task(self.runtime.run(stop), name="agora-runtime")
                     server = tg.create_task(self._serve(stop, on_ready), name="agora-server")
                     if self.cluster is not None:
@@ -231,6 +233,21 @@ class Hub:
                 self.store_open = False
                 self.tasks.detach()
                 await self.workspaces.aclose()
+
+    async def _sweep_orphans(self, stop: asyncio.Event) -> None:
+        """At start and every ``ORPHAN_GRACE_S`` until ``stop``: remove the blobs a crash
+        left between storing a publish's content and committing its event (the intents
+        older than the grace; see :meth:`Workspaces.sweep_orphans`). A failure is logged
+        and tried again next round; it never ends the hub."""
+        while not stop.is_set():
+            try:
+                removed = await self.workspaces.sweep_orphans(before=time.time() - ORPHAN_GRACE_S)
+                if removed:
+                    log.info("removed %d orphan blob(s) of publishes never committed", removed)
+            except Exception:
+                log.exception("the orphan blob sweep failed; trying again later")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), ORPHAN_GRACE_S)
 
     def readiness(self) -> dict[str, bool]:
         """The readiness checks (``GET /readyz``): the store is open, the previous run's

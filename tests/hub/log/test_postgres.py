@@ -410,8 +410,9 @@ async def test_migration_3_adds_the_tree_to_an_existing_log(schema: str) -> None
         await store.append("ws", [msg(str(i)) for i in range(5)])
     async with connection() as conn:
         await conn.execute(f'DROP TABLE "{schema}".merkle_hashes, "{schema}".checkpoints')
-        # Migrations 4 (chunked blobs) and 5 (grants) undone too: as version 2 left it.
-        await conn.execute(f'DROP TABLE "{schema}".blob_grants')
+        # Migrations 4 (chunked blobs), 5 (grants) and 6 (blob intents) undone too: as
+        # version 2 left it.
+        await conn.execute(f'DROP TABLE "{schema}".blob_grants, "{schema}".blob_intents')
         await conn.execute(f'DROP TABLE "{schema}".blob_parts, "{schema}".blob_uploads')
         await conn.execute(
             f'ALTER TABLE "{schema}".blobs DROP COLUMN size, DROP COLUMN chunked, '
@@ -425,4 +426,4 @@ async def test_migration_3_adds_the_tree_to_an_existing_log(schema: str) -> None
         # 6 leaves: 6 leaf hashes + 3 + 1 interior ones, every one of them stored.
         assert len(await store.read_hash_map("ws", list(range(20)))) == 10
     async with connection() as conn:
-        assert await current_version(conn, schema) == LATEST == 5
+        assert await current_version(conn, schema) == LATEST == 6

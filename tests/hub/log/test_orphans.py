@@ -1,0 +1,169 @@
+"""Issue #11: a crash between storing a publish's blob and committing its event leaves no
+orphan. Each publish's new blob is guarded by a durable intent (hub.log.base.BlobIntent); the
+sweep a start runs (:meth:`hub.workspaces.Workspaces.sweep_orphans`) removes the blob of an
+intent whose event never landed, and keeps one whose event did or that someone else took up
+meanwhile. On every store kind (SQLite with file blobs, PostgreSQL), like the conformance suite.
+
+The crash is injected in-process: the store's ``append`` raises a ``BaseException`` (as a
+SIGKILL would end the publish: nothing after it runs), before or after the real append; then a
+new store and a new Workspaces over the same storage play the restarted hub.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from hub.core.errors import Conflict
+from hub.core.events import Event, FileWritten, FileWrittenPayload
+from hub.core.records import AppendResult
+from hub.core.validation import Limits
+from hub.log.base import EventStore
+from hub.workspaces import Workspaces
+
+LIMITS = Limits(blob_threshold=16)
+CONTENT = "content over the blob threshold, stored as a blob " * 4
+SHA = hashlib.sha256(CONTENT.encode()).hexdigest()
+
+
+class Crash(BaseException):
+    """The process dying where it is raised (nothing of the publish runs after it)."""
+
+
+def write(path: str, text: str = CONTENT) -> FileWritten:
+    return FileWritten(payload=FileWrittenPayload(path=path, text=text))
+
+
+def crash_append(store: EventStore, monkeypatch: pytest.MonkeyPatch, *, after: bool) -> None:
+    """Make ``store.append`` die before it writes (``after`` false) or once it committed."""
+    real = store.append
+
+    async def append(workspace: str, drafts: Sequence[Event], **kw: Any) -> AppendResult:
+        if after:
+            await real(workspace, drafts, **kw)
+        raise Crash
+
+    monkeypatch.setattr(store, "append", append)
+
+
+async def stored(store: EventStore) -> set[str]:
+    return {sha async for sha, _, _ in store.blobs.list()}
+
+
+async def crashed_publish(
+    make_store: Callable[[str], EventStore],
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    after: bool,
+    workspace: str = "w",
+) -> None:
+    async with make_store("main") as store:
+        with monkeypatch.context() as m:
+            crash_append(store, m, after=after)
+            with pytest.raises(Crash):
+                await Workspaces(store, limits=LIMITS).publish(
+                    workspace, [write("big.txt")], producer="alice"
+                )
+        assert SHA in await stored(store)  # stored before the append: the crash's window
+
+
+async def test_a_crash_before_the_append_leaves_a_blob_the_sweep_removes(
+    make_store: Callable[[str], EventStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await crashed_publish(make_store, monkeypatch, after=False)
+    async with make_store("main") as store:  # the restarted hub
+        ws = Workspaces(store, limits=LIMITS)
+        assert await store.head("w") is None  # no event references the blob
+        assert await ws.sweep_orphans(before=time.time()) == 1
+        assert SHA not in await stored(store)
+        assert not await store.blobs.has(SHA)
+        assert await ws.stored_bytes("w") == 0  # the quota counts nothing of it
+        assert await store.blobs.intents(math.inf) == ()
+        assert await ws.sweep_orphans(before=time.time()) == 0  # settled: nothing left to do
+        # The same content published afterwards is stored again, whole.
+        await ws.publish("w", [write("big.txt")], producer="alice")
+        assert await store.blobs.get(SHA) == CONTENT.encode()
+
+
+async def test_a_crash_after_the_append_committed_keeps_the_blob(
+    make_store: Callable[[str], EventStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await crashed_publish(make_store, monkeypatch, after=True)
+    async with make_store("main") as store:
+        ws = Workspaces(store, limits=LIMITS)
+        assert await ws.sweep_orphans(before=time.time()) == 0
+        assert (await ws.files("w"))["big.txt"].blob == SHA
+        assert await store.blobs.get(SHA) == CONTENT.encode()
+        assert await ws.stored_bytes("w") == len(CONTENT)
+        assert await store.blobs.intents(math.inf) == ()  # the intent is settled
+
+
+@pytest.mark.parametrize("taken_up_by", ["publish", "upload"])
+async def test_a_blob_another_workspace_took_up_meanwhile_is_kept(
+    make_store: Callable[[str], EventStore], monkeypatch: pytest.MonkeyPatch, taken_up_by: str
+) -> None:
+    """Blobs are content-addressed and shared: the crashed publish's content published to
+    (or uploaded for) another workspace before the sweep stays, for that workspace."""
+    await crashed_publish(make_store, monkeypatch, after=False, workspace="a")
+    async with make_store("main") as store:
+        ws = Workspaces(store, limits=LIMITS)
+        if taken_up_by == "publish":
+            await ws.publish("b", [write("same.txt")], producer="bob")
+        else:
+            data = CONTENT.encode()
+            at = await store.blobs.upload_offset(SHA, len(data), uploader="bob")
+            await store.blobs.write_chunk(SHA, len(data), at, data[at:], uploader="bob")
+            await store.blobs.commit(SHA, len(data), uploader="bob")
+            await store.blobs.grant("b", SHA, len(data), "bob")
+        assert await ws.sweep_orphans(before=time.time()) == 0
+        assert await store.blobs.get(SHA) == CONTENT.encode()
+        assert await ws.stored_bytes("b") == len(CONTENT)
+        assert await ws.stored_bytes("a") == 0
+        assert await store.blobs.intents(math.inf) == ()
+
+
+async def test_a_young_intent_is_left_for_a_later_sweep(
+    make_store: Callable[[str], EventStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process may have the publish in flight: a sweep takes only intents older than
+    its ``before`` (the hub passes now minus ORPHAN_GRACE_S)."""
+    await crashed_publish(make_store, monkeypatch, after=False)
+    async with make_store("main") as store:
+        ws = Workspaces(store, limits=LIMITS)
+        (intent,) = await store.blobs.intents(math.inf)
+        assert await ws.sweep_orphans(before=intent.stamp / 1e6) == 0
+        assert await store.blobs.has(SHA)
+        assert await ws.sweep_orphans(before=time.time()) == 1
+        assert not await store.blobs.has(SHA)
+
+
+async def test_a_batch_refused_after_its_blob_was_stored_removes_it_at_once(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store refusing the append (a typed client error: nothing was appended) is
+    settled by the publish itself, no restart needed."""
+
+    async def refuse(workspace: str, drafts: Sequence[Event], **kw: Any) -> AppendResult:
+        assert await store.blobs.has(SHA)
+        raise Conflict("refused by the store")
+
+    with monkeypatch.context() as m:
+        m.setattr(store, "append", refuse)
+        with pytest.raises(Conflict):
+            await Workspaces(store, limits=LIMITS).publish("w", [write("big.txt")], producer="a")
+    assert not await store.blobs.has(SHA)
+    assert await store.blobs.intents(math.inf) == ()
+
+
+async def test_a_committed_publish_leaves_no_intent(store: EventStore) -> None:
+    ws = Workspaces(store, limits=LIMITS)
+    await ws.publish("w", [write("one.txt")], producer="alice")
+    await ws.publish("w", [write("two.txt")], producer="alice")  # the stored blob, touched
+    assert await store.blobs.intents(math.inf) == ()
+    assert await ws.sweep_orphans(before=math.inf) == 0
+    assert await store.blobs.get(SHA) == CONTENT.encode()
