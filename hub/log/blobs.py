@@ -366,7 +366,11 @@ class FileBlobStore(BlobStore):
             except FileNotFoundError:
                 return False
             if private.stat().st_mtime_ns // 1000 > stamp:
-                os.replace(private, path)
+                # Put back, never over a blob stored meanwhile (which is touched instead).
+                try:
+                    _install_sync(private, path, after=stamp)
+                finally:
+                    private.unlink()
                 return False
             private.unlink()
             return True
@@ -462,19 +466,17 @@ class FileBlobStore(BlobStore):
                 actual=digest.hexdigest(),
             )
         try:
-            if target.is_file():
-                private.unlink()  # stored already: the upload only proved its holder has it
-                with contextlib.suppress(FileNotFoundError):
-                    _touch_sync(target)
-                return
             created = _mkdirs(target.parent)
-            os.replace(private, target)
-            for d in (target.parent, *created):
-                _fsync_dir(d)
+            # Stored already (or meanwhile): the upload only proved its holder has it, and
+            # the stored blob is touched, never replaced (see _install_sync).
+            if _install_sync(private, target, after=None):
+                for d in (target.parent, *created):
+                    _fsync_dir(d)
         except OSError as e:
+            raise Unavailable(f"cannot commit blob {sha256}: {e}") from e
+        finally:
             with contextlib.suppress(OSError):
                 private.unlink()
-            raise Unavailable(f"cannot commit blob {sha256}: {e}") from e
 
     def _put_sync(self, data: bytes, stamp: int | None) -> str:
         digest = hashlib.sha256(data).hexdigest()
@@ -497,15 +499,15 @@ class FileBlobStore(BlobStore):
                     os.fsync(fd)
                 finally:
                     os.close(fd)
-                os.replace(tmp, path)
-            except BaseException:
+                installed = _install_sync(tmp, path, after=stamp)
+            finally:
                 with contextlib.suppress(OSError):
                     tmp.unlink()
-                raise
-            # The rename is durable only once its directory entry is; a newly created
+            # The link is durable only once its directory entry is; a newly created
             # directory also needs its own entry in the parent synced.
-            for d in (path.parent, *created):
-                _fsync_dir(d)
+            if installed:
+                for d in (path.parent, *created):
+                    _fsync_dir(d)
         except OSError as e:
             raise Unavailable(f"cannot write blob {digest}: {e}") from e
         return digest
@@ -520,6 +522,28 @@ class FileBlobStore(BlobStore):
         if hashlib.sha256(data).hexdigest() != sha256:
             raise IntegrityError(f"blob {sha256} does not match its hash", sha256=sha256)
         return data
+
+
+def _install_sync(tmp: Path, path: Path, *, after: int | None) -> bool:
+    """Give the finished file ``tmp`` the name ``path`` unless a blob is stored there already
+    (or is stored meanwhile by another put or commit): then that one is touched past ``after``
+    instead. Whether ``tmp`` was installed; the caller removes the ``tmp`` name either way.
+
+    A hard link, never a rename over it: a blob stored concurrently may already carry a
+    later stamp (or a touch) that keeps it from another intent's sweep; replacing it with
+    this file (an older intent's stamp, an upload's last write) would let that sweep remove
+    a blob someone references."""
+    while True:
+        try:
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            pass
+        try:
+            _touch_sync(path, after=after)
+            return False
+        except FileNotFoundError:
+            continue  # swept between the two: link it again
 
 
 def _touch_sync(path: Path, *, after: int | None = None) -> None:
