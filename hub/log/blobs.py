@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import os
 import time
@@ -549,7 +550,8 @@ def _install_sync(tmp: Path, path: Path, *, after: int | None) -> bool:
 def _touch_sync(path: Path, *, after: int | None = None) -> None:
     """Move the file's mtime strictly forward (at least a microsecond, whatever the clock
     says; past the stamp ``after`` too) and make it durable. Raises ``FileNotFoundError``
-    when it is absent."""
+    when it is absent, or when it was moved away while it was touched (a sweep's removal:
+    the file touched may be unlinked already, so the touch does not count)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         st = os.fstat(fd)
@@ -558,6 +560,12 @@ def _touch_sync(path: Path, *, after: int | None = None) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+    # Checked after the touch: a sweep (delete_untouched) that moved the file aside before
+    # it either sees the new mtime and puts the file back, or had decided already and the
+    # name no longer leads to this file.
+    now = os.stat(path)
+    if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+        raise FileNotFoundError(errno.ENOENT, "blob moved while touched", str(path))
 
 
 def _mkdirs(directory: Path) -> list[Path]:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -104,3 +106,36 @@ async def test_an_upload_committed_beside_a_put_keeps_the_stamp(
 
     assert not await store.delete_untouched(SHA, intent_a.stamp)
     assert await store.get(SHA) == DATA
+
+
+async def test_a_touch_racing_the_sweep_does_not_report_a_removed_blob(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Publish B finds the blob stored (touch) while A's refused batch sweeps it: either the
+    touch wins (the blob stays) or it reports the blob absent (B stores it again). Never a
+    touch that succeeds on a file the sweep has unlinked."""
+    store = FileBlobStore(tmp_path)
+    intent_a = await store.intend("ws-a", "event-a", SHA, len(DATA))
+    await store.put(DATA, stamp=intent_a.stamp)
+    loop = asyncio.get_running_loop()
+
+    real_utime = os.utime
+    swept: list[bool] = []
+
+    def utime(target: Any, *args: Any, **kw: Any) -> None:
+        if isinstance(target, int) and not swept:
+            # Between the touch's open and its utime, the sweep runs to the end.
+            swept.append(
+                asyncio.run_coroutine_threadsafe(
+                    store.delete_untouched(SHA, intent_a.stamp), loop
+                ).result(10)
+            )
+        real_utime(target, *args, **kw)
+
+    monkeypatch.setattr(os, "utime", utime)
+    touched = await store.touch(SHA)
+    monkeypatch.setattr(os, "utime", real_utime)
+
+    assert swept == [True]  # the sweep did remove it
+    assert not touched, "touch reported a blob the sweep had removed"
+    assert not await store.has(SHA)
