@@ -414,7 +414,18 @@ class Workspaces:
         # An error of the store (unavailable, cancelled) leaves the intents: whether the
         # append committed is not known here; the next start's sweep finds out.
         for intent in intents:
-            await self.store.blobs.settle(intent)
+            try:
+                await self.store.blobs.settle(intent)
+            except AgoraError as e:
+                # Committed: the publish succeeded, and must say so (a retry without an id
+                # would publish again). The intent left is settled by a later sweep, which
+                # finds its event.
+                log.warning(
+                    "the intent of blob %s in %s is left for the sweep: %s",
+                    intent.sha256,
+                    workspace,
+                    e,
+                )
         return result
 
     async def _decide_and_append(

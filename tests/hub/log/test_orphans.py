@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from hub.core.errors import Conflict
+from hub.core.errors import Conflict, Unavailable
 from hub.core.events import Event, FileWritten, FileWrittenPayload
 from hub.core.records import AppendResult
 from hub.core.validation import Limits
-from hub.log.base import EventStore
+from hub.log.base import BlobIntent, EventStore
 from hub.workspaces import Workspaces
 
 LIMITS = Limits(blob_threshold=16)
@@ -166,4 +166,26 @@ async def test_a_committed_publish_leaves_no_intent(store: EventStore) -> None:
     await ws.publish("w", [write("two.txt")], producer="alice")  # the stored blob, touched
     assert await store.blobs.intents(math.inf) == ()
     assert await ws.sweep_orphans(before=math.inf) == 0
+    assert await store.blobs.get(SHA) == CONTENT.encode()
+
+
+async def test_a_committed_publish_whose_intent_cannot_be_dropped_still_succeeds(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the append committed, the publish is done: a store hiccup dropping the intent
+    must not answer the agent ``unavailable`` (a retry without an id would publish twice).
+    The intent left behind is settled by the next sweep, which finds the event."""
+
+    async def hiccup(intent: BlobIntent) -> None:
+        raise Unavailable("the intent store hiccuped")
+
+    ws = Workspaces(store, limits=LIMITS)
+    with monkeypatch.context() as m:
+        m.setattr(store.blobs, "settle", hiccup)
+        result = await ws.publish("w", [write("big.txt")], producer="alice")
+    assert result.events[0].seq == 1
+    (intent,) = await store.blobs.intents(math.inf)
+    assert intent.event_id == result.events[0].id
+    assert await ws.sweep_orphans(before=math.inf) == 0
+    assert await store.blobs.intents(math.inf) == ()
     assert await store.blobs.get(SHA) == CONTENT.encode()
