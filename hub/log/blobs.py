@@ -247,7 +247,10 @@ class FileBlobStore(BlobStore):
                 for f in d.iterdir():
                     sha = d.name + f.name
                     if SHA256_RE.fullmatch(sha):
-                        st = f.stat()
+                        try:
+                            st = f.stat()
+                        except FileNotFoundError:
+                            continue  # removed since listed (the hub's orphan sweep, a gc)
                         found.append((sha, st.st_size, st.st_mtime))
             return found
 

@@ -139,3 +139,27 @@ async def test_a_touch_racing_the_sweep_does_not_report_a_removed_blob(
     assert swept == [True]  # the sweep did remove it
     assert not touched, "touch reported a blob the sweep had removed"
     assert not await store.has(SHA)
+
+
+async def test_listing_beside_a_sweep_skips_a_blob_removed_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`agora blobs list`/`gc` beside a running hub: the hub's sweep may remove a blob
+    between the listing of its directory and the stat of it. The listing goes on without it
+    (before: the FileNotFoundError escaped, and the command died with a traceback)."""
+    store = FileBlobStore(tmp_path)
+    other = b"another blob, kept" * 8
+    kept = await store.put(other)
+    await store.put(DATA)
+    victim = store.path_of(SHA)
+    real_iterdir = Path.iterdir
+
+    def iterdir(self: Path) -> Any:
+        for entry in real_iterdir(self):
+            if entry == victim:
+                victim.unlink()  # listed, then removed by the sweep (delete_untouched)
+            yield entry
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    listed = [sha async for sha, _, _ in store.list()]
+    assert listed == [kept]
