@@ -507,7 +507,9 @@ class Workspaces:
         """Settle the blob intents stamped before ``before`` (epoch seconds) that a crash
         left between storing a publish's blob and committing its event; return how many
         blobs were removed. Bounded by the intents (publishes in flight at the crash), never
-        a scan of a log or of the blob store. Run at start, before serving."""
+        a scan of a log or of the blob store. The hub runs it in the background from its
+        start and every ``ORPHAN_GRACE_S`` (hub.server.app), beside serving: ``before`` must
+        leave in-flight publishes (of every process on the store) their grace."""
         return await self._sweep(await self.store.blobs.intents(before))
 
     async def _sweep(self, intents: Sequence[BlobIntent]) -> int:
