@@ -216,6 +216,18 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             """,
         ),
     ),
+    Migration(
+        7,
+        "blob_intents.written_at (the orphan sweep's grace on the database's clock)",
+        (
+            # ``stamp`` is the writing node's clock; nodes' clocks may disagree by more than
+            # the grace, so an intent's age is read from the one clock they share.
+            """
+            ALTER TABLE {schema}.blob_intents
+                ADD COLUMN written_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
+            """,
+        ),
+    ),
 )
 
 LATEST: Final = MIGRATIONS[-1].version

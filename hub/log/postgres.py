@@ -310,11 +310,16 @@ class _Sql:
         self.intent_put = (
             f"INSERT INTO {s}.blob_intents (workspace, event_id, sha256, size, stamp) "
             "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (workspace, event_id, sha256) "
-            "DO UPDATE SET size = EXCLUDED.size, stamp = EXCLUDED.stamp"
+            "DO UPDATE SET size = EXCLUDED.size, stamp = EXCLUDED.stamp, "
+            "written_at = clock_timestamp()"
         )
+        # $1: the stamp bound (the caller's clock); $2: the age that bound stands for, in
+        # microseconds, measured on the database's clock (written_at): a node whose clock is
+        # behind stamps its intents in the past, and they must still get their grace.
         self.intent_list = (
             f"SELECT workspace, event_id, sha256, size, stamp FROM {s}.blob_intents "
-            "WHERE stamp < $1"
+            "WHERE stamp < $1 AND written_at < clock_timestamp() - $2::bigint * "
+            "interval '1 microsecond'"
         )
         self.intent_drop = (
             f"DELETE FROM {s}.blob_intents WHERE workspace = $1 AND event_id = $2 AND sha256 = $3"
@@ -690,7 +695,10 @@ class PostgresBlobStore(BlobStore):
 
     async def intents(self, before: float) -> tuple[BlobIntent, ...]:
         try:
-            rows = await self._pool().fetch(self._sql.intent_list, stamp_before(before))
+            # The age ``before`` stands for on this node's clock (negative for a bound in the
+            # future: every intent), clamped to what an interval holds.
+            age = min(max((time.time() - before) * 1_000_000, -1e15), 1e15)
+            rows = await self._pool().fetch(self._sql.intent_list, stamp_before(before), int(age))
         except _DRIVER_ERRORS as e:
             raise _translate(e, "listing blob intents") from e
         return tuple(

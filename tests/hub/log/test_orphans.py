@@ -15,16 +15,19 @@ import hashlib
 import math
 import time
 from collections.abc import Callable, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+import hub.log.postgres as pg_module
 from hub.core.errors import Conflict, Unavailable
 from hub.core.events import Event, FileWritten, FileWrittenPayload
 from hub.core.records import AppendResult
 from hub.core.validation import Limits
 from hub.log.base import BlobIntent, EventStore
-from hub.workspaces import Workspaces
+from hub.log.postgres import PostgresEventStore
+from hub.workspaces import ORPHAN_GRACE_S, Workspaces
 
 LIMITS = Limits(blob_threshold=16)
 CONTENT = "content over the blob threshold, stored as a blob " * 4
@@ -189,3 +192,25 @@ async def test_a_committed_publish_whose_intent_cannot_be_dropped_still_succeeds
     assert await ws.sweep_orphans(before=math.inf) == 0
     assert await store.blobs.intents(math.inf) == ()
     assert await store.blobs.get(SHA) == CONTENT.encode()
+
+
+async def test_a_node_whose_clock_is_behind_keeps_its_publish_in_flight(
+    make_store: Callable[[str], EventStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two hub nodes on one PostgreSQL: node B's clock runs 10 minutes behind node A's. B
+    has just stored a publish's blob (its intent stamped by B's clock) and is about to
+    commit; A's periodic sweep (its own clock, less ORPHAN_GRACE_S) must not take that
+    intent for a crash's. The grace is measured on the database's clock."""
+    async with make_store("main") as node_a, make_store("main") as node_b:
+        if not isinstance(node_b, PostgresEventStore):
+            pytest.skip("one host, one clock: the file store's intents are its own")
+        behind = 600 * 1_000_000_000
+        real_ns = time.time_ns
+        with monkeypatch.context() as m:
+            m.setattr(pg_module, "time", SimpleNamespace(time_ns=lambda: real_ns() - behind))
+            intent = await node_b.blobs.intend("w", "event-in-flight", SHA, len(CONTENT))
+            await node_b.blobs.put(CONTENT.encode(), stamp=intent.stamp)
+        ws_a = Workspaces(node_a, limits=LIMITS)
+        assert await ws_a.sweep_orphans(before=time.time() - ORPHAN_GRACE_S) == 0
+        assert await node_a.blobs.get(SHA) == CONTENT.encode()
+        assert await node_a.blobs.intents(math.inf) == (intent,)
