@@ -394,6 +394,7 @@ class Workspaces:
             await self._check_batch_quota(workspace, prepared)
         ordered = expected_seq is not None or reads_state(prepared)
         intents: list[BlobIntent] = []
+        contents = {blob.sha256: blob.content for blob in pending_blobs}
         try:
             result = await self._decide_and_append(
                 workspace,
@@ -415,6 +416,7 @@ class Workspaces:
         # append committed is not known here; the next start's sweep finds out.
         for intent in intents:
             try:
+                await self._keep_if_swept(intent, contents)
                 await self.store.blobs.settle(intent)
             except AgoraError as e:
                 # Committed: the publish succeeded, and must say so (a retry without an id
@@ -487,6 +489,24 @@ class Workspaces:
             f"workspace {workspace!r} kept changing under this batch; retry",
             head=self._live[workspace].committed.seq if workspace in self._live else 0,
         )
+
+    async def _keep_if_swept(self, intent: BlobIntent, contents: dict[str, bytes]) -> None:
+        """A publish that took longer than the sweep's grace to commit (a stalled writer, a
+        long store outage) may have had its blob swept as a crash's orphan in the meantime:
+        its event is committed now, so the blob is stored again from the content this
+        publish still holds. Checked only past half the grace, so a publish pays nothing."""
+        age_s = time.time() - intent.stamp / 1_000_000
+        if age_s < ORPHAN_GRACE_S / 2 or await self.store.blobs.touch(intent.sha256):
+            return
+        log.warning(
+            "blob %s of %s's event %s was swept while its publish was stalled (%.0f s): "
+            "stored again",
+            intent.sha256,
+            intent.workspace,
+            intent.event_id,
+            age_s,
+        )
+        await self.store.blobs.put(contents[intent.sha256])
 
     async def _store_blobs(
         self, workspace: str, pending: list[_PendingBlob], intents: list[BlobIntent]

@@ -214,3 +214,30 @@ async def test_a_node_whose_clock_is_behind_keeps_its_publish_in_flight(
         assert await ws_a.sweep_orphans(before=time.time() - ORPHAN_GRACE_S) == 0
         assert await node_a.blobs.get(SHA) == CONTENT.encode()
         assert await node_a.blobs.intents(math.inf) == (intent,)
+
+
+async def test_a_publish_stalled_past_the_grace_stores_its_swept_blob_again(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep cannot tell a crashed publish from one stalled longer than the grace (a
+    writer queue, a long store outage): it removes the blob. When such a publish commits
+    after all, it stores the content again, so no committed event references a missing
+    blob."""
+    import hub.workspaces as ws_module
+
+    ws = Workspaces(store, limits=LIMITS)
+    real_append = store.append
+    real_time = time.time
+
+    async def stalled(workspace: str, drafts: Sequence[Event], **kw: Any) -> AppendResult:
+        # Meanwhile another sweep (another process's, or a later one of this hub) takes the
+        # intent for a crash's: the blob goes.
+        assert await Workspaces(store, limits=LIMITS).sweep_orphans(before=math.inf) == 1
+        assert not await store.blobs.has(SHA)
+        monkeypatch.setattr(ws_module.time, "time", lambda: real_time() + ORPHAN_GRACE_S)
+        return await real_append(workspace, drafts, **kw)
+
+    monkeypatch.setattr(store, "append", stalled)
+    await ws.publish("w", [write("big.txt")], producer="alice")
+    assert (await ws.files("w"))["big.txt"].blob == SHA
+    assert await store.blobs.get(SHA) == CONTENT.encode()
