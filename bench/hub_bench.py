@@ -485,6 +485,21 @@ def cpu_per_event(
     return main * 1e6 / max(1, events), other * 1e6 / max(1, events)
 
 
+async def settle(pid: int, *, quiet: float = 0.1, within: float = 30.0) -> None:
+    """Wait until process ``pid`` uses under ``quiet`` of a core (over half a second), at most
+    ``within`` seconds: ``agora serve`` warms its execution backends in the background after
+    its banner (process pools, the sandbox's /etc copy), which would otherwise land in the
+    first measurement."""
+    deadline = time.monotonic() + within
+    last = sum(thread_cpu(pid).values())
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+        now = sum(thread_cpu(pid).values())
+        if now - last < quiet * 0.5:
+            return
+        last = now
+
+
 async def measure_ingest(
     target: Target, publishers: int, seconds: float, window: int, cpu: list[float] | None = None
 ) -> float:
@@ -815,6 +830,7 @@ async def drive(args: argparse.Namespace) -> None:
     print(f"hub pid {hub.proc.pid} on port {hub.port}", flush=True)
     peers: list[Target] = []
     try:
+        await settle(hub.proc.pid)
         sizes = await probe_sizes(hub)
         hub_results: Results = {}
         results: dict[str, Results] = {}

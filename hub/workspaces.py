@@ -16,6 +16,13 @@ the log. The workspace is then *resynced*: new publishes wait until the in-fligh
 settled, the committed state catches up from the store, and the tentative state restarts from
 it. Batches that failed because of the resync are decided again (a bounded number of times).
 
+A connection's pipelined publishes (:meth:`Workspaces.publish_many`) are decided in one pass,
+each against the tentative state the ones before it leave, exactly as one :meth:`publish`
+each would be, and handed to the store as one group (:meth:`EventStore.append_many`): one
+request per publish, queued contiguously, one wait for them all. What one pass cannot settle
+(file writes and artifacts, a refusal to check against the log, a resync) goes through
+:meth:`Workspaces.publish` in its turn.
+
 Several hub nodes on one store (PostgreSQL). Each node's Workspaces only sees its own appends;
 :meth:`Workspaces.catch_up` feeds the events other nodes committed (hub.cluster.follower calls it
 on each NOTIFY) through the same committed path, so listeners still get every event once, in

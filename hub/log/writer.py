@@ -1,10 +1,12 @@
 """Group commit, shared by every log store: one writer per store, many appends per transaction.
 
 ``append`` and ``import_events`` check their arguments, put a request on a bounded queue and
-await its future. One writer task (:class:`GroupCommit`, owned by the store) drains every
-queued request, up to ``batch_max`` events (a larger single request is written alone), and
-hands the batch to the store's ``commit``, which writes it in ONE transaction: one fsync (or
-one round trip) then covers every request of the batch.
+await its future; ``append_many`` queues several appends' requests contiguously and awaits
+them together (one wake-up for a connection's pipelined publishes). One writer task
+(:class:`GroupCommit`, owned by the store) drains every queued request, up to ``batch_max``
+events (a larger single request is written alone), and hands the batch to the store's
+``commit``, which writes it in ONE transaction: one fsync (or one round trip) then covers
+every request of the batch.
 
 Inside that transaction the store calls :func:`decide_batch`, which checks and seals every request
 in memory against the workspaces' tips (dedup by id, ``expected_seq``, import into an empty
@@ -277,8 +279,9 @@ class GroupCommit:
             if futures:
                 # The writer settles requests in queue order, so the last one's outcome comes
                 # with or after every other's: one wait (the rest only if a writer failure
-                # settled them out of order).
-                await asyncio.wait([futures[-1]])
+                # settled them out of order). Its error is read below, with the others'.
+                with contextlib.suppress(Exception):
+                    await futures[-1]
                 if not all(f.done() for f in futures):
                     await asyncio.wait(futures)
         except asyncio.CancelledError:

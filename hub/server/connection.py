@@ -7,14 +7,19 @@ per subscription that is still reading history. Any of them may stop the connect
 others are then cancelled, and the connection is torn down: its subscriptions leave the
 fan-out, presence is updated, and the close frame goes out.
 
-Publishes are pipelined: the reader starts each one as a task of the hub's group
+Publishes are pipelined: the reader starts them as tasks of the hub's group
 (:class:`hub.server.tasks.OwnedTasks`) and reads on, up to :data:`PUBLISHES_IN_FLIGHT` per
-connection (then it waits: back-pressure). Each publish waits until the connection's previous
-publish to the same workspace has been handed to the store (the ``submitted`` hook of
+connection (then it waits: back-pressure). What the client pipelined and websockets has
+already buffered is taken at once (up to :data:`READ_AHEAD` frames, as long as they are
+publishes), and each workspace's run of those publishes starts as ONE task: decided in one
+pass and handed to the store as one group (:meth:`hub.workspaces.Workspaces.publish_many`),
+with one wake-up for the lot, not a task, futures and a wake-up per publish; its acks are
+queued together, one per publish, in order. Each batch waits until the connection's previous
+batch to the same workspace has been handed to the store (the ``submitted`` hook of
 :meth:`hub.workspaces.Workspaces.publish`), so one connection's publishes to a workspace are
-appended in the order they were sent; the ack is queued when the append completes (acks carry
-the ``rid``, so they may come in completion order). Every other request waits for the
-connection's publishes in flight first.
+appended in the order they were sent; the acks are queued when the appends complete (acks
+carry the ``rid``, so they may come in completion order). Every other request waits for the
+connection's publishes in flight first. With tracing on, publishes go one by one (a span each).
 
 Requests that wait for an execution (``execResult``, ``kill``, ``getExec``) run as tasks of the
 connection, beside the reader.
