@@ -453,8 +453,59 @@ async def measure_latency(target: Target, subscribers: int, events: int) -> tupl
     return samples[len(samples) // 2] / 1e6, samples[int(len(samples) * 0.99)] / 1e6
 
 
-async def measure_ingest(target: Target, publishers: int, seconds: float, window: int) -> float:
-    """Acknowledged events/s from ``publishers`` connections, ``window`` in flight each."""
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) so far of each thread of process ``pid``, by
+    ``<name>:<tid>`` (Linux ``/proc/<pid>/task/*/stat``; empty elsewhere). The thread whose
+    tid is ``pid`` is the main one: the hub's event loop."""
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    out: dict[str, float] = {}
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = (task / "stat").read_text()
+                name = stat[stat.index("(") + 1 : stat.rindex(")")]
+                fields = stat[stat.rindex(")") + 2 :].split()
+                # fields[0] is field 3 (state): utime and stime are fields 14 and 15.
+                out[f"{name}:{task.name}"] = (int(fields[11]) + int(fields[12])) / ticks
+    return out
+
+
+def cpu_per_event(
+    pid: int, before: dict[str, float], after: dict[str, float], events: int
+) -> tuple[float, float]:
+    """(µs of the main thread, µs of every other thread) per event between two
+    :func:`thread_cpu` snapshots."""
+    main = other = 0.0
+    for key, spent in after.items():
+        used = spent - before.get(key, 0.0)
+        if key.endswith(f":{pid}"):
+            main += used
+        else:
+            other += used
+    return main * 1e6 / max(1, events), other * 1e6 / max(1, events)
+
+
+async def settle(pid: int, *, quiet: float = 0.1, within: float = 30.0) -> None:
+    """Wait until process ``pid`` uses under ``quiet`` of a core (over half a second), at most
+    ``within`` seconds: ``agora serve`` warms its execution backends in the background after
+    its banner (process pools, the sandbox's /etc copy), which would otherwise land in the
+    first measurement."""
+    deadline = time.monotonic() + within
+    last = sum(thread_cpu(pid).values())
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+        now = sum(thread_cpu(pid).values())
+        if now - last < quiet * 0.5:
+            return
+        last = now
+
+
+async def measure_ingest(
+    target: Target, publishers: int, seconds: float, window: int, cpu: list[float] | None = None
+) -> float:
+    """Acknowledged events/s from ``publishers`` connections, ``window`` in flight each.
+    ``cpu``: given for a target run as a local process, gets the server's CPU µs per event
+    during the timed window: its main thread (the event loop) and its other threads."""
     workspace = target.workspace()
     peers = await asyncio.gather(*(Peer.open(target) for _ in range(publishers)))
     acked = [0]
@@ -478,9 +529,13 @@ async def measure_ingest(target: Target, publishers: int, seconds: float, window
     tasks = [asyncio.create_task(run(p)) for p in peers]
     try:
         await asyncio.sleep(min(1.0, seconds / 3))  # warm up
+        pid = target.proc.pid
+        cpu_before = thread_cpu(pid)
         before, start = acked[0], time.perf_counter()
         await asyncio.sleep(seconds)
         count, elapsed = acked[0] - before, time.perf_counter() - start
+        if cpu is not None:
+            cpu.extend(cpu_per_event(pid, cpu_before, thread_cpu(pid), count))
         stop = True
         await asyncio.wait_for(asyncio.gather(*tasks), 30)
     finally:
@@ -668,7 +723,11 @@ async def run_target(target: Target, plan: Plan, results: dict[str, list[float]]
             add(f"lat{subs}.p50", p50)
             add(f"lat{subs}.p99", p99)
     if "ingest" in plan.only:
-        add("ingest", await measure_ingest(target, 64, plan.ingest_seconds, plan.window))
+        cpu: list[float] = []
+        add("ingest", await measure_ingest(target, 64, plan.ingest_seconds, plan.window, cpu))
+        if cpu:
+            add("ingest.loop_us", cpu[0])  # CPU µs per acked event on the server's main thread
+            add("ingest.other_us", cpu[1])  # … on its other threads (the store's writer)
     if "fanout" in plan.only:
         add("fanout", await measure_fanout(target, 100, plan.fanout_events, 4, plan.window))
 
@@ -735,6 +794,13 @@ def report(hub: Results, peers: dict[str, Results], sizes: tuple[int, int], mode
             if key in hub:
                 ok = med(hub[key]) <= 1.2 * med(redis[key])
                 checks.append((f"{key} <= 1.2x Redis", ok))
+    for name, results in [("hub", hub), *peers.items()]:
+        if "ingest.loop_us" in results:
+            loop_us, other_us = med(results["ingest.loop_us"]), med(results["ingest.other_us"])
+            print(
+                f"  {name}: CPU per acked event (64 publishers): main thread {loop_us:.1f} µs, "
+                f"other threads {other_us:.1f} µs"
+            )
     for label, ok in checks:
         print(f"  target {label:36} {'met' if ok else 'MISSED'}")
 
@@ -764,6 +830,7 @@ async def drive(args: argparse.Namespace) -> None:
     print(f"hub pid {hub.proc.pid} on port {hub.port}", flush=True)
     peers: list[Target] = []
     try:
+        await settle(hub.proc.pid)
         sizes = await probe_sizes(hub)
         hub_results: Results = {}
         results: dict[str, Results] = {}

@@ -16,6 +16,13 @@ the log. The workspace is then *resynced*: new publishes wait until the in-fligh
 settled, the committed state catches up from the store, and the tentative state restarts from
 it. Batches that failed because of the resync are decided again (a bounded number of times).
 
+A connection's pipelined publishes (:meth:`Workspaces.publish_many`) are decided in one pass,
+each against the tentative state the ones before it leave, exactly as one :meth:`publish`
+each would be, and handed to the store as one group (:meth:`EventStore.append_many`): one
+request per publish, queued contiguously, one wait for them all. What one pass cannot settle
+(file writes and artifacts, a refusal to check against the log, a resync) goes through
+:meth:`Workspaces.publish` in its turn.
+
 Several hub nodes on one store (PostgreSQL). Each node's Workspaces only sees its own appends;
 :meth:`Workspaces.catch_up` feeds the events other nodes committed (hub.cluster.follower calls it
 on each NOTIFY) through the same committed path, so listeners still get every event once, in
@@ -31,7 +38,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 import msgspec
 
@@ -44,6 +51,7 @@ from hub.core.errors import (
     Conflict,
     Forbidden,
     IntegrityError,
+    Internal,
     NotFound,
     TooLarge,
     Unavailable,
@@ -131,6 +139,36 @@ class _Live:
         # The blobs ``committed`` references and the bytes it holds, as of a seq (a getBlob
         # per chunk asks: no walk over every file each time).
         self.blob_index: _BlobIndex | None = None
+
+
+class _Decided(NamedTuple):
+    """One batch of :meth:`Workspaces.publish_many` decided in a run: its index, its prepared
+    drafts, the tentative head it was decided on, and whether it must land right after it."""
+
+    at: int
+    drafts: list[Event]
+    base: int
+    ordered: bool
+
+
+class _Publishing(NamedTuple):
+    """What the parts of one :meth:`Workspaces.publish_many` share: its arguments, and the
+    outcome of each batch as it is known."""
+
+    workspace: str
+    batches: Sequence[tuple[Sequence[Event], int | None]]
+    producer: str
+    results: list[AppendResult | Exception | None]
+
+
+def _first_slow(batches: Sequence[tuple[Sequence[Event], int | None]], start: int) -> int:
+    """The index of the first batch from ``start`` with a file write or an artifact (whose
+    publish may store blobs and checks the quota: :meth:`Workspaces.publish` alone), else
+    the number of batches."""
+    for index in range(start, len(batches)):
+        if any(isinstance(d, FileWritten | ArtifactPublished) for d in batches[index][0]):
+            return index
+    return len(batches)
 
 
 class _BlobIndex:
@@ -563,6 +601,239 @@ class Workspaces:
                 )
         return removed
 
+    async def publish_many(
+        self,
+        workspace: str,
+        batches: Sequence[tuple[Sequence[Event], int | None]],
+        *,
+        producer: str,
+        submitted: asyncio.Future[None] | None = None,
+    ) -> list[AppendResult | Exception]:
+        """Several publishes to ``workspace`` by ``producer``, ``(drafts, expected_seq)`` each,
+        in order: a connection's pipelined publishes. Returns one outcome per batch, in order:
+        its :class:`AppendResult`, or the error that refused it alone.
+
+        Each batch is validated, decided and appended exactly as :meth:`publish` would do it
+        after the ones before it (its own rules against the state they leave, its own
+        ``expected_seq``, its own ids and duplicate answer), but the run of them that can be
+        decided at once is decided in one pass, with no wait between two, and handed to the
+        store as one group (:meth:`EventStore.append_many`): the caller wakes once for them
+        all, not once per batch. A batch that one pass cannot settle alone goes through
+        :meth:`publish` in its turn, after the run before it is stored: file writes and
+        artifacts (blobs to store, references and the quota to check), one the rules refuse
+        (checked against the log first, as :meth:`publish` does), one waiting for a resync,
+        and one the store sent back to be decided again. ``submitted``: as :meth:`publish`,
+        set once the last batch is handed to the store. Not traced (the caller publishes one
+        by one when tracing is on, for a span per publish)."""
+        count = len(batches)
+        results: list[AppendResult | Exception | None] = [None] * count
+        publishing = _Publishing(workspace, batches, producer, results)
+        loop = asyncio.get_running_loop()
+        # Parts still in flight (tasks, only when the batches need more than one part: file
+        # writes, artifacts, refusals); the next part is decided once the one before has its
+        # place in the log (``handed``), the order publish keeps with ``submitted``.
+        started: list[asyncio.Task[None]] = []
+        try:
+            index = 0
+            while index < count:
+                live = self._live.get(workspace)  # (publish opens it, or it was closed)
+                if live is not None and (end := _first_slow(batches, index)) > index:
+                    stop: list[int] = []
+                    if end >= count and not started:  # the common case: one run, no task
+                        await self._run_part(live, index, end, None, submitted, stop, publishing)
+                    else:
+                        step: asyncio.Future[None] = loop.create_future()
+                        part = self._run_part(live, index, end, step, submitted, stop, publishing)
+                        task = loop.create_task(part)
+                        started.append(task)
+                        # Its first step decides and queues the run (with no wait between
+                        # the two, so the log's order is the decision's), then sets step.
+                        await asyncio.wait([step, task], return_when=asyncio.FIRST_COMPLETED)
+                    if stop[0] > index:
+                        index = stop[0]
+                        continue
+                # The batch the pass stopped at, alone through publish.
+                alone, index = index, index + 1
+                last = index >= count
+                if last and not started:
+                    await self._publish_into(alone, submitted, publishing)
+                    break
+                handed = submitted if last else loop.create_future()
+                task = loop.create_task(self._publish_into(alone, handed, publishing))
+                started.append(task)
+                if not last and handed is not None:
+                    await asyncio.wait([handed, task], return_when=asyncio.FIRST_COMPLETED)
+            if started:
+                await asyncio.wait(started)
+        except asyncio.CancelledError:
+            for task in started:
+                task.cancel()
+            raise
+        return [r if r is not None else Internal("a publish was left undecided") for r in results]
+
+    async def _run_part(
+        self,
+        live: _Live,
+        start: int,
+        end: int,
+        handed: asyncio.Future[None] | None,
+        submitted: asyncio.Future[None] | None,
+        stop: list[int],
+        publishing: _Publishing,
+    ) -> None:
+        """One run of :meth:`publish_many`: decide ``batches[start:end]`` (where it stopped goes
+        into ``stop``), store what was decided as one group (``handed`` set as it is queued;
+        ``submitted`` instead when the run ends the batches), then decide again, one by one,
+        the batches the store sent back (another writer appended first), as :meth:`publish`
+        retries, after the same random back-off."""
+        run, index = self._decide_run(live, start, end, publishing)
+        stop.append(index)
+        if not run:
+            return
+        live.in_flight += 1
+        live.settled.clear()
+        last = index >= len(publishing.batches)
+        again = await self._append_run(live, run, submitted if last else handed, publishing.results)
+        if again:
+            await asyncio.sleep(REDECIDE_BACKOFF.delay(0))
+            for at in again:
+                await self._publish_into(at, None, publishing)
+
+    async def _publish_into(
+        self, index: int, submitted: asyncio.Future[None] | None, publishing: _Publishing
+    ) -> None:
+        """``batches[index]`` through :meth:`publish`, its outcome into ``results``."""
+        drafts, expected_seq = publishing.batches[index]
+        try:
+            publishing.results[index] = await self.publish(
+                publishing.workspace,
+                drafts,
+                producer=publishing.producer,
+                expected_seq=expected_seq,
+                submitted=submitted,
+            )
+        except Exception as e:
+            publishing.results[index] = e
+
+    def _decide_run(
+        self, live: _Live, start: int, end: int, publishing: _Publishing
+    ) -> tuple[list[_Decided], int]:
+        """Decide ``batches[start:end]`` against the tentative state, one after the other, with
+        no wait: the run of them decided and the index it stopped at (one :meth:`publish` must
+        take, or ``end``). A batch refused before its decision (invalid) gets its error in
+        ``results`` and is skipped, as :meth:`publish` raises it before deciding anything."""
+        workspace, batches, producer = publishing.workspace, publishing.batches, publishing.producer
+        results = publishing.results
+        run: list[_Decided] = []
+        index = start
+        for index in range(start, end):
+            drafts, expected_seq = batches[index]
+            try:
+                prepared = self._prepare_now(workspace, drafts, producer)
+            except Exception as e:
+                results[index] = e
+                continue
+            if prepared is None:
+                return run, index
+            ordered = expected_seq is not None or reads_state(prepared)
+            if live.needs_resync and (ordered or live.resyncing):
+                return run, index
+            tentative = live.tentative
+            try:
+                decide(tentative, prepared, producer)
+            except (Conflict, Forbidden, NotFound):
+                return run, index  # publish checks a refusal against the log
+            except Exception as e:
+                results[index] = e
+                continue
+            if expected_seq is not None and expected_seq != tentative.seq:
+                return run, index
+            base = tentative.seq
+            for d in prepared:
+                evolve(tentative, msgspec.structs.replace(d, seq=tentative.seq + 1))
+            run.append(_Decided(index, prepared, base, ordered))
+        else:
+            index = end
+        return run, index
+
+    async def _append_run(
+        self,
+        live: _Live,
+        run: list[_Decided],
+        submitted: asyncio.Future[None] | None,
+        results: list[AppendResult | Exception | None],
+    ) -> list[int]:
+        """Hand a decided run to the store as one group and fold what it committed, each batch
+        as :meth:`_append` does; returns the indexes the store sent back to be decided again
+        (another writer appended first). The caller counted the run in ``live.in_flight``."""
+        if submitted is not None and not submitted.done():
+            submitted.set_result(None)
+        try:
+            outcomes = await self.store.append_many(
+                live.name, [(d.drafts, d.base if d.ordered else None) for d in run]
+            )
+        except Exception as e:
+            live.needs_resync = True
+            outcomes = [e] * len(run)
+        except BaseException:
+            live.needs_resync = True
+            raise
+        finally:
+            live.in_flight -= 1
+            if live.in_flight == 0:
+                live.settled.set()
+                live.advanced.set()
+        again: list[int] = []
+        for decided, outcome in zip(run, outcomes, strict=True):
+            index = decided.at
+            if isinstance(outcome, Exception):
+                live.needs_resync = True
+                if isinstance(outcome, Conflict) and "head" in outcome.details:
+                    again.append(index)
+                else:
+                    results[index] = outcome
+                continue
+            if outcome.duplicate or outcome.events[0].seq != decided.base + 1:
+                live.needs_resync = True  # the tentative state did not predict the log
+            results[index] = outcome
+            if not outcome.duplicate:
+                self._committed(live, outcome.events)
+        return again
+
+    def _prepare_now(
+        self, workspace: str, drafts: Sequence[Event], producer: str
+    ) -> list[Event] | None:
+        """:meth:`publish`'s checks and preparation of a client's ``drafts`` when they need no
+        wait (no file write or artifact: those may store blobs and count against the quota);
+        None when they do. Raises what :meth:`publish` raises before deciding."""
+        if not drafts:
+            raise BadRequest("a batch needs at least one event", field="events")
+        if workspace == SYSTEM_WORKSPACE:
+            raise Forbidden(
+                f"{SYSTEM_WORKSPACE!r} is the hub's system workspace; only the hub writes there",
+                workspace=workspace,
+            )
+        prepared: list[Event] = []
+        limits = self.limits
+        for i, draft in enumerate(drafts):
+            if isinstance(draft, FileWritten | ArtifactPublished):
+                return None
+            if draft.kind in HUB_KINDS or draft.kind in OP_KINDS:
+                raise Forbidden(
+                    f"events of kind {draft.kind!r} are written by the hub, not published",
+                    kind=draft.kind,
+                    index=i,
+                )
+            try:
+                validate_draft(draft, limits)
+                ready = _stamp(draft, workspace, producer)
+                check_event_size(ready, limits)
+            except ClientError as e:
+                e.details.setdefault("index", i)
+                raise
+            prepared.append(ready)
+        return prepared
+
     async def _append(
         self,
         live: _Live,
@@ -739,9 +1010,7 @@ class Workspaces:
         store (appended to ``pending_blobs``, stored once the batch is decided); check that an
         artifact's blob exists and fill its ``sha256`` and ``sizeBytes`` from it (the hub's
         figures, never the client's)."""
-        draft = msgspec.structs.replace(
-            draft, producer=producer, workspace=workspace, seq=0, position=0, prev=None, hash=None
-        )
+        draft = _stamp(draft, workspace, producer)
         if isinstance(draft, ArtifactPublished):
             a = draft.payload
             if not a.blob:
@@ -837,3 +1106,11 @@ class Workspaces:
         """Wait for in-flight snapshot writes (appends are awaited by their publishers)."""
         if self._snapshot_tasks:
             await asyncio.gather(*self._snapshot_tasks, return_exceptions=True)
+
+
+def _stamp(draft: Event, workspace: str, producer: str) -> Event:
+    """A draft as the hub takes it: its authenticated producer and workspace, and nothing of
+    its place in the log (the store fills that in)."""
+    return msgspec.structs.replace(
+        draft, producer=producer, workspace=workspace, seq=0, position=0, prev=None, hash=None
+    )

@@ -311,6 +311,25 @@ class EventStore(abc.ABC):
         then answers ``duplicate``).
         """
 
+    async def append_many(
+        self, workspace: str, items: Sequence[tuple[Sequence[Event], int | None]]
+    ) -> list[AppendResult | Exception]:
+        """Several :meth:`append` calls to ``workspace`` (``(drafts, expected_seq)`` each),
+        started in order and awaited together; one outcome per item, in order (its result or
+        the error that refused it alone). A store with a group-commit writer queues them at
+        once and wakes the caller once (:meth:`hub.log.writer.GroupCommit.append_many`); this
+        default starts one task per item, in order."""
+        outcomes = await asyncio.gather(
+            *(self.append(workspace, drafts, expected_seq=seq) for drafts, seq in items),
+            return_exceptions=True,
+        )
+        results: list[AppendResult | Exception] = []
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
+                raise outcome  # a cancellation is not an outcome
+            results.append(outcome)
+        return results
+
     @abc.abstractmethod
     async def import_events(self, workspace: str, events: Sequence[Event]) -> int:
         """Restore exported events verbatim (same seq, id, timestamp, hashes) into an empty

@@ -727,6 +727,12 @@ class SqliteEventStore(EventStore):
         """See :meth:`EventStore.append`."""
         return await self._commits.append(workspace, drafts, expected_seq)
 
+    async def append_many(
+        self, workspace: str, items: Sequence[tuple[Sequence[Event], int | None]]
+    ) -> list[AppendResult | Exception]:
+        """See :meth:`EventStore.append_many` (queued at once, one wake-up)."""
+        return list(await self._commits.append_many(workspace, items))
+
     async def import_events(self, workspace: str, events: Sequence[Event]) -> int:
         """See :meth:`EventStore.import_events`."""
         return await self._commits.import_events(workspace, events)

@@ -1,10 +1,12 @@
 """Group commit, shared by every log store: one writer per store, many appends per transaction.
 
 ``append`` and ``import_events`` check their arguments, put a request on a bounded queue and
-await its future. One writer task (:class:`GroupCommit`, owned by the store) drains every
-queued request, up to ``batch_max`` events (a larger single request is written alone), and
-hands the batch to the store's ``commit``, which writes it in ONE transaction: one fsync (or
-one round trip) then covers every request of the batch.
+await its future; ``append_many`` queues several appends' requests contiguously and awaits
+them together (one wake-up for a connection's pipelined publishes). One writer task
+(:class:`GroupCommit`, owned by the store) drains every queued request, up to ``batch_max``
+events (a larger single request is written alone), and hands the batch to the store's
+``commit``, which writes it in ONE transaction: one fsync (or one round trip) then covers
+every request of the batch.
 
 Inside that transaction the store calls :func:`decide_batch`, which checks and seals every request
 in memory against the workspaces' tips (dedup by id, ``expected_seq``, import into an empty
@@ -41,7 +43,14 @@ from typing import Any, Final, NamedTuple, TypeAlias
 import msgspec
 
 from hub.core.chain import GENESIS, canonical_bytes, seal_canonical, verify_chain
-from hub.core.errors import AgoraError, BadRequest, Conflict, IntegrityError, Unavailable
+from hub.core.errors import (
+    AgoraError,
+    BadRequest,
+    Conflict,
+    IntegrityError,
+    Internal,
+    Unavailable,
+)
 from hub.core.events import EVENT_TYPES, Event, encode_event
 from hub.core.merkle import CompactRange
 from hub.core.records import AppendResult
@@ -120,6 +129,14 @@ def resolve(batch: Sequence[WriteRequest], outcomes: Sequence[WriteOutcome]) -> 
             future.set_exception(outcome)
         else:
             future.set_result(outcome)
+
+
+def _as_agora(error: BaseException) -> AgoraError:
+    """A request's failure as an outcome of :meth:`GroupCommit.append_many` (the stores only
+    settle futures with :class:`AgoraError`; anything else is a bug, reported as internal)."""
+    if isinstance(error, AgoraError):
+        return error
+    return chain(Internal(f"the store failed: {error!r}"), error)
 
 
 def _any_id(_id: str) -> bool:
@@ -223,6 +240,69 @@ class GroupCommit:
         if not self.accepting:
             raise Unavailable("the store is not open")
         validate_workspace(workspace)
+        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+        request = self._append_request(workspace, drafts, expected_seq, future)
+        queue = self._queue
+        assert queue is not None
+        if not self._backlog and not queue.full():
+            queue.put_nowait(request)  # the common case, without a coroutine of its own
+        else:
+            await self._enqueue(request)
+        return await future
+
+    async def append_many(
+        self, workspace: str, items: Sequence[tuple[Sequence[Event], int | None]]
+    ) -> list[AppendResult | AgoraError]:
+        """Several ``append`` calls to ``workspace`` (``(drafts, expected_seq)`` each), queued
+        at once in order and awaited together: the caller wakes once for them all (a
+        connection's pipelined publishes). Each stays a request of its own, checked, decided
+        and answered as :meth:`append` would (its ``expected_seq``, its ids, its outcome), so
+        one refused never fails the others. Returns one outcome per item, in order. Raises
+        :class:`BadRequest` (the workspace) and :class:`Unavailable` as :meth:`append`."""
+        if not self.accepting:
+            raise Unavailable("the store is not open")
+        validate_workspace(workspace)
+        loop = asyncio.get_running_loop()
+        outcomes: list[AppendResult | AgoraError | None] = [None] * len(items)
+        requests: list[tuple[int, Append]] = []
+        for index, (drafts, expected_seq) in enumerate(items):
+            try:
+                future: asyncio.Future[AppendResult] = loop.create_future()
+                request = self._append_request(workspace, drafts, expected_seq, future)
+            except BadRequest as e:
+                outcomes[index] = e
+                continue
+            requests.append((index, request))
+        queue = self._queue
+        assert queue is not None
+        futures = [request.future for _, request in requests]
+        try:
+            await self._enqueue_all([request for _, request in requests])
+            if futures:
+                # The writer settles requests in queue order, so the last one's outcome comes
+                # with or after every other's: one wait (the rest only if a writer failure
+                # settled them out of order). Its error is read below, with the others'.
+                with contextlib.suppress(Exception):
+                    await futures[-1]
+                if not all(f.done() for f in futures):
+                    await asyncio.wait(futures)
+        except asyncio.CancelledError:
+            for f in futures:  # as a cancelled append: the writer skips (or drops) them
+                f.cancel()
+            raise
+        for (index, _), f in zip(requests, futures, strict=True):
+            error = f.exception()
+            outcomes[index] = f.result() if error is None else _as_agora(error)
+        return [o for o in outcomes if o is not None]
+
+    def _append_request(
+        self,
+        workspace: str,
+        drafts: Sequence[Event],
+        expected_seq: int | None,
+        future: asyncio.Future[AppendResult],
+    ) -> Append:
+        """The checked request of one ``append`` call. Raises :class:`BadRequest`."""
         if not drafts:
             raise BadRequest("an append needs at least one event", field="events")
         if expected_seq is not None and (type(expected_seq) is not int or expected_seq < 0):
@@ -238,15 +318,7 @@ class GroupCommit:
                 client_ids.append(draft.id)
         if len(set(client_ids)) != len(client_ids):
             raise BadRequest("an id is repeated within the batch", field="id")
-        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        request = Append(workspace, tuple(drafts), expected_seq, client_ids, future)
-        queue = self._queue
-        assert queue is not None
-        if not self._backlog and not queue.full():
-            queue.put_nowait(request)  # the common case, without a coroutine of its own
-        else:
-            await self._enqueue(request)
-        return await future
+        return Append(workspace, tuple(drafts), expected_seq, client_ids, future)
 
     async def import_events(self, workspace: str, events: Sequence[Event]) -> int:
         """Check an ``import_events`` call (the whole log of ``workspace`` from seq 1, every
@@ -310,6 +382,37 @@ class GroupCommit:
             if not admitted.done() or admitted.cancelled():
                 with contextlib.suppress(ValueError):
                     self._backlog.remove(entry)
+            raise
+        finally:
+            if self._stopping and not self._backlog:
+                self._wake()
+
+    async def _enqueue_all(self, requests: list[Append]) -> None:
+        """Queue ``requests`` one right after the other: those that find no room wait in the
+        backlog together, so no other caller's request comes between two of them (their
+        order in the log is the one their caller decided)."""
+        queue = self._queue
+        assert queue is not None
+        at = 0
+        while at < len(requests) and not self._backlog and not queue.full():
+            queue.put_nowait(requests[at])
+            at += 1
+        if at == len(requests):
+            return
+        loop = asyncio.get_running_loop()
+        entries: list[tuple[WriteRequest, asyncio.Future[None]]] = [
+            (request, loop.create_future()) for request in requests[at:]
+        ]
+        self._backlog.extend(entries)
+        try:
+            await asyncio.wait([entries[-1][1]])  # admitted in order: the last one last
+        except asyncio.CancelledError:
+            for entry in entries:
+                admitted = entry[1]
+                if not admitted.done() or admitted.cancelled():
+                    with contextlib.suppress(ValueError):
+                        self._backlog.remove(entry)
+                admitted.cancel()
             raise
         finally:
             if self._stopping and not self._backlog:

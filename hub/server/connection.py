@@ -7,14 +7,19 @@ per subscription that is still reading history. Any of them may stop the connect
 others are then cancelled, and the connection is torn down: its subscriptions leave the
 fan-out, presence is updated, and the close frame goes out.
 
-Publishes are pipelined: the reader starts each one as a task of the hub's group
+Publishes are pipelined: the reader starts them as tasks of the hub's group
 (:class:`hub.server.tasks.OwnedTasks`) and reads on, up to :data:`PUBLISHES_IN_FLIGHT` per
-connection (then it waits: back-pressure). Each publish waits until the connection's previous
-publish to the same workspace has been handed to the store (the ``submitted`` hook of
+connection (then it waits: back-pressure). What the client pipelined and websockets has
+already buffered is taken at once (up to :data:`READ_AHEAD` frames, as long as they are
+publishes), and each workspace's run of those publishes starts as ONE task: decided in one
+pass and handed to the store as one group (:meth:`hub.workspaces.Workspaces.publish_many`),
+with one wake-up for the lot, not a task, futures and a wake-up per publish; its acks are
+queued together, one per publish, in order. Each batch waits until the connection's previous
+batch to the same workspace has been handed to the store (the ``submitted`` hook of
 :meth:`hub.workspaces.Workspaces.publish`), so one connection's publishes to a workspace are
-appended in the order they were sent; the ack is queued when the append completes (acks carry
-the ``rid``, so they may come in completion order). Every other request waits for the
-connection's publishes in flight first.
+appended in the order they were sent; the acks are queued when the appends complete (acks
+carry the ``rid``, so they may come in completion order). Every other request waits for the
+connection's publishes in flight first. With tracing on, publishes go one by one (a span each).
 
 Requests that wait for an execution (``execResult``, ``kill``, ``getExec``) run as tasks of the
 connection, beside the reader.
@@ -86,7 +91,7 @@ from hub.server.tasks import InFlight
 if TYPE_CHECKING:
     from hub.server.app import Hub
 
-__all__ = ["CATCH_UP_PAGE", "PUBLISHES_IN_FLIGHT", "WRITE_BYTES", "Connection"]
+__all__ = ["CATCH_UP_PAGE", "PUBLISHES_IN_FLIGHT", "READ_AHEAD", "WRITE_BYTES", "Connection"]
 
 log = logging.getLogger("agora.server")
 
@@ -95,6 +100,9 @@ CATCH_UP_PAGE: Final = 256
 
 PUBLISHES_IN_FLIGHT: Final = 64
 """Publishes one connection may have in flight; the reader then waits for one to finish."""
+
+READ_AHEAD: Final = PUBLISHES_IN_FLIGHT
+"""Frames the reader takes at once when the client has pipelined them (already buffered)."""
 
 WRITE_BYTES: Final = 64 * 1024
 """The writer hands the transport at most this much per write (then drains if it must)."""
@@ -254,6 +262,8 @@ class Connection:
         actions = self.session.open(authorization)
         limits = self.hub.config.limits
         hello_by = asyncio.get_running_loop().time() + limits.hello_timeout_s
+        # Traced publishes go one by one (a span each, see _traced_publish): no read-ahead.
+        ahead = 1 if self.hub.tracing.enabled else READ_AHEAD
         while True:
             if not await self._perform(actions):
                 return
@@ -284,10 +294,21 @@ class Connection:
                     log.info("hello timeout peer=%s", self.peer)
                     await self._perform(self.session.failed(None, late))
                     return
-            if isinstance(data, str):
-                actions = self.session.receive(data)
-            else:
-                actions = self.session.receive_binary(data)
+            actions = self._receive(data)
+            # Pipelined frames already buffered (websockets parsed them from the same reads)
+            # are taken now, without waiting: a run of publishes then reaches the workspace
+            # pipeline as one batch (see _perform). The lookahead stops at anything but a
+            # publish, so every other request still sees the effects of what came before.
+            taken, more = 1, _publishes_only(actions)
+            while more and taken < ahead and _buffered(self.ws):
+                received = self._receive(await self.ws.recv())
+                actions.extend(received)
+                taken, more = taken + 1, _publishes_only(received)
+
+    def _receive(self, data: str | bytes) -> list[Action]:
+        if isinstance(data, str):
+            return self.session.receive(data)
+        return self.session.receive_binary(data)
 
     async def _traced_admit(self, agent: str) -> bool:
         """:meth:`_admit`, as the span ``agora.hello`` (the child of the hello's
@@ -351,14 +372,18 @@ class Connection:
         A publish is started and left running (see :meth:`_publish`); anything else but a
         plain frame first waits for the publishes in flight, so that it sees their effects
         and their acks go out before a close."""
+        publishes: list[PublishRequest] = []
         for action in actions:
+            if type(action) is PublishRequest:
+                publishes.append(action)
+                continue
+            if publishes:  # started before what follows them, as one batch
+                await self._publish(publishes)
+                publishes = []
             match action:
                 case Send(frame=frame):
                     if not await self._put((encode_frame(frame), None, NOT_AN_EVENT)):
                         return False
-                    continue
-                case PublishRequest():
-                    await self._publish(action)
                     continue
             if self.publishes.count:
                 await self.publishes.wait_below(1)
@@ -391,58 +416,93 @@ class Connection:
                 case BlobRequest():
                     if not await self._answer_blob(action):
                         return False
+        if publishes:
+            await self._publish(publishes)
         return True
 
     # -- publishing -------------------------------------------------------------------------------
 
-    async def _publish(self, request: PublishRequest) -> None:
-        """Start appending ``request`` as a task of the hub's group (a publish the hub accepted
-        is written even if the connection goes away) and return. Waits first while the
-        connection has :data:`PUBLISHES_IN_FLIGHT` publishes in flight, or while its send
-        queue is at the low-water mark (each publish in flight may push one ack)."""
+    async def _publish(self, requests: list[PublishRequest]) -> None:
+        """Start appending ``requests`` (in the order sent) and return: each workspace's run of
+        them as one batch, a task of the hub's group (a publish the hub accepted is written
+        even if the connection goes away). Waits first while the connection has
+        :data:`PUBLISHES_IN_FLIGHT` publishes in flight (then a batch takes the slots free),
+        or while its send queue is at the low-water mark (each publish in flight may push
+        one ack)."""
+        by_workspace: dict[str, list[PublishRequest]] = {}
+        for request in requests:
+            by_workspace.setdefault(request.workspace, []).append(request)
         queue, publishes = self.queue, self.publishes
-        await queue.wait_room()  # in frames and in bytes
-        if publishes.count >= publishes.limit:
-            await publishes.wait_below(publishes.limit)
-        workspace = request.workspace
+        for batch in by_workspace.values():
+            while batch:
+                await queue.wait_room()  # in frames and in bytes
+                if publishes.count >= publishes.limit:
+                    await publishes.wait_below(publishes.limit)
+                room = publishes.limit - publishes.count
+                self._start(batch[:room])
+                batch = batch[room:]
+
+    def _start(self, batch: list[PublishRequest]) -> None:
+        """Start one batch of publishes to one workspace, chained after the connection's
+        previous batch to it."""
+        workspace = batch[0].workspace
         after = self._publish_tails.get(workspace)
         submitted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._publish_tails[workspace] = submitted
-        publishes.count += 1
-        if self.hub.tasks.spawn(self._append(request, after, submitted), "agora-publish") is None:
+        self.publishes.count += len(batch)
+        if self.hub.tasks.spawn(self._append(batch, after, submitted), "agora-publish") is None:
             # The hub is stopping (spawn closed the coroutine, whose finally never ran).
             stopping = Unavailable("the hub is stopping; retry later")
-            self._published(request, submitted, self._failed(request, stopping))
+            self._published(batch, submitted, [self._failed(r, stopping) for r in batch])
 
     async def _append(
         self,
-        request: PublishRequest,
+        batch: list[PublishRequest],
         after: asyncio.Future[None] | None,
         submitted: asyncio.Future[None],
     ) -> None:
-        """One publish, in the hub's group: wait for the connection's previous publish to the
-        workspace to be handed to the store (``after``), append, queue the ack. Never raises
-        (but CancelledError)."""
-        actions: list[Action] = []
+        """One batch of publishes to one workspace, in the hub's group: wait for the
+        connection's previous batch to the workspace to be handed to the store (``after``),
+        append (several at once: :meth:`hub.workspaces.Workspaces.publish_many`), queue the
+        acks. Never raises (but CancelledError)."""
+        replies: list[list[Action]] = []
         try:
             if after is not None and not after.done():
                 await after  # only ever gets a result (see Workspaces.publish)
-            tracing = self.hub.tracing
-            if not tracing.enabled:
-                result = await self.hub.workspaces.publish(
-                    request.workspace,
-                    request.events,
-                    producer=request.agent,
-                    expected_seq=request.expected_seq,
+            if len(batch) > 1:
+                outcomes = await self.hub.workspaces.publish_many(
+                    batch[0].workspace,
+                    [(r.events, r.expected_seq) for r in batch],
+                    producer=batch[0].agent,
                     submitted=submitted,
                 )
-            else:
-                result = await self._traced_publish(request, submitted)
-            actions = self.session.completed(request, result)
+                session = self.session
+                for request, outcome in zip(batch, outcomes, strict=True):
+                    if isinstance(outcome, Exception):
+                        replies.append(self._failed(request, outcome))
+                    else:
+                        replies.append(session.completed(request, outcome))
+                return
+            request = batch[0]
+            try:
+                if not self.hub.tracing.enabled:
+                    result = await self.hub.workspaces.publish(
+                        request.workspace,
+                        request.events,
+                        producer=request.agent,
+                        expected_seq=request.expected_seq,
+                        submitted=submitted,
+                    )
+                else:
+                    result = await self._traced_publish(request, submitted)
+                replies.append(self.session.completed(request, result))
+            except Exception as e:
+                replies.append(self._failed(request, e))
         except Exception as e:
-            actions = self._failed(request, e)
+            done = len(replies)
+            replies.extend(self._failed(r, e) for r in batch[done:])
         finally:
-            self._published(request, submitted, actions)
+            self._published(batch, submitted, replies)
 
     async def _traced_publish(
         self, request: PublishRequest, submitted: asyncio.Future[None]
@@ -472,21 +532,27 @@ class Connection:
             return result
 
     def _published(
-        self, request: PublishRequest, submitted: asyncio.Future[None], actions: list[Action]
+        self,
+        batch: list[PublishRequest],
+        submitted: asyncio.Future[None],
+        replies: list[list[Action]],
     ) -> None:
-        """A publish ended: release the next one's turn and its slot, queue its reply. The
-        reply is pushed without waiting: the slot bounds how many there are (see _publish)."""
+        """A batch of publishes ended: release the next batch's turn and their slots, queue
+        their replies (one per publish, in order). The replies are pushed without waiting:
+        the slots bound how many there are (see _start)."""
         if not submitted.done():
             submitted.set_result(None)
-        if self._publish_tails.get(request.workspace) is submitted:
-            del self._publish_tails[request.workspace]
+        workspace = batch[0].workspace
+        if self._publish_tails.get(workspace) is submitted:
+            del self._publish_tails[workspace]
         if not self._stopping:
-            for action in actions:
-                if isinstance(action, Send):
-                    self._push((encode_frame(action.frame), None, NOT_AN_EVENT))
-                elif isinstance(action, Close):
-                    self.queue.push(action)
-        self.publishes.release()
+            for actions in replies:
+                for action in actions:
+                    if isinstance(action, Send):
+                        self._push((encode_frame(action.frame), None, NOT_AN_EVENT))
+                    elif isinstance(action, Close):
+                        self.queue.push(action)
+        self.publishes.release(len(batch))
 
     # -- executions -------------------------------------------------------------------------------
 
@@ -732,6 +798,21 @@ class Connection:
             if close is not None:
                 self.stop(close.code, close.reason)
                 return
+
+
+def _publishes_only(actions: list[Action]) -> bool:
+    """Whether ``actions`` are publishes and nothing else (the read-ahead goes on past them)."""
+    return all(type(a) is PublishRequest for a in actions)
+
+
+def _buffered(ws: ServerConnection) -> bool:
+    """Whether a whole message is buffered, so that ``ws.recv()`` returns it without waiting.
+    (websockets' assembler queue; should it change shape, reading simply goes one at a time.)"""
+    try:
+        frames = ws.recv_messages.frames.queue
+        return bool(frames) and bool(frames[0].fin)
+    except AttributeError:
+        return False
 
 
 def _frame_bytes(item: Outgoing | Close) -> int:

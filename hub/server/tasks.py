@@ -96,8 +96,8 @@ class InFlight:
         self.count = 0
         self._changed = asyncio.Event()
 
-    def release(self) -> None:
-        self.count -= 1
+    def release(self, n: int = 1) -> None:
+        self.count -= n
         self._changed.set()
 
     async def wait_below(self, n: int) -> None:

@@ -7,6 +7,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -30,6 +31,7 @@ from hub.core.events import (
     decode_event,
     encode_event,
 )
+from hub.core.records import AppendResult
 from hub.core.validation import Limits
 from hub.log.loading import rebuild_state
 from hub.log.sqlite import SqliteEventStore
@@ -365,3 +367,76 @@ async def _accepted_events_are_readable(drafts: list[Event]) -> None:
                     stored
                 )
                 assert (await copy.verify("w")).ok
+
+
+def _mixed_batches() -> list[tuple[list[Event], int | None]]:
+    """Pipelined publishes of every sort: accepted, stale, invalid, refused by the rules,
+    a file write (which publish_many hands to publish), a retried id."""
+    return [
+        ([msg("a")], None),
+        ([msg("b")], 0),  # stale expectedSeq
+        ([msg("c"), msg("c2")], 2),
+        ([write("f.txt", "x")], None),
+        ([msg("d")], 5),  # right after the file
+        ([], None),  # empty: invalid
+        ([MemberJoined(payload=MemberPayload(agent="x"))], None),  # the hub's kind
+        ([write("f.txt", "y", base_rev=99)], None),  # stale baseRev
+        ([msg("e", id="e-1")], None),
+        ([msg("e", id="e-1")], None),  # the same id again: its duplicate
+        ([msg("x" * 5000)], None),  # over max_event_bytes
+        ([msg("f")], None),
+    ]
+
+
+def _outcome(outcome: object) -> tuple[object, ...]:
+    if isinstance(outcome, Exception):
+        return (type(outcome).__name__, getattr(outcome, "details", {}).get("index"))
+    assert isinstance(outcome, AppendResult)
+    return ("ok", tuple(outcome.seqs), outcome.duplicate)
+
+
+async def test_publish_many_answers_each_publish_as_publish_one_by_one(
+    store: SqliteEventStore,
+) -> None:
+    ws = Workspaces(store, limits=Limits(max_event_bytes=4096))
+    batches = _mixed_batches()
+    await ws.publish("many", [msg("open")], producer="alice")
+    await ws.publish("one", [msg("open")], producer="alice")
+    together = await ws.publish_many("many", batches, producer="alice")
+    alone: list[object] = []
+    for drafts, expected_seq in batches:
+        try:
+            alone.append(
+                await ws.publish("one", drafts, producer="alice", expected_seq=expected_seq)
+            )
+        except Exception as e:
+            alone.append(e)
+    assert [_outcome(o) for o in together] == [_outcome(o) for o in alone]
+    assert [_outcome(o)[0] for o in together].count("ok") == 7
+    many = [(e.seq, e.kind, e.producer) async for e in store.read("many")]
+    one = [(e.seq, e.kind, e.producer) async for e in store.read("one")]
+    assert many == one
+    assert (await ws.state("many")).files.keys() == {"f.txt"}
+
+
+async def test_publish_many_hands_a_run_to_the_store_as_one_group(
+    store: SqliteEventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    append_many = store.append_many
+
+    async def counted(workspace: str, items: Sequence[tuple[Sequence[Event], int | None]]) -> Any:
+        calls.append(len(items))
+        return await append_many(workspace, items)
+
+    monkeypatch.setattr(store, "append_many", counted)
+    ws = Workspaces(store)
+    await ws.publish("w", [msg("open")], producer="alice")
+    submitted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    outcomes = await ws.publish_many(
+        "w", [([msg(str(i))], None) for i in range(40)], producer="alice", submitted=submitted
+    )
+    assert calls == [40]  # one group, one wait
+    assert submitted.done()
+    assert [o.seqs for o in outcomes if not isinstance(o, Exception)] == [[i] for i in range(2, 42)]
+    assert (await ws.state("w")).seq == 41

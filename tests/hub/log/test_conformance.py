@@ -194,6 +194,45 @@ async def test_a_failing_request_does_not_fail_its_neighbours(store: EventStore)
     assert [e.seq for e in await read_everything(store, "ws")] == [1, 2]
 
 
+async def test_append_many_answers_each_append_as_if_alone(store: EventStore) -> None:
+    # A connection's pipelined publishes reach the store as one group: every item keeps its
+    # own checks, expected_seq, ids and outcome, in order, and one refused fails alone.
+    await store.append("ws", [msg(id="taken")])
+    outcomes = await store.append_many(
+        "ws",
+        [
+            ([msg()], None),
+            ([msg()], 0),  # stale
+            ([msg(id="x"), msg(id="x")], None),  # an id repeated: refused by the checks
+            ([msg()], 2),  # right after the first item
+            ([msg(id="taken"), msg(id="new")], None),  # mixed
+            ([msg(id="taken")], None),  # duplicate
+            ([], None),  # empty
+            ([msg(id="fresh")], None),
+        ],
+    )
+    assert len(outcomes) == 8
+    ok = [o for o in outcomes if not isinstance(o, Exception)]
+    assert [o.seqs for o in ok] == [[2], [3], [1], [4]]
+    assert ok[2].duplicate and not ok[0].duplicate and not ok[3].duplicate
+    assert isinstance(outcomes[1], Conflict) and isinstance(outcomes[4], Conflict)
+    assert isinstance(outcomes[2], BadRequest) and isinstance(outcomes[6], BadRequest)
+    assert [e.seq for e in await read_everything(store, "ws")] == [1, 2, 3, 4]
+
+
+async def test_append_many_lands_contiguously_among_other_appends(store: EventStore) -> None:
+    # Other callers' appends never come between two items of one group (the order of a
+    # group is the one its caller decided), whoever queued first.
+    group = [([msg(f"g{i}")], None) for i in range(50)]
+    others = [store.append("ws", [msg(f"o{i}")]) for i in range(20)]
+    results = await asyncio.gather(*others[:10], store.append_many("ws", group), *others[10:])
+    outcomes = results[10]
+    assert isinstance(outcomes, list)
+    seqs = [o.seqs[0] for o in outcomes if not isinstance(o, Exception)]
+    assert len(seqs) == 50 and seqs == list(range(seqs[0], seqs[0] + 50))
+    assert [e.seq for e in await read_everything(store, "ws")] == list(range(1, 71))
+
+
 async def test_a_retry_queued_behind_its_original_is_a_duplicate(store: EventStore) -> None:
     drafts = [msg(id="twin-1"), msg(id="twin-2")]
     first, second = await asyncio.gather(store.append("ws", drafts), store.append("ws", drafts))

@@ -97,11 +97,13 @@ class GatedStore(SqliteEventStore):
         self.gate = asyncio.Event()
         self.gate.set()
         self.waiting = 0
+        self.calls = 0  # append and append_many calls
         self._changed = asyncio.Event()
 
     async def append(
         self, workspace: str, drafts: Sequence[Event], *, expected_seq: int | None = None
     ) -> AppendResult:
+        self.calls += 1
         self.waiting += 1
         self._changed.set()
         try:
@@ -110,6 +112,21 @@ class GatedStore(SqliteEventStore):
             self.waiting -= 1
             self._changed.set()
         return await super().append(workspace, drafts, expected_seq=expected_seq)
+
+    async def append_many(
+        self, workspace: str, items: Sequence[tuple[Sequence[Event], int | None]]
+    ) -> list[AppendResult | Exception]:
+        # A connection's pipelined publishes reach the store as one group: each one of them
+        # counts as an append waiting at the gate.
+        self.calls += 1
+        self.waiting += len(items)
+        self._changed.set()
+        try:
+            await self.gate.wait()
+        finally:
+            self.waiting -= len(items)
+            self._changed.set()
+        return await super().append_many(workspace, items)
 
     async def until_waiting(self, count: int, within: float = 10.0) -> None:
         """Wait until ``count`` appends wait at the gate."""
@@ -151,6 +168,30 @@ async def test_publishes_in_flight_are_bounded_then_all_acked_in_order(tmp_path:
             store.gate.set()
             seqs = await asyncio.wait_for(sending, 60)  # every one acked: no error
         assert _flat(seqs) == list(range(1, len(_flat(seqs)) + 1))
+
+
+async def test_pipelined_publishes_reach_the_store_as_one_group(tmp_path: Path) -> None:
+    # Publishes the hub reads together (one TCP segment here) are decided in one pass and
+    # handed to the store as one group with one wait: not one store request and one task
+    # per publish (issue 16).
+    store = GatedStore(tmp_path / "group.db")
+    async with _running(store, tmp_path) as hub:
+        assert hub.url is not None
+        async with peer(hub.url, mint("grouped")) as p:
+            assert (await p.call("publish", workspace="group", event=message("open")))["seq"]
+            store.calls = 0
+            store.gate.clear()
+            count = PUBLISHES_IN_FLIGHT
+            protocol = p.ws.protocol
+            for n in range(count):
+                frame = {"op": "publish", "rid": n + 1, "workspace": "group"}
+                protocol.send_text(json.dumps({**frame, "event": message(str(n))}).encode())
+            p.ws.transport.write(b"".join(protocol.data_to_send()))  # one write
+            await store.until_waiting(count)
+            store.gate.set()
+            acks = [await p.reply(n + 1) for n in range(count)]
+    assert [a["seq"] for a in acks] == list(range(2, count + 2))  # one ack each, in order
+    assert store.calls <= 4, store.calls  # was one per publish
 
 
 async def test_store_backpressure_keeps_send_order(tmp_path: Path) -> None:
