@@ -25,6 +25,11 @@ Why this shape (ARCHITECTURE.md, "Storage and scale"):
   in one ``msgspec`` call over ``[body,body,…]``.
 * **Minted ids are time-ordered** (UUIDv7, :func:`mint_ids`), so the ``(workspace, id)`` index
   grows at its tail instead of dirtying a random page per event (see ``mint_ids``).
+* **The Merkle tree lives in the event rows** (schema 3): each event's ``tree`` column holds
+  the stored hashes its leaf adds (hub.core.merkle.stored_hash_leaf: the leaf's hash, then
+  each subtree it completes; 64 bytes on average), written by the same ``INSERT``. The tree
+  then costs a commit no row and no index entry of its own, only bytes at the table's tail,
+  and a proof reads its hashes through the ``(workspace, seq)`` index every read uses.
 * **Imports** restore the whole exported log of one workspace, under the same workspace name,
   into an empty workspace; positions are re-assigned, everything hashed is kept.
 
@@ -38,7 +43,7 @@ import asyncio
 import contextlib
 import os
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final, TypeAlias
@@ -50,7 +55,7 @@ from hub.core.chain import GENESIS
 from hub.core.checkpoint import CheckpointRecord
 from hub.core.errors import AgoraError, IntegrityError, Internal, NotFound, Unavailable
 from hub.core.events import Event
-from hub.core.merkle import HASH_SIZE, frontier_indexes, stored_hash_count
+from hub.core.merkle import HASH_SIZE, frontier_indexes, group_size, stored_hash_leaf
 from hub.core.records import AppendResult, Head, Snapshot
 from hub.log.base import EventStore
 from hub.log.blobs import FileBlobStore
@@ -70,11 +75,11 @@ from hub.log.writer import (
     batch_timestamp,
     chain,
     decide_batch,
-    grow_trees,
+    grow_groups,
     resolve,
 )
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 
 _CREATE_META: Final = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 _SET_META: Final = "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)"
@@ -83,9 +88,12 @@ _LEGACY_DEPTH: Final = "legacyDepth"
 """Set when the file was written by a hub before schema 2, which did not bound JSON nesting:
 its readers check every page's depth (hub.log.codec.READ_MAX_DEPTH). A file created by this
 version holds only events bounded on write, and its fast reads skip the check."""
-"""1: events, snapshots. 2: merkle_hashes, checkpoints (a version-1 file gains the empty
-tables; each workspace's hashes are then built from its events at its next append or
-checkpoint, :meth:`SqliteEventStore.ensure_hashes`)."""
+"""1: events, snapshots. 2: merkle_hashes (runs of stored hashes per workspace and batch),
+checkpoints. 3: the stored hashes move into ``events.tree`` (see the module docstring).
+Opening an older file migrates it in one transaction (:func:`_migrate`): a version-1 file
+gains the checkpoints table and each workspace's hashes are built from its events at its next
+append or checkpoint (:meth:`SqliteEventStore.ensure_hashes`); a version-2 file's
+``merkle_hashes`` runs are moved into the rows of their events and the table is dropped."""
 
 _SCHEMA: Final = (
     """
@@ -98,6 +106,7 @@ _SCHEMA: Final = (
         timestamp INTEGER NOT NULL,
         hash      TEXT    NOT NULL,
         body      BLOB    NOT NULL,
+        tree      BLOB,
         UNIQUE (workspace, seq),
         UNIQUE (workspace, id)
     )
@@ -111,18 +120,6 @@ _SCHEMA: Final = (
         body      BLOB    NOT NULL,
         PRIMARY KEY (workspace, name, version, seq)
     ) WITHOUT ROWID
-    """,
-    # The stored hashes of each workspace's Merkle tree (hub.core.merkle's dense sequence),
-    # in runs: ``hash`` holds consecutive stored hashes from index ``idx`` on, 32 bytes each
-    # (hub.log.writer.HashRow). Derived from the events, written in the same transaction.
-    # A rowid table: runs are kilobytes, too large for a WITHOUT ROWID b-tree's cells.
-    """
-    CREATE TABLE IF NOT EXISTS merkle_hashes (
-        workspace TEXT    NOT NULL,
-        idx       INTEGER NOT NULL,
-        hash      BLOB    NOT NULL,
-        PRIMARY KEY (workspace, idx)
-    )
     """,
     # Signed checkpoints (hub.core.checkpoint): the hub's note, and the cosignature lines
     # witnesses handed back.
@@ -138,8 +135,8 @@ _SCHEMA: Final = (
 )
 
 _INSERT: Final = (
-    "INSERT INTO events (position, workspace, seq, id, kind, timestamp, hash, body) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO events (position, workspace, seq, id, kind, timestamp, hash, body, tree) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 # Ids travel as one JSON array parameter so the statement text (and its prepared form) is
 # the same whatever the number of ids.
@@ -198,24 +195,12 @@ _SELECT_SNAPSHOT: Final = (
     "AND seq <= ? ORDER BY seq DESC LIMIT 1"
 )
 
-_INSERT_HASH: Final = "INSERT INTO merkle_hashes (workspace, idx, hash) VALUES (?, ?, ?)"
-# Each wanted stored index: the run holding it (the last one starting at or before it; an
-# index seek), sliced to its 32 bytes (hub.log.writer.HashRow). A slice past the run's end
-# comes back short: that hash is not stored.
-_SELECT_HASHES: Final = """
-    SELECT j.value, (
-        SELECT substr(r.hash, (j.value - r.idx) * 32 + 1, 32) FROM merkle_hashes AS r
-        WHERE r.workspace = ?1 AND r.idx <= j.value ORDER BY r.idx DESC LIMIT 1
-    )
-    FROM json_each(?2) AS j
-"""
-# Cut the stored sequence back to its first ?2 hashes: whole runs past it go, a run across
-# it is shortened.
-_DELETE_HASHES_FROM: Final = "DELETE FROM merkle_hashes WHERE workspace = ? AND idx >= ?"
-_CUT_HASH_RUN: Final = (
-    "UPDATE merkle_hashes SET hash = substr(hash, 1, (?2 - idx) * 32) "
-    "WHERE workspace = ?1 AND idx < ?2 AND idx + length(hash) / 32 > ?2"
+# The tree groups of the events holding the wanted stored hashes (one index probe each; the
+# seqs travel as one JSON array, as _SELECT_IDS's ids); sliced by _hash_map.
+_SELECT_TREES: Final = (
+    "SELECT seq, tree FROM events WHERE workspace = ? AND seq IN (SELECT value FROM json_each(?))"
 )
+_SET_TREE: Final = "UPDATE events SET tree = ? WHERE workspace = ? AND seq = ?"
 _SELECT_CHECKPOINT: Final = (
     "SELECT workspace, size, note, cosignatures FROM checkpoints WHERE workspace = ? AND size = ?"
 )
@@ -240,11 +225,12 @@ _JOURNAL_SIZE_LIMIT: Final = 64 * 1024 * 1024
 _WAL_AUTOCHECKPOINT_PAGES: Final = 4000
 _json: Final = msgspec.json.Encoder()
 
-_Row: TypeAlias = tuple[int, str, int, str, str, int, str, bytes]
+_Row: TypeAlias = tuple[int, str, int, str, str, int, str, bytes, bytes | None]
 
 
-def _row(event: Event, body: bytes) -> _Row:
-    """The ``_INSERT`` parameters of a sealed event."""
+def _row(event: Event, body: bytes, tree: bytes | None) -> _Row:
+    """The ``_INSERT`` parameters of a sealed event (``tree``: the stored hashes its leaf
+    adds, None with the tree off)."""
     return (
         event.position,
         event.workspace,
@@ -254,6 +240,7 @@ def _row(event: Event, body: bytes) -> _Row:
         event.timestamp,
         event.hash or GENESIS,
         body,
+        tree,
     )
 
 
@@ -340,11 +327,9 @@ class _Writer:
                         version=version,
                     )
                 if version < SCHEMA_VERSION:
-                    for statement in _SCHEMA:
-                        conn.execute(statement)
-                    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                    _migrate(conn)
                 conn.execute(_CREATE_META)
-                if 0 < version < SCHEMA_VERSION:
+                if 0 < version < 2:
                     # Written by a hub that did not bound nesting: readers check every page.
                     conn.execute(_SET_META, (_LEGACY_DEPTH, "1"))
                 self.legacy_depth = conn.execute(_GET_META, (_LEGACY_DEPTH,)).fetchone() is not None
@@ -401,13 +386,17 @@ class _Writer:
             conn.execute("BEGIN IMMEDIATE")
             decision, now = self._decide(conn, batch)
             trees: dict[str, TreeTip] = {}
-            if decision.rows:
-                conn.executemany(_INSERT, [_row(e, body) for e, body in decision.rows])
             if decision.rows and self.merkle:
-                hash_rows, trees = grow_trees(
+                groups, trees = grow_groups(
                     decision.records, self._trees(conn, decision.records), decision.staged
                 )
-                conn.executemany(_INSERT_HASH, hash_rows)
+                # Each workspace's groups are in seq order, as its rows are.
+                nexts = {w: iter(g).__next__ for w, g in groups.items()}
+                conn.executemany(
+                    _INSERT, [_row(e, body, nexts[e.workspace]()) for e, body in decision.rows]
+                )
+            elif decision.rows:
+                conn.executemany(_INSERT, [_row(e, body, None) for e, body in decision.rows])
             conn.execute("COMMIT")
         except sqlite3.Error as e:
             self._abort(conn)
@@ -486,15 +475,11 @@ class _Writer:
         return trees
 
     def _load_tree(self, conn: sqlite3.Connection, workspace: str, size: int, head: str) -> TreeTip:
-        # Stored hashes past the head would be stale derived data (the log was cut behind
-        # the store's back); they are dropped rather than left to collide with new ones.
-        count = stored_hash_count(size)
-        conn.execute(_DELETE_HASHES_FROM, (workspace, count))
-        conn.execute(_CUT_HASH_RUN, (workspace, count))
+        # (Hashes of events cut from the log behind the store's back went with their rows.)
         if size == 0:
             return EMPTY_TREE
         indexes = frontier_indexes(size)
-        found = _hash_map(conn.execute(_SELECT_HASHES, (workspace, _json.encode(indexes))))
+        found = _read_hashes(conn.execute, workspace, indexes)
         if all(i in found for i in indexes):
             return TreeTip(size, head, tuple(found[i] for i in indexes))
         tip = self._rebuild(conn, workspace, size)
@@ -503,7 +488,6 @@ class _Writer:
 
     def _rebuild(self, conn: sqlite3.Connection, workspace: str, size: int) -> TreeTip:
         """Rewrite the stored hashes of events 1..size from the events (in a transaction)."""
-        conn.execute(_DELETE_HASHES_FROM, (workspace, 0))
         builder = TreeBuilder(workspace)
         after = 0
         while after < size:
@@ -511,7 +495,9 @@ class _Writer:
             if not page:
                 break
             events = decode_page([r[1] for r in page], [r[0] for r in page], "seq")
-            conn.executemany(_INSERT_HASH, builder.add(events))
+            conn.executemany(
+                _SET_TREE, [(group, workspace, seq) for group, seq in builder.add_groups(events)]
+            )
             after = events[-1].seq
         return builder.tip
 
@@ -737,10 +723,12 @@ class SqliteEventStore(EventStore):
         """See :meth:`EventStore.read_hash_map`. Raises ``Unavailable``."""
         if not indexes:
             return {}
+        places = [stored_hash_leaf(i) for i in indexes]
+        seqs = sorted({leaf + 1 for leaf, _ in places})
         rows = await self._fetch(
-            _SELECT_HASHES, (workspace, _json.encode(list(indexes))), "reading Merkle hashes"
+            _SELECT_TREES, (workspace, _json.encode(seqs)), "reading Merkle hashes"
         )
-        return _hash_map(rows)
+        return _hash_map(indexes, places, rows)
 
     async def rebuild_hashes(self, workspace: str) -> int:
         """See :meth:`EventStore.rebuild_hashes` (on the writer thread, between batches)."""
@@ -900,9 +888,71 @@ class SqliteEventStore(EventStore):
         return [head_from_row(r) for r in await self._fetch(_SELECT_HEADS, (), "reading heads")]
 
 
-def _hash_map(rows: Iterable[Any]) -> dict[int, bytes]:
-    """(index, 32-byte slice) rows as index → hash; a short slice is a hash not stored."""
-    return {int(idx): bytes(h) for idx, h in rows if h is not None and len(h) == HASH_SIZE}
+def _hash_map(
+    indexes: Sequence[int], places: Sequence[tuple[int, int]], rows: Iterable[Any]
+) -> dict[int, bytes]:
+    """The stored hashes ``indexes`` (at ``places``, :func:`stored_hash_leaf` of each) out of
+    ``(seq, tree)`` rows, as index → hash. An event without its group (``tree`` NULL: the tree
+    was off, or the hashes were never built) or with a short one holds none of them."""
+    trees = {int(seq): tree for seq, tree in rows}
+    found: dict[int, bytes] = {}
+    for index, (leaf, offset) in zip(indexes, places, strict=True):
+        tree = trees.get(leaf + 1)
+        if tree is not None and len(tree) == group_size(leaf) * HASH_SIZE:
+            found[index] = bytes(tree[offset * HASH_SIZE : (offset + 1) * HASH_SIZE])
+    return found
+
+
+def _read_hashes(
+    execute: Callable[[str, tuple[Any, ...]], Iterable[Any]],
+    workspace: str,
+    indexes: Sequence[int],
+) -> dict[int, bytes]:
+    """:func:`_hash_map` of ``indexes`` read through ``execute`` (the writer's connection)."""
+    places = [stored_hash_leaf(i) for i in indexes]
+    seqs = sorted({leaf + 1 for leaf, _ in places})
+    return _hash_map(indexes, places, execute(_SELECT_TREES, (workspace, _json.encode(seqs))))
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Bring a file of an older schema (or a new one) to :data:`SCHEMA_VERSION`, inside the
+    caller's transaction (see :data:`_LEGACY_DEPTH`'s note on the versions)."""
+    for statement in _SCHEMA:
+        conn.execute(statement)
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(events)")}
+    if "tree" not in columns:
+        conn.execute("ALTER TABLE events ADD COLUMN tree BLOB")  # NULL: no rewrite
+    legacy = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'merkle_hashes'"
+    ).fetchone()
+    if legacy is not None:
+        workspaces = [w for (w,) in conn.execute("SELECT DISTINCT workspace FROM merkle_hashes")]
+        for workspace in workspaces:
+            runs = conn.execute(
+                "SELECT idx, hash FROM merkle_hashes WHERE workspace = ? ORDER BY idx",
+                (workspace,),
+            )
+            conn.executemany(_SET_TREE, [(g, workspace, seq) for g, seq in _groups_of_runs(runs)])
+        conn.execute("DROP TABLE merkle_hashes")
+    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+
+def _groups_of_runs(runs: Iterable[tuple[int, bytes]]) -> Iterator[tuple[bytes, int]]:
+    """Schema 2's runs of a workspace (``(idx, hashes)`` in idx order) as (group, seq) of
+    each event whose group they hold whole, from seq 1 up to the first gap (a missing tail
+    is rebuilt from the events like any missing hashes)."""
+    flat = bytearray()
+    for idx, hashes in runs:
+        if idx * HASH_SIZE != len(flat):
+            break
+        flat += hashes
+    at, leaf = 0, 0
+    while True:
+        end = at + group_size(leaf) * HASH_SIZE
+        if end > len(flat):
+            return
+        yield bytes(flat[at:end]), leaf + 1
+        at, leaf = end, leaf + 1
 
 
 def _checkpoint(row: Any) -> CheckpointRecord:

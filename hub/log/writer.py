@@ -43,7 +43,7 @@ import msgspec
 from hub.core.chain import GENESIS, canonical_bytes, seal_canonical, verify_chain
 from hub.core.errors import AgoraError, BadRequest, Conflict, IntegrityError, Unavailable
 from hub.core.events import EVENT_TYPES, Event, encode_event
-from hub.core.merkle import CompactRange
+from hub.core.merkle import CompactRange, stored_hash_count
 from hub.core.records import AppendResult
 from hub.core.validation import validate_workspace
 from hub.log.base import CommitObserver
@@ -641,6 +641,27 @@ def grow_trees(
     return hash_rows, tips
 
 
+def grow_groups(
+    records: Mapping[str, TreeGrowth], trees: Mapping[str, TreeTip], staged: Mapping[str, Tip]
+) -> tuple[dict[str, list[bytes]], dict[str, TreeTip]]:
+    """:func:`grow_trees` for a store that keeps each event's stored hashes in the event's
+    own row: per written workspace, one group per new event in seq order (the hashes that
+    event's leaf stores, concatenated: hub.core.merkle.CompactRange.extend_groups), and each
+    workspace's new tree tip."""
+    groups: dict[str, list[bytes]] = {}
+    tips: dict[str, TreeTip] = {}
+    for workspace, growth in records.items():
+        tree = trees[workspace]
+        compact = CompactRange(tree.size, tree.frontier)
+        out: list[bytes] = []
+        compact.extend_groups(growth.records, out)
+        seq, head = staged[workspace][0], staged[workspace][1]
+        assert compact.size == seq, "bad math: the tree and the chain disagree on the size"
+        groups[workspace] = out
+        tips[workspace] = TreeTip(seq, head, compact.frontier())
+    return groups, tips
+
+
 class TreeBuilder:
     """Rebuilds a workspace's stored hashes from its events (derived data: for a log written
     before the tree existed, or whose hashes were lost). Feed every event from seq 1 in
@@ -654,10 +675,22 @@ class TreeBuilder:
 
     def add(self, events: Iterable[Event]) -> list[HashRow]:
         """Raises :class:`IntegrityError` for a gap or an event of another workspace."""
+        first = stored_hash_count(self.tip.size)
+        hashes: list[bytes] = []
+        self._extend(events, hashes, grouped=False)
+        return runs(self.workspace, first, hashes)
+
+    def add_groups(self, events: Iterable[Event]) -> list[tuple[bytes, int]]:
+        """:meth:`add` for a store keeping each event's hashes in its row: (group, seq) of
+        each event (:func:`grow_groups`)."""
+        first = self.tip.size + 1
+        groups: list[bytes] = []
+        self._extend(events, groups, grouped=True)
+        return [(group, first + i) for i, group in enumerate(groups)]
+
+    def _extend(self, events: Iterable[Event], out: list[bytes], *, grouped: bool) -> None:
         tip = self.tip
         compact = CompactRange(tip.size, tip.frontier)
-        first = compact.stored
-        hashes: list[bytes] = []
         head = tip.head
         records: list[bytes] = []
         for event in events:
@@ -669,6 +702,8 @@ class TreeBuilder:
                 )
             records.append(canonical_bytes(event))
             head = event.hash or GENESIS
-        compact.extend(records, hashes)
+        if grouped:
+            compact.extend_groups(records, out)
+        else:
+            compact.extend(records, out)
         self.tip = TreeTip(compact.size, head, compact.frontier())
-        return runs(self.workspace, first, hashes)

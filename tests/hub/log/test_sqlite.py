@@ -149,7 +149,8 @@ async def test_another_connection_writing_is_noticed(tmp_path: Path) -> None:
         )
         with sqlite3.connect(db) as conn:
             conn.execute(
-                "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO events (position, workspace, seq, id, kind, timestamp, hash, body) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     foreign.position,
                     "ws",
@@ -247,31 +248,129 @@ async def test_appends_waiting_for_room_fail_when_the_writer_dies(tmp_path: Path
 
 
 async def test_a_version_1_file_gains_the_tree_lazily(tmp_path: Path) -> None:
-    """A log written before the Merkle tree (schema 1: no merkle_hashes, no checkpoints)
+    """A log written before the Merkle tree (schema 1: no tree column, no checkpoints)
     opens, migrates, and gets each workspace's hashes built from its events."""
     path = tmp_path / "old.db"
     async with SqliteEventStore(path) as store:
         first = await store.append("ws", [msg(str(i)) for i in range(5)])
     with sqlite3.connect(path) as conn:
-        conn.execute("DROP TABLE merkle_hashes")
+        conn.execute("ALTER TABLE events DROP COLUMN tree")
         conn.execute("DROP TABLE checkpoints")
         conn.execute("PRAGMA user_version=1")
     conn.close()
     async with SqliteEventStore(path) as store:
+        assert store.legacy_depth  # schema 1 did not bound nesting
         assert await store.read_hash_map("ws", [0]) == {}
         assert await store.ensure_hashes("ws") == 5
         assert len(await store.read_hash_map("ws", list(range(20)))) == 8  # 5 leaves: 8 hashes
         await store.append("ws", [msg("after")])
         assert await store.list_checkpoints("ws") == []
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     conn.close()
     assert first.seqs == [1, 2, 3, 4, 5]
 
 
-async def test_a_log_cut_behind_the_stores_back_cuts_its_hash_run(tmp_path: Path) -> None:
-    """One batch stores one run of hashes; when the log loses its tail, the next append
-    shortens that run to the surviving events and grows the tree from there."""
+def _to_schema_2(path: Path, run_leaves: int) -> None:
+    """Rewrite a schema-3 file as the hub of schema 2 wrote it: the stored hashes of each
+    workspace in ``merkle_hashes`` runs (consecutive stored hashes from ``idx`` on, one run
+    per ``run_leaves`` events, as batches of that many wrote them), no ``tree`` column."""
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "CREATE TABLE merkle_hashes (workspace TEXT NOT NULL, idx INTEGER NOT NULL, "
+            "hash BLOB NOT NULL, PRIMARY KEY (workspace, idx))"
+        )
+        workspaces = [w for (w,) in conn.execute("SELECT DISTINCT workspace FROM events")]
+        for workspace in workspaces:
+            trees = [
+                t
+                for (t,) in conn.execute(
+                    "SELECT tree FROM events WHERE workspace = ? ORDER BY seq", (workspace,)
+                )
+            ]
+            idx = 0
+            for i in range(0, len(trees), run_leaves):
+                run = b"".join(trees[i : i + run_leaves])
+                conn.execute("INSERT INTO merkle_hashes VALUES (?, ?, ?)", (workspace, idx, run))
+                idx += len(run) // 32
+        conn.execute("ALTER TABLE events DROP COLUMN tree")
+        conn.execute("PRAGMA user_version=2")
+    conn.close()
+
+
+async def test_a_version_2_file_keeps_its_tree_and_its_proofs_verify(tmp_path: Path) -> None:
+    """A data directory of schema 2 (hashes in merkle_hashes runs) opens, moves every run into
+    its events' rows and drops the table; checkpoints signed before still verify, with
+    inclusion and consistency proofs from the moved hashes, and the tree grows on."""
+    from hub.checkpoints import Checkpointer
+    from hub.core.chain import canonical_bytes
+    from hub.core.checkpoint import generate_signer, parse_checkpoint, parse_note
+    from hub.core.merkle import check_consistency, check_inclusion, leaf_hash
+
+    path = tmp_path / "v2.db"
+    signer = generate_signer("agora.test")
+    async with SqliteEventStore(path) as store:
+        for i in range(7):
+            await store.append("ws", [msg(f"{i}-{j}") for j in range(5)])
+            await store.append("other", [msg(str(i))])
+        checkpoints = Checkpointer(store, signer)
+        old = await checkpoints.on_demand("ws")
+        before = await store.read_hash_map("ws", list(range(100)))
+    _to_schema_2(path, run_leaves=5)
+    async with SqliteEventStore(path) as store:
+        assert not store.legacy_depth  # schema 2 bounded nesting already
+        assert await store.read_hash_map("ws", list(range(100))) == before
+        checkpoints = Checkpointer(store, signer)
+        await store.append("ws", [msg("after")])
+        new = await checkpoints.on_demand("ws")
+        signed_old = parse_checkpoint(parse_note(old.note).text)
+        signed_new = parse_checkpoint(parse_note(new.note).text)
+        assert (signed_old.size, signed_new.size) == (35, 36)
+        events = [e async for e in store.read("ws")]
+        for size, root in ((35, signed_old.root), (36, signed_new.root)):
+            for seq in (1, 17, size):
+                proof = await checkpoints.inclusion_proof("ws", seq, size)
+                leaf = leaf_hash(canonical_bytes(events[seq - 1]))
+                check_inclusion(seq - 1, size, leaf, proof.hashes, root)
+        consistency = await checkpoints.consistency_proof("ws", 35, 36)
+        check_consistency(35, 36, signed_old.root, signed_new.root, consistency.hashes)
+        assert await store.ensure_hashes("other") == 7
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        tables = {t for (t,) in conn.execute("SELECT name FROM sqlite_master")}
+        assert "merkle_hashes" not in tables
+        assert conn.execute("SELECT count(*) FROM events WHERE tree IS NULL").fetchone()[0] == 0
+    conn.close()
+
+
+async def test_a_version_2_file_with_a_gap_in_its_runs_rebuilds_from_the_events(
+    tmp_path: Path,
+) -> None:
+    """Runs with a hole (lost rows) move up to the hole; the rest is rebuilt from the events
+    at the next append, and the whole tree then matches the events."""
+    from hub.core.chain import canonical_bytes
+    from hub.core.merkle import append_leaves, leaf_hash
+
+    path = tmp_path / "gap.db"
+    async with SqliteEventStore(path) as store:
+        await store.append("ws", [msg(str(i)) for i in range(12)])
+    _to_schema_2(path, run_leaves=4)
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM merkle_hashes WHERE idx = (SELECT max(idx) FROM merkle_hashes)")
+    conn.close()
+    async with SqliteEventStore(path) as store:
+        await store.append("ws", [msg("13")])
+        events = [e async for e in store.read("ws")]
+        _, expected = append_leaves((), 0, [leaf_hash(canonical_bytes(e)) for e in events])
+        assert await store.read_hash_map("ws", list(range(len(expected) + 5))) == dict(
+            enumerate(expected)
+        )
+
+
+async def test_each_event_row_holds_the_hashes_its_leaf_adds(tmp_path: Path) -> None:
+    """Schema 3 keeps the tree in the event rows: no table of its own; the row of leaf n
+    holds 1 + trailing-ones(n) hashes. When the log loses its tail behind the store's back,
+    those hashes go with the rows, and the tree grows on from the surviving events."""
     from hub.core.chain import canonical_bytes
     from hub.core.merkle import append_leaves, leaf_hash
 
@@ -279,7 +378,10 @@ async def test_a_log_cut_behind_the_stores_back_cuts_its_hash_run(tmp_path: Path
     async with SqliteEventStore(path) as store:
         await store.append("ws", [msg(str(i)) for i in range(10)])
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT count(*) FROM merkle_hashes").fetchone()[0] == 1
+        tables = {t for (t,) in conn.execute("SELECT name FROM sqlite_master")}
+        assert "merkle_hashes" not in tables
+        lengths = [n for (n,) in conn.execute("SELECT length(tree) FROM events ORDER BY seq")]
+        assert lengths == [32 * n for n in (1, 2, 1, 3, 1, 2, 1, 4, 1, 2)]
         conn.execute("DELETE FROM events WHERE seq > 7")
     conn.close()
     async with SqliteEventStore(path) as store:
@@ -288,7 +390,17 @@ async def test_a_log_cut_behind_the_stores_back_cuts_its_hash_run(tmp_path: Path
         _, expected = append_leaves((), 0, [leaf_hash(canonical_bytes(e)) for e in events])
         stored = await store.read_hash_map("ws", list(range(len(expected) + 5)))
         assert stored == dict(enumerate(expected))
+
+
+async def test_the_tree_off_leaves_the_rows_without_hashes(tmp_path: Path) -> None:
+    """``merkle=False`` (the bench's baseline) writes no hashes; the next store with the tree
+    on builds them from the events."""
+    path = tmp_path / "off.db"
+    async with SqliteEventStore(path, merkle=False) as store:
+        await store.append("ws", [msg(str(i)) for i in range(3)])
     with sqlite3.connect(path) as conn:
-        rows = conn.execute("SELECT idx, length(hash) FROM merkle_hashes ORDER BY idx").fetchall()
+        assert conn.execute("SELECT count(*) FROM events WHERE tree IS NULL").fetchone()[0] == 3
     conn.close()
-    assert rows == [(0, 11 * 32), (11, 5 * 32)]  # 7 leaves: 11 hashes; 2 more: 5
+    async with SqliteEventStore(path) as store:
+        await store.append("ws", [msg("3")])
+        assert len(await store.read_hash_map("ws", list(range(10)))) == 7  # 4 leaves: 7
