@@ -95,17 +95,19 @@ def stored_hash_index(level: int, index: int) -> int:
     """Where the hash of the perfect subtree (``level``, ``index``) — leaves
     ``[index << level, (index + 1) << level)`` — sits in the stored sequence."""
     assert level >= 0 and index >= 0, "bad math: negative tree coordinates"
-    # As tlog: walk down to the subtree's last leaf n (index 2^level·(index+1) - 1); the
-    # hashes stored up to and including leaf n's own hash number n + n/2 + n/4 + … (each
-    # leaf k adds 1 + trailing-ones(k)); the ``level`` more stored after it lead up to ours.
-    n = index
-    for _ in range(level):
-        n = 2 * n + 1
-    total = 0
-    while n > 0:
-        total += n
-        n >>= 1
-    return total + level
+    # As tlog: the subtree is stored with its last leaf n = 2^level·(index+1) - 1, ``level``
+    # hashes after n's own. Leaf k stores 1 + trailing-ones(k) hashes, and the trailing ones
+    # of 0..n-1 sum to n - popcount(n): n's own hash is number 2n - popcount(n) (tlog sums
+    # n + n/2 + n/4 + …, the same in a loop). O(1): this runs for every hash of a proof.
+    n = ((index + 1) << level) - 1
+    return 2 * n - n.bit_count() + level
+
+
+def stored_hash_count(size: int) -> int:
+    """How many hashes are stored for a tree of ``size`` leaves (see
+    :func:`stored_hash_index`: the leaves before ``size`` store 2·size - popcount(size))."""
+    assert size >= 0, "bad math: negative size"
+    return 2 * size - size.bit_count()
 
 
 def stored_hash_leaf(stored: int) -> tuple[int, int]:
@@ -130,18 +132,6 @@ def stored_hash_leaf(stored: int) -> tuple[int, int]:
 def group_size(leaf: int) -> int:
     """How many hashes appending leaf ``leaf`` (0-based) stores: 1 + trailing-ones(leaf)."""
     return ((leaf + 1) & -(leaf + 1)).bit_length()
-
-
-def stored_hash_count(size: int) -> int:
-    """How many hashes are stored for a tree of ``size`` leaves."""
-    if size == 0:
-        return 0
-    count = stored_hash_index(0, size - 1) + 1
-    last = size - 1
-    while last & 1:
-        count += 1
-        last >>= 1
-    return count
 
 
 def frontier_coordinates(size: int) -> list[tuple[int, int]]:

@@ -40,6 +40,8 @@ writer notices (``PRAGMA data_version``) and reloads its cached heads before dec
 from __future__ import annotations
 
 import asyncio
+import collections
+import concurrent.futures
 import contextlib
 import os
 import sqlite3
@@ -201,6 +203,9 @@ _SELECT_TREES: Final = (
     "SELECT seq, tree FROM events WHERE workspace = ? AND seq IN (SELECT value FROM json_each(?))"
 )
 _SET_TREE: Final = "UPDATE events SET tree = ? WHERE workspace = ? AND seq = ?"
+_INSERT_CHECKPOINT: Final = (
+    "INSERT OR IGNORE INTO checkpoints (workspace, size, note, cosignatures) VALUES (?, ?, ?, ?)"
+)
 _SELECT_CHECKPOINT: Final = (
     "SELECT workspace, size, note, cosignatures FROM checkpoints WHERE workspace = ? AND size = ?"
 )
@@ -226,6 +231,10 @@ _WAL_AUTOCHECKPOINT_PAGES: Final = 4000
 _json: Final = msgspec.json.Encoder()
 
 _Row: TypeAlias = tuple[int, str, int, str, str, int, str, bytes, bytes | None]
+# A small write that rides along the next batch's transaction (_Writer.ride): its statement,
+# its parameters, and the future told its row count once that transaction commits.
+_Future: TypeAlias = "concurrent.futures.Future[int]"
+_Rider: TypeAlias = tuple[str, tuple[Any, ...], _Future]
 
 
 def _row(event: Event, body: bytes, tree: bytes | None) -> _Row:
@@ -294,6 +303,10 @@ class _Writer:
         self.next_position: int | None = None  # None: reload from the database
         self.data_version: int | None = None
         self.last_timestamp = 0
+        # Riders (see _Rider) queued from the loop; taken on this thread (deque: thread-safe
+        # append and popleft).
+        self.riders: collections.deque[_Rider] = collections.deque()
+        self._taken: list[_Rider] = []  # riders written in the open transaction
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -353,6 +366,9 @@ class _Writer:
         if self.conn is not None:
             conn, self.conn = self.conn, None
             conn.close()
+        while self.riders:
+            _, _, future = self.riders.popleft()
+            _tell(future, Unavailable("the store closed before this write"))
 
     def _load_position(self) -> None:
         assert self.conn is not None
@@ -397,13 +413,19 @@ class _Writer:
                 )
             elif decision.rows:
                 conn.executemany(_INSERT, [_row(e, body, None) for e, body in decision.rows])
+            riders = self._take_riders(conn)
             conn.execute("COMMIT")
         except sqlite3.Error as e:
             self._abort(conn)
+            self._fail_riders(e)
             return [chain(Unavailable(f"could not commit the batch: {e}"), e) for _ in batch]
         except Exception as e:  # a bug: fail this batch only, keep the writer alive
             self._abort(conn)
+            self._fail_riders(e)
             return [chain(Internal(f"writer failed: {e!r}"), e) for _ in batch]
+        self._taken = []
+        for future, count in riders:
+            _tell(future, count)
         # Committed: only now do the staged heads become the truth.
         if len(self.heads) > _MAX_CACHED_HEADS:
             self.heads.clear()  # bounded: evicted heads are reloaded on demand
@@ -413,6 +435,45 @@ class _Writer:
         self.next_position = decision.position
         self.last_timestamp = now
         return decision.outcomes
+
+    # -- riders: small writes that share a batch's transaction ----------------------------
+
+    def _take_riders(self, conn: sqlite3.Connection) -> list[tuple[_Future, int]]:
+        """Write the queued riders in the open transaction: (future, row count) of each, to
+        be told once it commits (held in ``self._taken`` until then, to fail them if it
+        does not)."""
+        done: list[tuple[_Future, int]] = []
+        taken = self._taken
+        while self.riders:
+            rider = self.riders.popleft()
+            taken.append(rider)
+            sql, params, future = rider
+            done.append((future, conn.execute(sql, params).rowcount))
+        return done
+
+    def _fail_riders(self, cause: BaseException) -> None:
+        """Fail the riders of a transaction that did not commit."""
+        taken, self._taken = self._taken, []
+        for _, _, future in taken:
+            _tell(future, chain(Unavailable(f"could not commit the write: {cause}"), cause))
+
+    def ride_alone(self) -> None:
+        """Write the riders no batch took, in a transaction of their own (the store was idle
+        when they came)."""
+        conn = self.conn
+        if conn is None or not self.riders:
+            return
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            riders = self._take_riders(conn)
+            conn.execute("COMMIT")
+        except Exception as e:  # sqlite3.Error, or a bug: either way its callers must hear
+            self._abort(conn)
+            self._fail_riders(e)
+            return
+        self._taken = []
+        for future, count in riders:
+            _tell(future, count)
 
     def _abort(self, conn: sqlite3.Connection) -> None:
         with contextlib.suppress(sqlite3.Error):
@@ -524,15 +585,6 @@ class _Writer:
 
     # -- checkpoints -------------------------------------------------------------------------
 
-    def save_checkpoint(self, record: CheckpointRecord) -> bool:
-        count = self._in_transaction(
-            "INSERT OR IGNORE INTO checkpoints (workspace, size, note, cosignatures) "
-            "VALUES (?, ?, ?, ?)",
-            (record.workspace, record.size, record.note, record.cosignatures),
-            "saving a checkpoint",
-        )
-        return count == 1
-
     def set_cosignatures(self, workspace: str, size: int, cosignatures: str) -> None:
         count = self._in_transaction(
             "UPDATE checkpoints SET cosignatures = ? WHERE workspace = ? AND size = ?",
@@ -615,6 +667,7 @@ class SqliteEventStore(EventStore):
         self._reader: aiosqlite.Connection | None = None
         self._commits = GroupCommit(batch_max=batch_max, queue_max=queue_max)
         self._opening = asyncio.Lock()
+        self._committing = False  # a batch is on the writer thread (or about to be)
 
     def __repr__(self) -> str:
         return f"SqliteEventStore({str(self.path)!r})"
@@ -687,6 +740,7 @@ class SqliteEventStore(EventStore):
         done: asyncio.Future[None] = loop.create_future()
         writer = self._writer
         assert writer is not None and self._executor is not None
+        self._committing = True
 
         def report(outcomes: list[Outcome]) -> None:  # on the loop
             resolve(batch, outcomes)
@@ -703,7 +757,33 @@ class SqliteEventStore(EventStore):
                 loop.call_soon_threadsafe(report, outcomes)
 
         self._executor.submit(job)
-        await done
+        try:
+            await done
+        finally:
+            self._committing = False
+            if writer.riders:
+                # Queued after this batch took its riders: the next batch takes them if the
+                # writer task starts one at once (it does when appends are queued), else
+                # they go alone.
+                loop.call_soon(self._ride_if_idle)
+
+    def _ride_if_idle(self) -> None:
+        writer, executor = self._writer, self._executor
+        if not self._committing and writer is not None and executor is not None and writer.riders:
+            executor.submit(writer.ride_alone)
+
+    async def _ride(self, sql: str, params: tuple[Any, ...]) -> int:
+        """Run one small write in the next batch's transaction (its fsync covers it), or
+        alone when no batch is under way; return its row count once committed. Checkpoints
+        come once per ~1,000 events: a transaction of their own would cost the writer an
+        fsync each, a batch's worth of appends (bench/log_bench.py (d))."""
+        writer = self._writer_or_raise()
+        assert self._executor is not None
+        future: concurrent.futures.Future[int] = concurrent.futures.Future()
+        writer.riders.append((sql, params, future))
+        if not self._committing:
+            self._executor.submit(writer.ride_alone)
+        return await asyncio.wrap_future(future)
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -736,9 +816,10 @@ class SqliteEventStore(EventStore):
         return size
 
     async def save_checkpoint(self, record: CheckpointRecord) -> bool:
-        """See :meth:`EventStore.save_checkpoint`."""
-        saved: bool = await self._on_writer(self._writer_or_raise().save_checkpoint, record)
-        return saved
+        """See :meth:`EventStore.save_checkpoint` (written with the next batch: :meth:`_ride`).
+        Raises :class:`Unavailable`."""
+        params = (record.workspace, record.size, record.note, record.cosignatures)
+        return await self._ride(_INSERT_CHECKPOINT, params) == 1
 
     async def set_cosignatures(self, workspace: str, size: int, cosignatures: str) -> None:
         """See :meth:`EventStore.set_cosignatures`."""
@@ -886,6 +967,16 @@ class SqliteEventStore(EventStore):
     async def heads(self) -> list[Head]:
         """See :meth:`EventStore.heads`. Raises ``Unavailable``."""
         return [head_from_row(r) for r in await self._fetch(_SELECT_HEADS, (), "reading heads")]
+
+
+def _tell(future: _Future, outcome: int | BaseException) -> None:
+    """Settle a rider's future from the writer thread (its caller may have given up: the
+    write stands either way, as any job on the writer thread)."""
+    with contextlib.suppress(concurrent.futures.InvalidStateError):
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
 
 
 def _hash_map(

@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hub.core.chain import seal
+from hub.core.checkpoint import CheckpointRecord
 from hub.core.errors import Unavailable
 from hub.core.events import MessagePayload, MessagePosted, encode_event
 from hub.log.sqlite import SCHEMA_VERSION, SqliteEventStore, _Writer, mint_id
+from tests.support.waiting import wait_for
 
 
 def msg(text: str = "hi", *, id: str = "") -> MessagePosted:
@@ -404,3 +407,95 @@ async def test_the_tree_off_leaves_the_rows_without_hashes(tmp_path: Path) -> No
     async with SqliteEventStore(path) as store:
         await store.append("ws", [msg("3")])
         assert len(await store.read_hash_map("ws", list(range(10)))) == 7  # 4 leaves: 7
+
+
+class CountingConnection(FlakyConnection):
+    """Counts the transactions committed (``commits``); fails none unless told."""
+
+    def __init__(self, conn: sqlite3.Connection, fail: int = 0) -> None:
+        super().__init__(conn, fail)
+        self.commits = 0
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        result = super().execute(sql, *args)
+        if sql == "COMMIT":
+            self.commits += 1
+        return result
+
+
+class Hold:
+    """A job holding the store's writer thread until ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self) -> None:
+        self.started.set()
+        self.release.wait()
+
+
+def hold_writer(store: SqliteEventStore) -> Hold:
+    assert store._executor is not None
+    hold = Hold()
+    store._executor.submit(hold)
+    return hold
+
+
+def queued_jobs(store: SqliteEventStore) -> int:
+    """Jobs waiting for the store's writer thread."""
+    assert store._executor is not None
+    return store._executor._work_queue.qsize()
+
+
+def _checkpoint(size: int) -> CheckpointRecord:
+    return CheckpointRecord(workspace="ws", size=size, note=f"note {size}\n")
+
+
+async def test_a_checkpoint_saved_during_a_batch_rides_its_transaction(tmp_path: Path) -> None:
+    """A checkpoint saved while a batch is under way is written in that batch's transaction
+    (no fsync of its own); one saved while the store is idle is written alone. Either way
+    it is kept once, and the first kept wins."""
+    async with SqliteEventStore(tmp_path / "ride.db") as store:
+        await store.append("ws", [msg("first")])
+        writer = writer_of(store)
+        assert writer.conn is not None and store._executor is not None
+        counting = CountingConnection(writer.conn)
+        writer.conn = counting  # type: ignore[assignment]
+        hold = hold_writer(store)  # the writer thread is busy: the next batch waits
+        await wait_for(hold.started.is_set)
+        appended = asyncio.ensure_future(store.append("ws", [msg("second")]))
+        # Until the batch is queued on the writer thread, behind ``hold``.
+        await wait_for(lambda: queued_jobs(store) == 1)
+        assert store._committing
+        saved = asyncio.ensure_future(store.save_checkpoint(_checkpoint(2)))
+        await asyncio.sleep(0)
+        hold.release.set()
+        assert (await appended).seqs == [2]
+        assert await saved is True
+        assert counting.commits == 1  # the batch's transaction held the checkpoint
+        assert await store.save_checkpoint(_checkpoint(2)) is False  # idle: alone
+        assert counting.commits == 2
+        assert await store.save_checkpoint(_checkpoint(1)) is True
+        assert [c.size for c in await store.list_checkpoints("ws")] == [1, 2]
+
+
+async def test_a_checkpoint_riding_a_failed_batch_fails_with_it(tmp_path: Path) -> None:
+    async with SqliteEventStore(tmp_path / "fail.db") as store:
+        await store.append("ws", [msg("first")])
+        writer = writer_of(store)
+        assert writer.conn is not None and store._executor is not None
+        writer.conn = FlakyConnection(writer.conn)  # type: ignore[assignment]
+        hold = hold_writer(store)
+        await wait_for(hold.started.is_set)
+        appended = asyncio.ensure_future(store.append("ws", [msg("second")]))
+        await wait_for(lambda: queued_jobs(store) == 1)
+        saved = asyncio.ensure_future(store.save_checkpoint(_checkpoint(1)))
+        await asyncio.sleep(0)
+        hold.release.set()
+        with pytest.raises(Unavailable):
+            await appended
+        with pytest.raises(Unavailable):
+            await saved
+        assert await store.list_checkpoints("ws") == []
+        assert await store.save_checkpoint(_checkpoint(1)) is True  # the next one commits
