@@ -579,9 +579,12 @@ def _import_one(
 # -- the Merkle tree of each workspace (no I/O) ----------------------------------------------
 #
 # Every batch also writes the stored hashes (hub.core.merkle) of the events it adds, in the
-# same transaction. Growing a workspace's tree needs its *frontier* at the batch's start
-# (at most log2 n hashes); the store caches frontiers across batches, keyed by the chain
-# head they belong to, and reads or rebuilds a missing one (:meth:`TreeTip.matches`).
+# same transaction: PostgreSQL as runs in their own table (:func:`grow_trees`), SQLite as a
+# group per event in the event's own row (:func:`grow_groups`: no row or index entry for the
+# tree, measured in docs/audit.md, "Costs"). Growing a workspace's tree needs its *frontier*
+# at the batch's start (at most log2 n hashes); the store caches frontiers across batches,
+# keyed by the chain head they belong to, and reads or rebuilds a missing one
+# (:meth:`TreeTip.matches`).
 
 
 class TreeTip(NamedTuple):
@@ -601,7 +604,7 @@ class TreeTip(NamedTuple):
 EMPTY_TREE: Final = TreeTip(0, GENESIS, ())
 
 HashRow: TypeAlias = tuple[str, int, bytes]
-"""(workspace, idx, hashes): one row of the ``merkle_hashes`` table, a *run* of consecutive
+"""(workspace, idx, hashes): one row of PostgreSQL's ``merkle_hashes`` table, a *run* of consecutive
 stored hashes (hub.core.merkle's dense sequence) starting at stored index ``idx``,
 concatenated (32 bytes each). A batch writes one run per workspace (split every
 :data:`RUN_MAX` hashes) instead of a row per hash: the tree then costs the commit a few
