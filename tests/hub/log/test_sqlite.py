@@ -5,10 +5,11 @@ store's back, backpressure and the writer's own cancellation."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
@@ -499,3 +500,49 @@ async def test_a_checkpoint_riding_a_failed_batch_fails_with_it(tmp_path: Path) 
             await saved
         assert await store.list_checkpoints("ws") == []
         assert await store.save_checkpoint(_checkpoint(1)) is True  # the next one commits
+
+
+# Written by the hub of schema 2 (before the tree moved into the event rows): workspaces "ws"
+# (21 events, appended in 9 batches of 1-4) and "other" (9 events, one per batch), checkpoints
+# of ws at 11 and 21 and of other at 9, signed with this test key.
+SCHEMA_2_FILE: Final = Path(__file__).parents[2] / "fixtures" / "sqlite-schema-2.db"
+SCHEMA_2_KEY: Final = (
+    "PRIVATE+KEY+agora.schema2+291f25fc+AQIN0eDbRq9XARgIpEOqsof+u+PKnhR0HgAOqn8kRX/K"
+)
+
+
+async def test_a_data_file_written_by_the_schema_2_hub_still_proves_its_checkpoints(
+    tmp_path: Path,
+) -> None:
+    """The file of a schema-2 hub opens; its kept checkpoints verify with the key, every
+    event's inclusion proof and the consistency proof between them lead to the signed roots
+    from the moved hashes, and the hub signs on from there."""
+    from hub.checkpoints import Checkpointer
+    from hub.core.chain import canonical_bytes
+    from hub.core.checkpoint import parse_checkpoint, parse_note, parse_signer_key, verified_by
+    from hub.core.merkle import check_consistency, check_inclusion, leaf_hash
+
+    path = tmp_path / "agora.db"
+    shutil.copyfile(SCHEMA_2_FILE, path)
+    signer = parse_signer_key(SCHEMA_2_KEY)
+    async with SqliteEventStore(path) as store:
+        checkpoints = Checkpointer(store, signer)
+        roots: dict[tuple[str, int], bytes] = {}
+        for workspace in ("ws", "other"):
+            for record in await store.list_checkpoints(workspace):
+                note = parse_note(record.note)
+                assert verified_by(note, signer.verifier) is not None
+                checkpoint = parse_checkpoint(note.text)
+                roots[(workspace, checkpoint.size)] = checkpoint.root
+        assert sorted(roots) == [("other", 9), ("ws", 11), ("ws", 21)]
+        for (workspace, size), root in roots.items():
+            events = [e async for e in store.read(workspace)]
+            for seq in range(1, size + 1):
+                proof = await checkpoints.inclusion_proof(workspace, seq, size)
+                leaf = leaf_hash(canonical_bytes(events[seq - 1]))
+                check_inclusion(seq - 1, size, leaf, proof.hashes, root)
+        consistency = await checkpoints.consistency_proof("ws", 11, 21)
+        check_consistency(11, 21, roots[("ws", 11)], roots[("ws", 21)], consistency.hashes)
+        await store.append("ws", [msg("after the migration")])
+        latest = await checkpoints.on_demand("ws")  # checks it extends size 21, then signs
+        assert parse_checkpoint(parse_note(latest.note).text).size == 22
