@@ -344,7 +344,7 @@ async def agora_tree(
             for _ in range(per_writer):
                 result = await store.append(workspace, [draft()])
                 if checkpoints is not None:
-                    checkpoints.appended(workspace, result.seqs[-1])
+                    checkpoints.appended(workspace, result.events[-1].seq)  # as the server
 
         total = per_writer * WRITERS
         if checkpoints is None:
