@@ -5,9 +5,11 @@ store's back, backpressure and the writer's own cancellation."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import sqlite3
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -436,11 +438,16 @@ class Hold:
         self.release.wait()
 
 
-def hold_writer(store: SqliteEventStore) -> Hold:
+@contextlib.contextmanager
+def writer_held(store: SqliteEventStore) -> Iterator[Hold]:
+    """Hold the store's writer thread inside (released on the way out, whatever happens)."""
     assert store._executor is not None
     hold = Hold()
     store._executor.submit(hold)
-    return hold
+    try:
+        yield hold
+    finally:
+        hold.release.set()
 
 
 def queued_jobs(store: SqliteEventStore) -> int:
@@ -463,15 +470,14 @@ async def test_a_checkpoint_saved_during_a_batch_rides_its_transaction(tmp_path:
         assert writer.conn is not None and store._executor is not None
         counting = CountingConnection(writer.conn)
         writer.conn = counting  # type: ignore[assignment]
-        hold = hold_writer(store)  # the writer thread is busy: the next batch waits
-        await wait_for(hold.started.is_set)
-        appended = asyncio.ensure_future(store.append("ws", [msg("second")]))
-        # Until the batch is queued on the writer thread, behind ``hold``.
-        await wait_for(lambda: queued_jobs(store) == 1)
-        assert store._committing
-        saved = asyncio.ensure_future(store.save_checkpoint(_checkpoint(2)))
-        await asyncio.sleep(0)
-        hold.release.set()
+        with writer_held(store) as hold:  # the writer thread is busy: the next batch waits
+            await wait_for(hold.started.is_set)
+            appended = asyncio.ensure_future(store.append("ws", [msg("second")]))
+            # Until the batch is queued on the writer thread, behind ``hold``.
+            await wait_for(lambda: queued_jobs(store) == 1)
+            assert store._committing
+            saved = asyncio.ensure_future(store.save_checkpoint(_checkpoint(2)))
+            await asyncio.sleep(0)
         assert (await appended).seqs == [2]
         assert await saved is True
         assert counting.commits == 1  # the batch's transaction held the checkpoint
@@ -487,13 +493,12 @@ async def test_a_checkpoint_riding_a_failed_batch_fails_with_it(tmp_path: Path) 
         writer = writer_of(store)
         assert writer.conn is not None and store._executor is not None
         writer.conn = FlakyConnection(writer.conn)  # type: ignore[assignment]
-        hold = hold_writer(store)
-        await wait_for(hold.started.is_set)
-        appended = asyncio.ensure_future(store.append("ws", [msg("second")]))
-        await wait_for(lambda: queued_jobs(store) == 1)
-        saved = asyncio.ensure_future(store.save_checkpoint(_checkpoint(1)))
-        await asyncio.sleep(0)
-        hold.release.set()
+        with writer_held(store) as hold:
+            await wait_for(hold.started.is_set)
+            appended = asyncio.ensure_future(store.append("ws", [msg("second")]))
+            await wait_for(lambda: queued_jobs(store) == 1)
+            saved = asyncio.ensure_future(store.save_checkpoint(_checkpoint(1)))
+            await asyncio.sleep(0)
         with pytest.raises(Unavailable):
             await appended
         with pytest.raises(Unavailable):
