@@ -329,12 +329,21 @@ async def agora_concurrent(
         return per_writer * WRITERS / (time.perf_counter() - t0)
 
 
+def written_bytes() -> int:
+    """Bytes this process has handed to write() so far (Linux ``/proc/self/io`` ``wchar``;
+    0 elsewhere): the WAL frames and checkpoint copies of the store."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        lines = Path("/proc/self/io").read_text().splitlines()
+        return int(next(line for line in lines if line.startswith("wchar:")).split()[1])
+    return 0
+
+
 async def agora_tree(
     db: Path, n: int, *, on: bool, workspaces: int = 8
-) -> tuple[float, float, int]:
+) -> tuple[float, float, int, float]:
     """(d): (b) with the Merkle tree and checkpoints on or off; (appends/s, CPU µs of this
-    process per append, checkpoints signed). CPU time is less at the mercy of other
-    processes on a shared machine than the rate is."""
+    process per append, checkpoints signed, bytes written per append). CPU time and bytes
+    written are less at the mercy of other processes on a shared machine than the rate is."""
     per_writer = n // WRITERS
     async with SqliteEventStore(db, merkle=on) as store:
         checkpoints = Checkpointer(store, generate_signer("agora.bench")) if on else None
@@ -344,23 +353,25 @@ async def agora_tree(
             for _ in range(per_writer):
                 result = await store.append(workspace, [draft()])
                 if checkpoints is not None:
-                    checkpoints.appended(workspace, result.seqs[-1])
+                    checkpoints.appended(workspace, result.events[-1].seq)  # as the server
 
         total = per_writer * WRITERS
         if checkpoints is None:
-            t0, c0 = time.perf_counter(), time.process_time()
+            t0, c0, w0 = time.perf_counter(), time.process_time(), written_bytes()
             await asyncio.gather(*(writer(k) for k in range(WRITERS)))
             cpu = (time.process_time() - c0) / total * 1e6
-            return total / (time.perf_counter() - t0), cpu, 0
+            wrote = (written_bytes() - w0) / total
+            return total / (time.perf_counter() - t0), cpu, 0, wrote
         async with checkpoints:
-            t0, c0 = time.perf_counter(), time.process_time()
+            t0, c0, w0 = time.perf_counter(), time.process_time(), written_bytes()
             await asyncio.gather(*(writer(k) for k in range(WRITERS)))
             rate = total / (time.perf_counter() - t0)
             cpu = (time.process_time() - c0) / total * 1e6
+            wrote = (written_bytes() - w0) / total
         made = 0
         for w in range(workspaces):
             made += len(await store.list_checkpoints(f"bench-{w}"))
-        return rate, cpu, made
+        return rate, cpu, made, wrote
 
 
 def tree_rows(root: Path, n: int, repeats: int) -> None:
@@ -368,14 +379,16 @@ def tree_rows(root: Path, n: int, repeats: int) -> None:
     off: list[float] = []
     on: list[float] = []
     cpu: dict[bool, list[float]] = {False: [], True: []}
+    wrote: dict[bool, list[float]] = {False: [], True: []}
     signed: list[int] = []
     for i in range(repeats):
         for flag, rates in ((False, off), (True, on)):
             run_dir = root / f"d-{flag}-{i}"
             run_dir.mkdir()
-            rate, used, made = asyncio.run(agora_tree(run_dir / "log.db", n, on=flag))
+            rate, used, made, written = asyncio.run(agora_tree(run_dir / "log.db", n, on=flag))
             rates.append(rate)
             cpu[flag].append(used)
+            wrote[flag].append(written)
             if flag:
                 signed.append(made)
             shutil.rmtree(run_dir)
@@ -389,6 +402,12 @@ def tree_rows(root: Path, n: int, repeats: int) -> None:
     )
     c_off, c_on = statistics.median(cpu[False]), statistics.median(cpu[True])
     print(f"    CPU per append: off {c_off:.1f} µs | on {c_on:.1f} µs | on/off {c_on / c_off:.2f}")
+    w_off, w_on = statistics.median(wrote[False]), statistics.median(wrote[True])
+    if w_off:
+        print(
+            f"    written per append (WAL + checkpoint copies): off {w_off:,.0f} B | "
+            f"on {w_on:,.0f} B | on/off {w_on / w_off:.2f}"
+        )
     print(f"    runs off: {', '.join(fmt(r) for r in off)}")
     print(
         f"    runs on:  {', '.join(fmt(r) for r in on)} (checkpoints signed: "

@@ -3,8 +3,11 @@
     python bench/proof_bench.py [--events N] [--proofs P] [--dir D]
 
 The tree's stored hashes are built directly with the pure functions (hub.core.merkle:
-``CompactRange`` over synthetic leaf hashes; no events are written, which would only add
-append time) and loaded into a real SQLite store's ``merkle_hashes`` table. Then, through
+``CompactRange`` over synthetic leaf hashes; the events are not sealed, which would only add
+append time) and loaded into a real SQLite store as it keeps them: each leaf's group of
+stored hashes in its event's row (``events.tree``), beside a stand-in body of
+``--body-bytes`` (default 400, about a message event's) so that the rows, and the pages a
+proof reads, are the size of a real log's. Then, through
 the store (``read_hashes``, one query per proof) and the pure functions: P inclusion proofs
 of random seqs in the tree of N, and P consistency proofs from a random size to N; each
 proof is also checked against the tree head. Printed: median and p99 time per proof
@@ -43,10 +46,12 @@ from hub.core.merkle import (
     tree_hash_indexes,
 )
 from hub.log.sqlite import SqliteEventStore
-from hub.log.writer import runs
 
 WORKSPACE = "bench"
-INSERT = "INSERT INTO merkle_hashes VALUES (?, ?, ?)"
+INSERT = (
+    "INSERT INTO events (position, workspace, seq, id, kind, timestamp, hash, body, tree) "
+    "VALUES (?, ?, ?, ?, 'messagePosted', 0, '', ?, ?)"
+)
 TARGET_MS = 5.0  # per proof, generation through the store
 
 
@@ -54,22 +59,22 @@ def leaf(i: int) -> bytes:
     return leaf_hash(i.to_bytes(8, "big"))
 
 
-def build(db: Path, n: int) -> bytes:
-    """Store the hashes of the tree of ``n`` synthetic leaves; return its root."""
+def build(db: Path, n: int, body_bytes: int) -> bytes:
+    """Store the hashes of the tree of ``n`` synthetic leaves, a group per event row; return
+    its root."""
     compact = CompactRange()
     conn = sqlite3.connect(db)
     conn.execute("PRAGMA journal_mode=WAL")
-    hashes: list[bytes] = []
-    first = 0
-    for i in range(n):
-        compact.append_into(leaf(i), hashes)
-        if len(hashes) >= 100_000:  # stored as the writer stores them: runs of RUN_MAX
-            conn.executemany(
-                "INSERT INTO merkle_hashes VALUES (?, ?, ?)", runs(WORKSPACE, first, hashes)
-            )
-            first = compact.stored
-            hashes = []
-    conn.executemany(INSERT, runs(WORKSPACE, first, hashes))
+    body = b"x" * body_bytes
+    page = 100_000
+    for start in range(0, n, page):
+        groups: list[bytes] = []
+        stop = min(start + page, n)
+        compact.extend_groups((i.to_bytes(8, "big") for i in range(start, stop)), groups)
+        conn.executemany(
+            INSERT,
+            ((i + 1, WORKSPACE, i + 1, f"e{i}", body, g) for i, g in enumerate(groups, start)),
+        )
     conn.commit()
     conn.close()
     return frontier_root(compact.frontier())
@@ -142,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--proofs", type=int, default=1000)
+    parser.add_argument("--body-bytes", type=int, default=400, help="stand-in body per event")
     parser.add_argument("--dir", type=Path, default=None, help="where the database goes")
     args = parser.parse_args(argv)
     root_dir = Path(tempfile.mkdtemp(prefix="proof-bench-", dir=args.dir))
@@ -149,17 +155,15 @@ def main(argv: list[str] | None = None) -> int:
         db = root_dir / "agora.db"
         asyncio.run(_create(db))
         t0 = time.perf_counter()
-        root = build(db, args.events)
+        root = build(db, args.events, args.body_bytes)
         built = time.perf_counter() - t0
         conn = sqlite3.connect(db)
-        rows, size = conn.execute(
-            "SELECT count(*), sum(length(hash)) / 32 FROM merkle_hashes"
-        ).fetchone()
+        rows, size = conn.execute("SELECT count(*), sum(length(tree)) / 32 FROM events").fetchone()
         conn.close()
         print(
-            f"built and stored {size:,} hashes ({rows:,} runs) for {args.events:,} leaves in "
-            f"{built:.1f} s ({size / args.events:.2f} per leaf); root "
-            f"{base64.b64encode(root).decode()}"
+            f"built and stored {size:,} hashes (in {rows:,} event rows of a {args.body_bytes}-byte "
+            f"body) for {args.events:,} leaves in {built:.1f} s ({size / args.events:.2f} per "
+            f"leaf); root {base64.b64encode(root).decode()}"
         )
         asyncio.run(measure(db, args.events, root, args.proofs))
     finally:

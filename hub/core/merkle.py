@@ -95,29 +95,43 @@ def stored_hash_index(level: int, index: int) -> int:
     """Where the hash of the perfect subtree (``level``, ``index``) — leaves
     ``[index << level, (index + 1) << level)`` — sits in the stored sequence."""
     assert level >= 0 and index >= 0, "bad math: negative tree coordinates"
-    # As tlog: walk down to the subtree's last leaf n (index 2^level·(index+1) - 1); the
-    # hashes stored up to and including leaf n's own hash number n + n/2 + n/4 + … (each
-    # leaf k adds 1 + trailing-ones(k)); the ``level`` more stored after it lead up to ours.
-    n = index
-    for _ in range(level):
-        n = 2 * n + 1
-    total = 0
-    while n > 0:
-        total += n
-        n >>= 1
-    return total + level
+    # As tlog: the subtree is stored with its last leaf n = 2^level·(index+1) - 1, ``level``
+    # hashes after n's own. Leaf k stores 1 + trailing-ones(k) hashes, and the trailing ones
+    # of 0..n-1 sum to n - popcount(n): n's own hash is number 2n - popcount(n) (tlog sums
+    # n + n/2 + n/4 + …, the same in a loop). O(1): this runs for every hash of a proof.
+    n = ((index + 1) << level) - 1
+    return 2 * n - n.bit_count() + level
 
 
 def stored_hash_count(size: int) -> int:
-    """How many hashes are stored for a tree of ``size`` leaves."""
-    if size == 0:
-        return 0
-    count = stored_hash_index(0, size - 1) + 1
-    last = size - 1
-    while last & 1:
-        count += 1
-        last >>= 1
-    return count
+    """How many hashes are stored for a tree of ``size`` leaves (see
+    :func:`stored_hash_index`: the leaves before ``size`` store 2·size - popcount(size))."""
+    assert size >= 0, "bad math: negative size"
+    return 2 * size - size.bit_count()
+
+
+def stored_hash_leaf(stored: int) -> tuple[int, int]:
+    """The inverse of :func:`stored_hash_index`, as a place in the leaves' groups: (the leaf
+    ``n`` whose append stored hash ``stored``, its offset in that leaf's group). Appending
+    leaf ``n`` stores a group of 1 + trailing-ones(n) hashes: the leaf's own, then the
+    subtree of each level it completes, so offset = the subtree's level (tlog's
+    SplitStoredHashIndex). A store that keeps each leaf's group beside its event finds a
+    stored hash here."""
+    assert stored >= 0, "bad math: negative stored index"
+    # stored_hash_index(0, n) = 2n - popcount(n) <= 2n: the leaf is in [stored/2, ...],
+    # at most log2 steps on.
+    n = stored // 2
+    first = 2 * n - n.bit_count()
+    while True:
+        after = first + group_size(n)
+        if after > stored:
+            return n, stored - first
+        n, first = n + 1, after
+
+
+def group_size(leaf: int) -> int:
+    """How many hashes appending leaf ``leaf`` (0-based) stores: 1 + trailing-ones(leaf)."""
+    return ((leaf + 1) & -(leaf + 1)).bit_length()
 
 
 def frontier_coordinates(size: int) -> list[tuple[int, int]]:
@@ -235,6 +249,35 @@ class CompactRange:
             n += 1
         self.size = n
         self.stored += len(out) - start
+
+    def extend_groups(self, records: Iterable[bytes], out: list[bytes]) -> None:
+        """:meth:`extend`, but adding one item per leaf to ``out``: the group of hashes
+        that leaf stores (its own hash, then each subtree it completes: see
+        :func:`stored_hash_leaf`), concatenated. For a store that keeps each group beside
+        its event (no row or index entry of its own)."""
+        stack = self.hashes
+        append = out.append
+        n = self.size
+        sha256 = hashlib.sha256
+        added = 0
+        for data in records:
+            current = sha256(_LEAF + data).digest()
+            if n & 1:
+                group = current
+                m = n
+                while m & 1:
+                    current = sha256(_NODE + stack.pop() + current).digest()
+                    group += current
+                    m >>= 1
+                append(group)
+                added += len(group) // HASH_SIZE
+            else:
+                append(current)
+                added += 1
+            stack.append(current)
+            n += 1
+        self.size = n
+        self.stored += added
 
     def frontier(self) -> tuple[bytes, ...]:
         return tuple(self.hashes)
@@ -520,6 +563,7 @@ __all__ = [
     "frontier_coordinates",
     "frontier_indexes",
     "frontier_root",
+    "group_size",
     "inclusion_proof",
     "inclusion_proof_indexes",
     "leaf_hash",
@@ -527,6 +571,7 @@ __all__ = [
     "root_from_inclusion",
     "stored_hash_count",
     "stored_hash_index",
+    "stored_hash_leaf",
     "tree_hash",
     "tree_hash_indexes",
 ]

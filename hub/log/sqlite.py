@@ -25,6 +25,11 @@ Why this shape (ARCHITECTURE.md, "Storage and scale"):
   in one ``msgspec`` call over ``[body,body,…]``.
 * **Minted ids are time-ordered** (UUIDv7, :func:`mint_ids`), so the ``(workspace, id)`` index
   grows at its tail instead of dirtying a random page per event (see ``mint_ids``).
+* **The Merkle tree lives in the event rows** (schema 3): each event's ``tree`` column holds
+  the stored hashes its leaf adds (hub.core.merkle.stored_hash_leaf: the leaf's hash, then
+  each subtree it completes; 64 bytes on average), written by the same ``INSERT``. The tree
+  then costs a commit no row and no index entry of its own, only bytes at the table's tail,
+  and a proof reads its hashes through the ``(workspace, seq)`` index every read uses.
 * **Imports** restore the whole exported log of one workspace, under the same workspace name,
   into an empty workspace; positions are re-assigned, everything hashed is kept.
 
@@ -35,10 +40,12 @@ writer notices (``PRAGMA data_version``) and reloads its cached heads before dec
 from __future__ import annotations
 
 import asyncio
+import collections
+import concurrent.futures
 import contextlib
 import os
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final, TypeAlias
@@ -50,7 +57,7 @@ from hub.core.chain import GENESIS
 from hub.core.checkpoint import CheckpointRecord
 from hub.core.errors import AgoraError, IntegrityError, Internal, NotFound, Unavailable
 from hub.core.events import Event
-from hub.core.merkle import HASH_SIZE, frontier_indexes, stored_hash_count
+from hub.core.merkle import HASH_SIZE, frontier_indexes, group_size, stored_hash_leaf
 from hub.core.records import AppendResult, Head, Snapshot
 from hub.log.base import EventStore
 from hub.log.blobs import FileBlobStore
@@ -70,11 +77,11 @@ from hub.log.writer import (
     batch_timestamp,
     chain,
     decide_batch,
-    grow_trees,
+    grow_groups,
     resolve,
 )
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 
 _CREATE_META: Final = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 _SET_META: Final = "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)"
@@ -83,9 +90,12 @@ _LEGACY_DEPTH: Final = "legacyDepth"
 """Set when the file was written by a hub before schema 2, which did not bound JSON nesting:
 its readers check every page's depth (hub.log.codec.READ_MAX_DEPTH). A file created by this
 version holds only events bounded on write, and its fast reads skip the check."""
-"""1: events, snapshots. 2: merkle_hashes, checkpoints (a version-1 file gains the empty
-tables; each workspace's hashes are then built from its events at its next append or
-checkpoint, :meth:`SqliteEventStore.ensure_hashes`)."""
+"""1: events, snapshots. 2: merkle_hashes (runs of stored hashes per workspace and batch),
+checkpoints. 3: the stored hashes move into ``events.tree`` (see the module docstring).
+Opening an older file migrates it in one transaction (:func:`_migrate`): a version-1 file
+gains the checkpoints table and each workspace's hashes are built from its events at its next
+append or checkpoint (:meth:`SqliteEventStore.ensure_hashes`); a version-2 file's
+``merkle_hashes`` runs are moved into the rows of their events and the table is dropped."""
 
 _SCHEMA: Final = (
     """
@@ -98,6 +108,7 @@ _SCHEMA: Final = (
         timestamp INTEGER NOT NULL,
         hash      TEXT    NOT NULL,
         body      BLOB    NOT NULL,
+        tree      BLOB,
         UNIQUE (workspace, seq),
         UNIQUE (workspace, id)
     )
@@ -111,18 +122,6 @@ _SCHEMA: Final = (
         body      BLOB    NOT NULL,
         PRIMARY KEY (workspace, name, version, seq)
     ) WITHOUT ROWID
-    """,
-    # The stored hashes of each workspace's Merkle tree (hub.core.merkle's dense sequence),
-    # in runs: ``hash`` holds consecutive stored hashes from index ``idx`` on, 32 bytes each
-    # (hub.log.writer.HashRow). Derived from the events, written in the same transaction.
-    # A rowid table: runs are kilobytes, too large for a WITHOUT ROWID b-tree's cells.
-    """
-    CREATE TABLE IF NOT EXISTS merkle_hashes (
-        workspace TEXT    NOT NULL,
-        idx       INTEGER NOT NULL,
-        hash      BLOB    NOT NULL,
-        PRIMARY KEY (workspace, idx)
-    )
     """,
     # Signed checkpoints (hub.core.checkpoint): the hub's note, and the cosignature lines
     # witnesses handed back.
@@ -138,8 +137,8 @@ _SCHEMA: Final = (
 )
 
 _INSERT: Final = (
-    "INSERT INTO events (position, workspace, seq, id, kind, timestamp, hash, body) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO events (position, workspace, seq, id, kind, timestamp, hash, body, tree) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 # Ids travel as one JSON array parameter so the statement text (and its prepared form) is
 # the same whatever the number of ids.
@@ -198,23 +197,14 @@ _SELECT_SNAPSHOT: Final = (
     "AND seq <= ? ORDER BY seq DESC LIMIT 1"
 )
 
-_INSERT_HASH: Final = "INSERT INTO merkle_hashes (workspace, idx, hash) VALUES (?, ?, ?)"
-# Each wanted stored index: the run holding it (the last one starting at or before it; an
-# index seek), sliced to its 32 bytes (hub.log.writer.HashRow). A slice past the run's end
-# comes back short: that hash is not stored.
-_SELECT_HASHES: Final = """
-    SELECT j.value, (
-        SELECT substr(r.hash, (j.value - r.idx) * 32 + 1, 32) FROM merkle_hashes AS r
-        WHERE r.workspace = ?1 AND r.idx <= j.value ORDER BY r.idx DESC LIMIT 1
-    )
-    FROM json_each(?2) AS j
-"""
-# Cut the stored sequence back to its first ?2 hashes: whole runs past it go, a run across
-# it is shortened.
-_DELETE_HASHES_FROM: Final = "DELETE FROM merkle_hashes WHERE workspace = ? AND idx >= ?"
-_CUT_HASH_RUN: Final = (
-    "UPDATE merkle_hashes SET hash = substr(hash, 1, (?2 - idx) * 32) "
-    "WHERE workspace = ?1 AND idx < ?2 AND idx + length(hash) / 32 > ?2"
+# The tree groups of the events holding the wanted stored hashes (one index probe each; the
+# seqs travel as one JSON array, as _SELECT_IDS's ids); sliced by _hash_map.
+_SELECT_TREES: Final = (
+    "SELECT seq, tree FROM events WHERE workspace = ? AND seq IN (SELECT value FROM json_each(?))"
+)
+_SET_TREE: Final = "UPDATE events SET tree = ? WHERE workspace = ? AND seq = ?"
+_INSERT_CHECKPOINT: Final = (
+    "INSERT OR IGNORE INTO checkpoints (workspace, size, note, cosignatures) VALUES (?, ?, ?, ?)"
 )
 _SELECT_CHECKPOINT: Final = (
     "SELECT workspace, size, note, cosignatures FROM checkpoints WHERE workspace = ? AND size = ?"
@@ -240,11 +230,16 @@ _JOURNAL_SIZE_LIMIT: Final = 64 * 1024 * 1024
 _WAL_AUTOCHECKPOINT_PAGES: Final = 4000
 _json: Final = msgspec.json.Encoder()
 
-_Row: TypeAlias = tuple[int, str, int, str, str, int, str, bytes]
+_Row: TypeAlias = tuple[int, str, int, str, str, int, str, bytes, bytes | None]
+# A small write that rides along the next batch's transaction (_Writer.ride): its statement,
+# its parameters, and the future told its row count once that transaction commits.
+_Future: TypeAlias = "concurrent.futures.Future[int]"
+_Rider: TypeAlias = tuple[str, tuple[Any, ...], _Future]
 
 
-def _row(event: Event, body: bytes) -> _Row:
-    """The ``_INSERT`` parameters of a sealed event."""
+def _row(event: Event, body: bytes, tree: bytes | None) -> _Row:
+    """The ``_INSERT`` parameters of a sealed event (``tree``: the stored hashes its leaf
+    adds, None with the tree off)."""
     return (
         event.position,
         event.workspace,
@@ -254,6 +249,7 @@ def _row(event: Event, body: bytes) -> _Row:
         event.timestamp,
         event.hash or GENESIS,
         body,
+        tree,
     )
 
 
@@ -307,6 +303,10 @@ class _Writer:
         self.next_position: int | None = None  # None: reload from the database
         self.data_version: int | None = None
         self.last_timestamp = 0
+        # Riders (see _Rider) queued from the loop; taken on this thread (deque: thread-safe
+        # append and popleft).
+        self.riders: collections.deque[_Rider] = collections.deque()
+        self._taken: list[_Rider] = []  # riders written in the open transaction
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -340,11 +340,9 @@ class _Writer:
                         version=version,
                     )
                 if version < SCHEMA_VERSION:
-                    for statement in _SCHEMA:
-                        conn.execute(statement)
-                    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                    _migrate(conn)
                 conn.execute(_CREATE_META)
-                if 0 < version < SCHEMA_VERSION:
+                if 0 < version < 2:
                     # Written by a hub that did not bound nesting: readers check every page.
                     conn.execute(_SET_META, (_LEGACY_DEPTH, "1"))
                 self.legacy_depth = conn.execute(_GET_META, (_LEGACY_DEPTH,)).fetchone() is not None
@@ -368,6 +366,9 @@ class _Writer:
         if self.conn is not None:
             conn, self.conn = self.conn, None
             conn.close()
+        while self.riders:
+            _, _, future = self.riders.popleft()
+            _tell(future, Unavailable("the store closed before this write"))
 
     def _load_position(self) -> None:
         assert self.conn is not None
@@ -401,20 +402,30 @@ class _Writer:
             conn.execute("BEGIN IMMEDIATE")
             decision, now = self._decide(conn, batch)
             trees: dict[str, TreeTip] = {}
-            if decision.rows:
-                conn.executemany(_INSERT, [_row(e, body) for e, body in decision.rows])
             if decision.rows and self.merkle:
-                hash_rows, trees = grow_trees(
+                groups, trees = grow_groups(
                     decision.records, self._trees(conn, decision.records), decision.staged
                 )
-                conn.executemany(_INSERT_HASH, hash_rows)
+                # Each workspace's groups are in seq order, as its rows are.
+                nexts = {w: iter(g).__next__ for w, g in groups.items()}
+                conn.executemany(
+                    _INSERT, [_row(e, body, nexts[e.workspace]()) for e, body in decision.rows]
+                )
+            elif decision.rows:
+                conn.executemany(_INSERT, [_row(e, body, None) for e, body in decision.rows])
+            riders = self._take_riders(conn)
             conn.execute("COMMIT")
         except sqlite3.Error as e:
             self._abort(conn)
+            self._fail_riders(e)
             return [chain(Unavailable(f"could not commit the batch: {e}"), e) for _ in batch]
         except Exception as e:  # a bug: fail this batch only, keep the writer alive
             self._abort(conn)
+            self._fail_riders(e)
             return [chain(Internal(f"writer failed: {e!r}"), e) for _ in batch]
+        self._taken = []
+        for future, count in riders:
+            _tell(future, count)
         # Committed: only now do the staged heads become the truth.
         if len(self.heads) > _MAX_CACHED_HEADS:
             self.heads.clear()  # bounded: evicted heads are reloaded on demand
@@ -424,6 +435,45 @@ class _Writer:
         self.next_position = decision.position
         self.last_timestamp = now
         return decision.outcomes
+
+    # -- riders: small writes that share a batch's transaction ----------------------------
+
+    def _take_riders(self, conn: sqlite3.Connection) -> list[tuple[_Future, int]]:
+        """Write the queued riders in the open transaction: (future, row count) of each, to
+        be told once it commits (held in ``self._taken`` until then, to fail them if it
+        does not)."""
+        done: list[tuple[_Future, int]] = []
+        taken = self._taken
+        while self.riders:
+            rider = self.riders.popleft()
+            taken.append(rider)
+            sql, params, future = rider
+            done.append((future, conn.execute(sql, params).rowcount))
+        return done
+
+    def _fail_riders(self, cause: BaseException) -> None:
+        """Fail the riders of a transaction that did not commit."""
+        taken, self._taken = self._taken, []
+        for _, _, future in taken:
+            _tell(future, chain(Unavailable(f"could not commit the write: {cause}"), cause))
+
+    def ride_alone(self) -> None:
+        """Write the riders no batch took, in a transaction of their own (the store was idle
+        when they came)."""
+        conn = self.conn
+        if conn is None or not self.riders:
+            return
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            riders = self._take_riders(conn)
+            conn.execute("COMMIT")
+        except Exception as e:  # sqlite3.Error, or a bug: either way its callers must hear
+            self._abort(conn)
+            self._fail_riders(e)
+            return
+        self._taken = []
+        for future, count in riders:
+            _tell(future, count)
 
     def _abort(self, conn: sqlite3.Connection) -> None:
         with contextlib.suppress(sqlite3.Error):
@@ -486,15 +536,11 @@ class _Writer:
         return trees
 
     def _load_tree(self, conn: sqlite3.Connection, workspace: str, size: int, head: str) -> TreeTip:
-        # Stored hashes past the head would be stale derived data (the log was cut behind
-        # the store's back); they are dropped rather than left to collide with new ones.
-        count = stored_hash_count(size)
-        conn.execute(_DELETE_HASHES_FROM, (workspace, count))
-        conn.execute(_CUT_HASH_RUN, (workspace, count))
+        # (Hashes of events cut from the log behind the store's back went with their rows.)
         if size == 0:
             return EMPTY_TREE
         indexes = frontier_indexes(size)
-        found = _hash_map(conn.execute(_SELECT_HASHES, (workspace, _json.encode(indexes))))
+        found = _read_hashes(conn.execute, workspace, indexes)
         if all(i in found for i in indexes):
             return TreeTip(size, head, tuple(found[i] for i in indexes))
         tip = self._rebuild(conn, workspace, size)
@@ -503,7 +549,6 @@ class _Writer:
 
     def _rebuild(self, conn: sqlite3.Connection, workspace: str, size: int) -> TreeTip:
         """Rewrite the stored hashes of events 1..size from the events (in a transaction)."""
-        conn.execute(_DELETE_HASHES_FROM, (workspace, 0))
         builder = TreeBuilder(workspace)
         after = 0
         while after < size:
@@ -511,7 +556,9 @@ class _Writer:
             if not page:
                 break
             events = decode_page([r[1] for r in page], [r[0] for r in page], "seq")
-            conn.executemany(_INSERT_HASH, builder.add(events))
+            conn.executemany(
+                _SET_TREE, [(group, workspace, seq) for group, seq in builder.add_groups(events)]
+            )
             after = events[-1].seq
         return builder.tip
 
@@ -537,15 +584,6 @@ class _Writer:
         return size
 
     # -- checkpoints -------------------------------------------------------------------------
-
-    def save_checkpoint(self, record: CheckpointRecord) -> bool:
-        count = self._in_transaction(
-            "INSERT OR IGNORE INTO checkpoints (workspace, size, note, cosignatures) "
-            "VALUES (?, ?, ?, ?)",
-            (record.workspace, record.size, record.note, record.cosignatures),
-            "saving a checkpoint",
-        )
-        return count == 1
 
     def set_cosignatures(self, workspace: str, size: int, cosignatures: str) -> None:
         count = self._in_transaction(
@@ -629,6 +667,7 @@ class SqliteEventStore(EventStore):
         self._reader: aiosqlite.Connection | None = None
         self._commits = GroupCommit(batch_max=batch_max, queue_max=queue_max)
         self._opening = asyncio.Lock()
+        self._committing = False  # a batch is on the writer thread (or about to be)
 
     def __repr__(self) -> str:
         return f"SqliteEventStore({str(self.path)!r})"
@@ -701,6 +740,7 @@ class SqliteEventStore(EventStore):
         done: asyncio.Future[None] = loop.create_future()
         writer = self._writer
         assert writer is not None and self._executor is not None
+        self._committing = True
 
         def report(outcomes: list[WriteOutcome]) -> None:  # on the loop
             resolve(batch, outcomes)
@@ -717,7 +757,33 @@ class SqliteEventStore(EventStore):
                 loop.call_soon_threadsafe(report, outcomes)
 
         self._executor.submit(job)
-        await done
+        try:
+            await done
+        finally:
+            self._committing = False
+            if writer.riders:
+                # Queued after this batch took its riders: the next batch takes them if the
+                # writer task starts one at once (it does when appends are queued), else
+                # they go alone.
+                loop.call_soon(self._ride_if_idle)
+
+    def _ride_if_idle(self) -> None:
+        writer, executor = self._writer, self._executor
+        if not self._committing and writer is not None and executor is not None and writer.riders:
+            executor.submit(writer.ride_alone)
+
+    async def _ride(self, sql: str, params: tuple[Any, ...]) -> int:
+        """Run one small write in the next batch's transaction (its fsync covers it), or
+        alone when no batch is under way; return its row count once committed. Checkpoints
+        come once per ~1,000 events: a transaction of their own would cost the writer an
+        fsync each, a batch's worth of appends (bench/log_bench.py (d))."""
+        writer = self._writer_or_raise()
+        assert self._executor is not None
+        future: concurrent.futures.Future[int] = concurrent.futures.Future()
+        writer.riders.append((sql, params, future))
+        if not self._committing:
+            self._executor.submit(writer.ride_alone)
+        return await asyncio.wrap_future(future)
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -743,10 +809,12 @@ class SqliteEventStore(EventStore):
         """See :meth:`EventStore.read_hash_map`. Raises ``Unavailable``."""
         if not indexes:
             return {}
+        places = [stored_hash_leaf(i) for i in indexes]
+        seqs = sorted({leaf + 1 for leaf, _ in places})
         rows = await self._fetch(
-            _SELECT_HASHES, (workspace, _json.encode(list(indexes))), "reading Merkle hashes"
+            _SELECT_TREES, (workspace, _json.encode(seqs)), "reading Merkle hashes"
         )
-        return _hash_map(rows)
+        return _hash_map(indexes, places, rows)
 
     async def rebuild_hashes(self, workspace: str) -> int:
         """See :meth:`EventStore.rebuild_hashes` (on the writer thread, between batches)."""
@@ -754,9 +822,10 @@ class SqliteEventStore(EventStore):
         return size
 
     async def save_checkpoint(self, record: CheckpointRecord) -> bool:
-        """See :meth:`EventStore.save_checkpoint`."""
-        saved: bool = await self._on_writer(self._writer_or_raise().save_checkpoint, record)
-        return saved
+        """See :meth:`EventStore.save_checkpoint` (written with the next batch: :meth:`_ride`).
+        Raises :class:`Unavailable`."""
+        params = (record.workspace, record.size, record.note, record.cosignatures)
+        return await self._ride(_INSERT_CHECKPOINT, params) == 1
 
     async def set_cosignatures(self, workspace: str, size: int, cosignatures: str) -> None:
         """See :meth:`EventStore.set_cosignatures`."""
@@ -906,9 +975,81 @@ class SqliteEventStore(EventStore):
         return [head_from_row(r) for r in await self._fetch(_SELECT_HEADS, (), "reading heads")]
 
 
-def _hash_map(rows: Iterable[Any]) -> dict[int, bytes]:
-    """(index, 32-byte slice) rows as index → hash; a short slice is a hash not stored."""
-    return {int(idx): bytes(h) for idx, h in rows if h is not None and len(h) == HASH_SIZE}
+def _tell(future: _Future, outcome: int | BaseException) -> None:
+    """Settle a rider's future from the writer thread (its caller may have given up: the
+    write stands either way, as any job on the writer thread)."""
+    with contextlib.suppress(concurrent.futures.InvalidStateError):
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+
+
+def _hash_map(
+    indexes: Sequence[int], places: Sequence[tuple[int, int]], rows: Iterable[Any]
+) -> dict[int, bytes]:
+    """The stored hashes ``indexes`` (at ``places``, :func:`stored_hash_leaf` of each) out of
+    ``(seq, tree)`` rows, as index → hash. An event without its group (``tree`` NULL: the tree
+    was off, or the hashes were never built) or with a short one holds none of them."""
+    trees = {int(seq): tree for seq, tree in rows}
+    found: dict[int, bytes] = {}
+    for index, (leaf, offset) in zip(indexes, places, strict=True):
+        tree = trees.get(leaf + 1)
+        if tree is not None and len(tree) == group_size(leaf) * HASH_SIZE:
+            found[index] = bytes(tree[offset * HASH_SIZE : (offset + 1) * HASH_SIZE])
+    return found
+
+
+def _read_hashes(
+    execute: Callable[[str, tuple[Any, ...]], Iterable[Any]],
+    workspace: str,
+    indexes: Sequence[int],
+) -> dict[int, bytes]:
+    """:func:`_hash_map` of ``indexes`` read through ``execute`` (the writer's connection)."""
+    places = [stored_hash_leaf(i) for i in indexes]
+    seqs = sorted({leaf + 1 for leaf, _ in places})
+    return _hash_map(indexes, places, execute(_SELECT_TREES, (workspace, _json.encode(seqs))))
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Bring a file of an older schema (or a new one) to :data:`SCHEMA_VERSION`, inside the
+    caller's transaction (see :data:`_LEGACY_DEPTH`'s note on the versions)."""
+    for statement in _SCHEMA:
+        conn.execute(statement)
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(events)")}
+    if "tree" not in columns:
+        conn.execute("ALTER TABLE events ADD COLUMN tree BLOB")  # NULL: no rewrite
+    legacy = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'merkle_hashes'"
+    ).fetchone()
+    if legacy is not None:
+        workspaces = [w for (w,) in conn.execute("SELECT DISTINCT workspace FROM merkle_hashes")]
+        for workspace in workspaces:
+            runs = conn.execute(
+                "SELECT idx, hash FROM merkle_hashes WHERE workspace = ? ORDER BY idx",
+                (workspace,),
+            )
+            conn.executemany(_SET_TREE, [(g, workspace, seq) for g, seq in _groups_of_runs(runs)])
+        conn.execute("DROP TABLE merkle_hashes")
+    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+
+def _groups_of_runs(runs: Iterable[tuple[int, bytes]]) -> Iterator[tuple[bytes, int]]:
+    """Schema 2's runs of a workspace (``(idx, hashes)`` in idx order) as (group, seq) of
+    each event whose group they hold whole, from seq 1 up to the first gap (a missing tail
+    is rebuilt from the events like any missing hashes)."""
+    flat = bytearray()
+    for idx, hashes in runs:
+        if idx * HASH_SIZE != len(flat):
+            break
+        flat += hashes
+    at, leaf = 0, 0
+    while True:
+        end = at + group_size(leaf) * HASH_SIZE
+        if end > len(flat):
+            return
+        yield bytes(flat[at:end]), leaf + 1
+        at, leaf = end, leaf + 1
 
 
 def _checkpoint(row: Any) -> CheckpointRecord:

@@ -52,7 +52,7 @@ from hub.core.errors import (
     Unavailable,
 )
 from hub.core.events import EVENT_TYPES, Event, encode_event
-from hub.core.merkle import CompactRange
+from hub.core.merkle import CompactRange, stored_hash_count
 from hub.core.records import AppendResult
 from hub.core.validation import validate_workspace
 from hub.log.base import CommitObserver
@@ -684,9 +684,12 @@ def _import_one(
 # -- the Merkle tree of each workspace (no I/O) ----------------------------------------------
 #
 # Every batch also writes the stored hashes (hub.core.merkle) of the events it adds, in the
-# same transaction. Growing a workspace's tree needs its *frontier* at the batch's start
-# (at most log2 n hashes); the store caches frontiers across batches, keyed by the chain
-# head they belong to, and reads or rebuilds a missing one (:meth:`TreeTip.matches`).
+# same transaction: PostgreSQL as runs in their own table (:func:`grow_trees`), SQLite as a
+# group per event in the event's own row (:func:`grow_groups`: no row or index entry for the
+# tree, measured in docs/audit.md, "Costs"). Growing a workspace's tree needs its *frontier*
+# at the batch's start (at most log2 n hashes); the store caches frontiers across batches,
+# keyed by the chain head they belong to, and reads or rebuilds a missing one
+# (:meth:`TreeTip.matches`).
 
 
 class TreeTip(NamedTuple):
@@ -706,7 +709,7 @@ class TreeTip(NamedTuple):
 EMPTY_TREE: Final = TreeTip(0, GENESIS, ())
 
 HashRow: TypeAlias = tuple[str, int, bytes]
-"""(workspace, idx, hashes): one row of the ``merkle_hashes`` table, a *run* of consecutive
+"""(workspace, idx, hashes): one row of PostgreSQL's ``merkle_hashes`` table, a *run* of consecutive
 stored hashes (hub.core.merkle's dense sequence) starting at stored index ``idx``,
 concatenated (32 bytes each). A batch writes one run per workspace (split every
 :data:`RUN_MAX` hashes) instead of a row per hash: the tree then costs the commit a few
@@ -746,6 +749,27 @@ def grow_trees(
     return hash_rows, tips
 
 
+def grow_groups(
+    records: Mapping[str, TreeGrowth], trees: Mapping[str, TreeTip], staged: Mapping[str, Tip]
+) -> tuple[dict[str, list[bytes]], dict[str, TreeTip]]:
+    """:func:`grow_trees` for a store that keeps each event's stored hashes in the event's
+    own row: per written workspace, one group per new event in seq order (the hashes that
+    event's leaf stores, concatenated: hub.core.merkle.CompactRange.extend_groups), and each
+    workspace's new tree tip."""
+    groups: dict[str, list[bytes]] = {}
+    tips: dict[str, TreeTip] = {}
+    for workspace, growth in records.items():
+        tree = trees[workspace]
+        compact = CompactRange(tree.size, tree.frontier)
+        out: list[bytes] = []
+        compact.extend_groups(growth.records, out)
+        seq, head = staged[workspace][0], staged[workspace][1]
+        assert compact.size == seq, "bad math: the tree and the chain disagree on the size"
+        groups[workspace] = out
+        tips[workspace] = TreeTip(seq, head, compact.frontier())
+    return groups, tips
+
+
 class TreeBuilder:
     """Rebuilds a workspace's stored hashes from its events (derived data: for a log written
     before the tree existed, or whose hashes were lost). Feed every event from seq 1 in
@@ -759,10 +783,22 @@ class TreeBuilder:
 
     def add(self, events: Iterable[Event]) -> list[HashRow]:
         """Raises :class:`IntegrityError` for a gap or an event of another workspace."""
+        first = stored_hash_count(self.tip.size)
+        hashes: list[bytes] = []
+        self._extend(events, hashes, grouped=False)
+        return runs(self.workspace, first, hashes)
+
+    def add_groups(self, events: Iterable[Event]) -> list[tuple[bytes, int]]:
+        """:meth:`add` for a store keeping each event's hashes in its row: (group, seq) of
+        each event (:func:`grow_groups`)."""
+        first = self.tip.size + 1
+        groups: list[bytes] = []
+        self._extend(events, groups, grouped=True)
+        return [(group, first + i) for i, group in enumerate(groups)]
+
+    def _extend(self, events: Iterable[Event], out: list[bytes], *, grouped: bool) -> None:
         tip = self.tip
         compact = CompactRange(tip.size, tip.frontier)
-        first = compact.stored
-        hashes: list[bytes] = []
         head = tip.head
         records: list[bytes] = []
         for event in events:
@@ -774,6 +810,8 @@ class TreeBuilder:
                 )
             records.append(canonical_bytes(event))
             head = event.hash or GENESIS
-        compact.extend(records, hashes)
+        if grouped:
+            compact.extend_groups(records, out)
+        else:
+            compact.extend(records, out)
         self.tip = TreeTip(compact.size, head, compact.frontier())
-        return runs(self.workspace, first, hashes)

@@ -3,7 +3,8 @@
 A :class:`Backdoor` is direct access to the rows of one hub's store (the SQLite file of a data
 directory, or a PostgreSQL schema): it reads the stored events and rewrites a workspace's log
 with the whole chain re-hashed by the hub's own code (so ``agora verify`` alone says ``ok``).
-``rewrite`` also deletes the stored Merkle hashes and the kept checkpoints, as a careful
+``rewrite`` also deletes the stored Merkle hashes (SQLite: each event row's ``tree``;
+PostgreSQL: the ``merkle_hashes`` table) and the kept checkpoints, as a careful
 attacker would so that the hub, restarted, rebuilds them and signs the forged history.
 :meth:`Backdoor.copy` copies all of a hub's data (two hubs started on copies of one data
 directory, with the same key: a fork).
@@ -100,10 +101,22 @@ class Backdoor:
         ]
         if self.schema is None:
             with sqlite3.connect(self.data / "agora.db") as conn:
+                # SQLite keeps each event's stored Merkle hashes in its row (``tree``): kept
+                # by seq across the rewrite unless "merkle_hashes" is forgotten.
+                trees = dict(
+                    conn.execute("SELECT seq, tree FROM events WHERE workspace = ?", (workspace,))
+                )
+                if "merkle_hashes" in forget:
+                    trees = {}
                 conn.execute("DELETE FROM events WHERE workspace = ?", (workspace,))
-                conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+                conn.executemany(
+                    "INSERT INTO events (position, workspace, seq, id, kind, timestamp, hash, "
+                    "body, tree) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(*row, trees.get(row[2])) for row in rows],
+                )
                 for table in forget:
-                    conn.execute(f"DELETE FROM {table} WHERE workspace = ?", (workspace,))
+                    if table != "merkle_hashes":
+                        conn.execute(f"DELETE FROM {table} WHERE workspace = ?", (workspace,))
             conn.close()
             return
         s = f'"{self.schema}"'

@@ -178,12 +178,20 @@ def test_an_untouched_log_holds_its_checkpoints(site: Site, tmp_path: Path) -> N
     site.ok("verify", "ws", "--checkpoint", str(c10), "--key", str(key))
 
 
+def removed_rows_seq(site: Site, seq: int) -> int | None:
+    """The first differing seq ``verify`` can tell once events were deleted, with no smaller
+    checkpoint to go by: PostgreSQL keeps the stored hashes in a table of their own, which
+    still holds the signed tree; SQLite keeps each event's hashes in its row (docs/audit.md,
+    "Costs"), so deleted events took theirs along and only the detection remains."""
+    return seq if site.kind == "postgres" else None
+
+
 def test_tail_truncation_is_detected(site: Site, tmp_path: Path) -> None:
     c10 = checkpoint(site, tmp_path / "c10")
     forged = site.copy("forged")
     events = [e for _, e in forged.events("ws")]
     forged.rewrite("ws", events[:7])
-    err = assert_detected(forged, [c10], 8)
+    err = assert_detected(forged, [c10], removed_rows_seq(site, 8))
     assert "the log has 7 events but the checkpoint signed 10" in err
 
 
@@ -231,7 +239,18 @@ def test_a_dropped_middle_event_is_detected(site: Site, tmp_path: Path) -> None:
     forged = site.copy("forged")
     events = [e for _, e in forged.events("ws")]
     forged.rewrite("ws", events[:3] + events[4:])
-    assert_detected(forged, [c10], 4)
+    assert_detected(forged, [c10], removed_rows_seq(site, 4))
+
+
+def test_a_truncation_below_a_checkpoint_that_holds_names_the_first_seq(
+    site: Site, tmp_path: Path
+) -> None:
+    """With a smaller checkpoint still held, every store tells where the log was cut."""
+    c7 = checkpoint_at(site, tmp_path, 7)
+    c10 = checkpoint(site, tmp_path / "c10")
+    forged = site.copy("forged")
+    forged.rewrite("ws", [e for _, e in forged.events("ws")][:7])
+    assert_detected(forged, [c7, c10], 8)
 
 
 def checkpoint_at(site: Site, tmp_path: Path, size: int) -> Path:

@@ -158,6 +158,33 @@ def test_stored_hash_index_is_dense_and_in_append_order() -> None:
     assert stored_hash_count(0) == 0
 
 
+def test_stored_hash_leaf_inverts_the_index_into_leaf_groups() -> None:
+    # Every stored hash belongs to the group of the leaf whose append stored it, at the
+    # offset of its level; the groups tile the sequence in order.
+    index = 0
+    for n in range(600):
+        assert merkle.group_size(n) == 1 + (n ^ (n + 1)).bit_length() - 1
+        for level in range(merkle.group_size(n)):
+            assert stored_hash_index(level, ((n + 1) >> level) - 1) == index
+            assert merkle.stored_hash_leaf(index) == (n, level)
+            index += 1
+    assert merkle.stored_hash_leaf(2**40 + 5)[0] < 2**40
+
+
+@given(data=st.lists(st.binary(max_size=8), max_size=70), cut=st.integers(0, 70))
+def test_extend_groups_stores_the_same_hashes_per_leaf(data: list[bytes], cut: int) -> None:
+    flat: list[bytes] = []
+    merkle.CompactRange().extend(data, flat)
+    first = merkle.CompactRange()
+    groups: list[bytes] = []
+    first.extend_groups(data[:cut], groups)
+    second = merkle.CompactRange(first.size, first.frontier())  # as the next batch
+    second.extend_groups(data[cut:], groups)
+    assert b"".join(groups) == b"".join(flat)
+    assert [len(g) // 32 for g in groups] == [merkle.group_size(n) for n in range(len(data))]
+    assert second.stored == len(flat) == stored_hash_count(len(data))
+
+
 def test_at_most_log_n_hashes_per_append_and_under_two_on_average() -> None:
     frontier: tuple[bytes, ...] = ()
     total = 0

@@ -142,7 +142,7 @@ def _postgres_cleanup(tmp_path: Path) -> None:
 
 def _sqlite_delete_hashes(store: EventStore, workspace: str) -> None:
     with sqlite3.connect(_sqlite_path(store)) as conn:
-        conn.execute("DELETE FROM merkle_hashes WHERE workspace = ?", (workspace,))
+        conn.execute("UPDATE events SET tree = NULL WHERE workspace = ?", (workspace,))
     conn.close()
 
 

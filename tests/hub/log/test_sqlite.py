@@ -5,16 +5,22 @@ store's back, backpressure and the writer's own cancellation."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import shutil
 import sqlite3
+import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
 from hub.core.chain import seal
+from hub.core.checkpoint import CheckpointRecord
 from hub.core.errors import Unavailable
 from hub.core.events import MessagePayload, MessagePosted, encode_event
 from hub.log.sqlite import SCHEMA_VERSION, SqliteEventStore, _Writer, mint_id
+from tests.support.waiting import wait_for
 
 
 def msg(text: str = "hi", *, id: str = "") -> MessagePosted:
@@ -149,7 +155,8 @@ async def test_another_connection_writing_is_noticed(tmp_path: Path) -> None:
         )
         with sqlite3.connect(db) as conn:
             conn.execute(
-                "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO events (position, workspace, seq, id, kind, timestamp, hash, body) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     foreign.position,
                     "ws",
@@ -247,31 +254,129 @@ async def test_appends_waiting_for_room_fail_when_the_writer_dies(tmp_path: Path
 
 
 async def test_a_version_1_file_gains_the_tree_lazily(tmp_path: Path) -> None:
-    """A log written before the Merkle tree (schema 1: no merkle_hashes, no checkpoints)
+    """A log written before the Merkle tree (schema 1: no tree column, no checkpoints)
     opens, migrates, and gets each workspace's hashes built from its events."""
     path = tmp_path / "old.db"
     async with SqliteEventStore(path) as store:
         first = await store.append("ws", [msg(str(i)) for i in range(5)])
     with sqlite3.connect(path) as conn:
-        conn.execute("DROP TABLE merkle_hashes")
+        conn.execute("ALTER TABLE events DROP COLUMN tree")
         conn.execute("DROP TABLE checkpoints")
         conn.execute("PRAGMA user_version=1")
     conn.close()
     async with SqliteEventStore(path) as store:
+        assert store.legacy_depth  # schema 1 did not bound nesting
         assert await store.read_hash_map("ws", [0]) == {}
         assert await store.ensure_hashes("ws") == 5
         assert len(await store.read_hash_map("ws", list(range(20)))) == 8  # 5 leaves: 8 hashes
         await store.append("ws", [msg("after")])
         assert await store.list_checkpoints("ws") == []
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     conn.close()
     assert first.seqs == [1, 2, 3, 4, 5]
 
 
-async def test_a_log_cut_behind_the_stores_back_cuts_its_hash_run(tmp_path: Path) -> None:
-    """One batch stores one run of hashes; when the log loses its tail, the next append
-    shortens that run to the surviving events and grows the tree from there."""
+def _to_schema_2(path: Path, run_leaves: int) -> None:
+    """Rewrite a schema-3 file as the hub of schema 2 wrote it: the stored hashes of each
+    workspace in ``merkle_hashes`` runs (consecutive stored hashes from ``idx`` on, one run
+    per ``run_leaves`` events, as batches of that many wrote them), no ``tree`` column."""
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "CREATE TABLE merkle_hashes (workspace TEXT NOT NULL, idx INTEGER NOT NULL, "
+            "hash BLOB NOT NULL, PRIMARY KEY (workspace, idx))"
+        )
+        workspaces = [w for (w,) in conn.execute("SELECT DISTINCT workspace FROM events")]
+        for workspace in workspaces:
+            trees = [
+                t
+                for (t,) in conn.execute(
+                    "SELECT tree FROM events WHERE workspace = ? ORDER BY seq", (workspace,)
+                )
+            ]
+            idx = 0
+            for i in range(0, len(trees), run_leaves):
+                run = b"".join(trees[i : i + run_leaves])
+                conn.execute("INSERT INTO merkle_hashes VALUES (?, ?, ?)", (workspace, idx, run))
+                idx += len(run) // 32
+        conn.execute("ALTER TABLE events DROP COLUMN tree")
+        conn.execute("PRAGMA user_version=2")
+    conn.close()
+
+
+async def test_a_version_2_file_keeps_its_tree_and_its_proofs_verify(tmp_path: Path) -> None:
+    """A data directory of schema 2 (hashes in merkle_hashes runs) opens, moves every run into
+    its events' rows and drops the table; checkpoints signed before still verify, with
+    inclusion and consistency proofs from the moved hashes, and the tree grows on."""
+    from hub.checkpoints import Checkpointer
+    from hub.core.chain import canonical_bytes
+    from hub.core.checkpoint import generate_signer, parse_checkpoint, parse_note
+    from hub.core.merkle import check_consistency, check_inclusion, leaf_hash
+
+    path = tmp_path / "v2.db"
+    signer = generate_signer("agora.test")
+    async with SqliteEventStore(path) as store:
+        for i in range(7):
+            await store.append("ws", [msg(f"{i}-{j}") for j in range(5)])
+            await store.append("other", [msg(str(i))])
+        checkpoints = Checkpointer(store, signer)
+        old = await checkpoints.on_demand("ws")
+        before = await store.read_hash_map("ws", list(range(100)))
+    _to_schema_2(path, run_leaves=5)
+    async with SqliteEventStore(path) as store:
+        assert not store.legacy_depth  # schema 2 bounded nesting already
+        assert await store.read_hash_map("ws", list(range(100))) == before
+        checkpoints = Checkpointer(store, signer)
+        await store.append("ws", [msg("after")])
+        new = await checkpoints.on_demand("ws")
+        signed_old = parse_checkpoint(parse_note(old.note).text)
+        signed_new = parse_checkpoint(parse_note(new.note).text)
+        assert (signed_old.size, signed_new.size) == (35, 36)
+        events = [e async for e in store.read("ws")]
+        for size, root in ((35, signed_old.root), (36, signed_new.root)):
+            for seq in (1, 17, size):
+                proof = await checkpoints.inclusion_proof("ws", seq, size)
+                leaf = leaf_hash(canonical_bytes(events[seq - 1]))
+                check_inclusion(seq - 1, size, leaf, proof.hashes, root)
+        consistency = await checkpoints.consistency_proof("ws", 35, 36)
+        check_consistency(35, 36, signed_old.root, signed_new.root, consistency.hashes)
+        assert await store.ensure_hashes("other") == 7
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        tables = {t for (t,) in conn.execute("SELECT name FROM sqlite_master")}
+        assert "merkle_hashes" not in tables
+        assert conn.execute("SELECT count(*) FROM events WHERE tree IS NULL").fetchone()[0] == 0
+    conn.close()
+
+
+async def test_a_version_2_file_with_a_gap_in_its_runs_rebuilds_from_the_events(
+    tmp_path: Path,
+) -> None:
+    """Runs with a hole (lost rows) move up to the hole; the rest is rebuilt from the events
+    at the next append, and the whole tree then matches the events."""
+    from hub.core.chain import canonical_bytes
+    from hub.core.merkle import append_leaves, leaf_hash
+
+    path = tmp_path / "gap.db"
+    async with SqliteEventStore(path) as store:
+        await store.append("ws", [msg(str(i)) for i in range(12)])
+    _to_schema_2(path, run_leaves=4)
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM merkle_hashes WHERE idx = (SELECT max(idx) FROM merkle_hashes)")
+    conn.close()
+    async with SqliteEventStore(path) as store:
+        await store.append("ws", [msg("13")])
+        events = [e async for e in store.read("ws")]
+        _, expected = append_leaves((), 0, [leaf_hash(canonical_bytes(e)) for e in events])
+        assert await store.read_hash_map("ws", list(range(len(expected) + 5))) == dict(
+            enumerate(expected)
+        )
+
+
+async def test_each_event_row_holds_the_hashes_its_leaf_adds(tmp_path: Path) -> None:
+    """Schema 3 keeps the tree in the event rows: no table of its own; the row of leaf n
+    holds 1 + trailing-ones(n) hashes. When the log loses its tail behind the store's back,
+    those hashes go with the rows, and the tree grows on from the surviving events."""
     from hub.core.chain import canonical_bytes
     from hub.core.merkle import append_leaves, leaf_hash
 
@@ -279,7 +384,10 @@ async def test_a_log_cut_behind_the_stores_back_cuts_its_hash_run(tmp_path: Path
     async with SqliteEventStore(path) as store:
         await store.append("ws", [msg(str(i)) for i in range(10)])
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT count(*) FROM merkle_hashes").fetchone()[0] == 1
+        tables = {t for (t,) in conn.execute("SELECT name FROM sqlite_master")}
+        assert "merkle_hashes" not in tables
+        lengths = [n for (n,) in conn.execute("SELECT length(tree) FROM events ORDER BY seq")]
+        assert lengths == [32 * n for n in (1, 2, 1, 3, 1, 2, 1, 4, 1, 2)]
         conn.execute("DELETE FROM events WHERE seq > 7")
     conn.close()
     async with SqliteEventStore(path) as store:
@@ -288,7 +396,158 @@ async def test_a_log_cut_behind_the_stores_back_cuts_its_hash_run(tmp_path: Path
         _, expected = append_leaves((), 0, [leaf_hash(canonical_bytes(e)) for e in events])
         stored = await store.read_hash_map("ws", list(range(len(expected) + 5)))
         assert stored == dict(enumerate(expected))
+
+
+async def test_the_tree_off_leaves_the_rows_without_hashes(tmp_path: Path) -> None:
+    """``merkle=False`` (the bench's baseline) writes no hashes; the next store with the tree
+    on builds them from the events."""
+    path = tmp_path / "off.db"
+    async with SqliteEventStore(path, merkle=False) as store:
+        await store.append("ws", [msg(str(i)) for i in range(3)])
     with sqlite3.connect(path) as conn:
-        rows = conn.execute("SELECT idx, length(hash) FROM merkle_hashes ORDER BY idx").fetchall()
+        assert conn.execute("SELECT count(*) FROM events WHERE tree IS NULL").fetchone()[0] == 3
     conn.close()
-    assert rows == [(0, 11 * 32), (11, 5 * 32)]  # 7 leaves: 11 hashes; 2 more: 5
+    async with SqliteEventStore(path) as store:
+        await store.append("ws", [msg("3")])
+        assert len(await store.read_hash_map("ws", list(range(10)))) == 7  # 4 leaves: 7
+
+
+class CountingConnection(FlakyConnection):
+    """Counts the transactions committed (``commits``); fails none unless told."""
+
+    def __init__(self, conn: sqlite3.Connection, fail: int = 0) -> None:
+        super().__init__(conn, fail)
+        self.commits = 0
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        result = super().execute(sql, *args)
+        if sql == "COMMIT":
+            self.commits += 1
+        return result
+
+
+class Hold:
+    """A job holding the store's writer thread until ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self) -> None:
+        self.started.set()
+        self.release.wait()
+
+
+@contextlib.contextmanager
+def writer_held(store: SqliteEventStore) -> Iterator[Hold]:
+    """Hold the store's writer thread inside (released on the way out, whatever happens)."""
+    assert store._executor is not None
+    hold = Hold()
+    store._executor.submit(hold)
+    try:
+        yield hold
+    finally:
+        hold.release.set()
+
+
+def queued_jobs(store: SqliteEventStore) -> int:
+    """Jobs waiting for the store's writer thread."""
+    assert store._executor is not None
+    return store._executor._work_queue.qsize()
+
+
+def _checkpoint(size: int) -> CheckpointRecord:
+    return CheckpointRecord(workspace="ws", size=size, note=f"note {size}\n")
+
+
+async def test_a_checkpoint_saved_during_a_batch_rides_its_transaction(tmp_path: Path) -> None:
+    """A checkpoint saved while a batch is under way is written in that batch's transaction
+    (no fsync of its own); one saved while the store is idle is written alone. Either way
+    it is kept once, and the first kept wins."""
+    async with SqliteEventStore(tmp_path / "ride.db") as store:
+        await store.append("ws", [msg("first")])
+        writer = writer_of(store)
+        assert writer.conn is not None and store._executor is not None
+        counting = CountingConnection(writer.conn)
+        writer.conn = counting  # type: ignore[assignment]
+        with writer_held(store) as hold:  # the writer thread is busy: the next batch waits
+            await wait_for(hold.started.is_set)
+            appended = asyncio.ensure_future(store.append("ws", [msg("second")]))
+            # Until the batch is queued on the writer thread, behind ``hold``.
+            await wait_for(lambda: queued_jobs(store) == 1)
+            assert store._committing
+            saved = asyncio.ensure_future(store.save_checkpoint(_checkpoint(2)))
+            await asyncio.sleep(0)
+        assert (await appended).seqs == [2]
+        assert await saved is True
+        assert counting.commits == 1  # the batch's transaction held the checkpoint
+        assert await store.save_checkpoint(_checkpoint(2)) is False  # idle: alone
+        assert counting.commits == 2
+        assert await store.save_checkpoint(_checkpoint(1)) is True
+        assert [c.size for c in await store.list_checkpoints("ws")] == [1, 2]
+
+
+async def test_a_checkpoint_riding_a_failed_batch_fails_with_it(tmp_path: Path) -> None:
+    async with SqliteEventStore(tmp_path / "fail.db") as store:
+        await store.append("ws", [msg("first")])
+        writer = writer_of(store)
+        assert writer.conn is not None and store._executor is not None
+        writer.conn = FlakyConnection(writer.conn)  # type: ignore[assignment]
+        with writer_held(store) as hold:
+            await wait_for(hold.started.is_set)
+            appended = asyncio.ensure_future(store.append("ws", [msg("second")]))
+            await wait_for(lambda: queued_jobs(store) == 1)
+            saved = asyncio.ensure_future(store.save_checkpoint(_checkpoint(1)))
+            await asyncio.sleep(0)
+        with pytest.raises(Unavailable):
+            await appended
+        with pytest.raises(Unavailable):
+            await saved
+        assert await store.list_checkpoints("ws") == []
+        assert await store.save_checkpoint(_checkpoint(1)) is True  # the next one commits
+
+
+# Written by the hub of schema 2 (before the tree moved into the event rows): workspaces "ws"
+# (21 events, appended in 9 batches of 1-4) and "other" (9 events, one per batch), checkpoints
+# of ws at 11 and 21 and of other at 9, signed with this test key.
+SCHEMA_2_FILE: Final = Path(__file__).parents[2] / "fixtures" / "sqlite-schema-2.db"
+SCHEMA_2_KEY: Final = (
+    "PRIVATE+KEY+agora.schema2+291f25fc+AQIN0eDbRq9XARgIpEOqsof+u+PKnhR0HgAOqn8kRX/K"
+)
+
+
+async def test_a_data_file_written_by_the_schema_2_hub_still_proves_its_checkpoints(
+    tmp_path: Path,
+) -> None:
+    """The file of a schema-2 hub opens; its kept checkpoints verify with the key, every
+    event's inclusion proof and the consistency proof between them lead to the signed roots
+    from the moved hashes, and the hub signs on from there."""
+    from hub.checkpoints import Checkpointer
+    from hub.core.chain import canonical_bytes
+    from hub.core.checkpoint import parse_checkpoint, parse_note, parse_signer_key, verified_by
+    from hub.core.merkle import check_consistency, check_inclusion, leaf_hash
+
+    path = tmp_path / "agora.db"
+    shutil.copyfile(SCHEMA_2_FILE, path)
+    signer = parse_signer_key(SCHEMA_2_KEY)
+    async with SqliteEventStore(path) as store:
+        checkpoints = Checkpointer(store, signer)
+        roots: dict[tuple[str, int], bytes] = {}
+        for workspace in ("ws", "other"):
+            for record in await store.list_checkpoints(workspace):
+                note = parse_note(record.note)
+                assert verified_by(note, signer.verifier) is not None
+                checkpoint = parse_checkpoint(note.text)
+                roots[(workspace, checkpoint.size)] = checkpoint.root
+        assert sorted(roots) == [("other", 9), ("ws", 11), ("ws", 21)]
+        for (workspace, size), root in roots.items():
+            events = [e async for e in store.read(workspace)]
+            for seq in range(1, size + 1):
+                proof = await checkpoints.inclusion_proof(workspace, seq, size)
+                leaf = leaf_hash(canonical_bytes(events[seq - 1]))
+                check_inclusion(seq - 1, size, leaf, proof.hashes, root)
+        consistency = await checkpoints.consistency_proof("ws", 11, 21)
+        check_consistency(11, 21, roots[("ws", 11)], roots[("ws", 21)], consistency.hashes)
+        await store.append("ws", [msg("after the migration")])
+        latest = await checkpoints.on_demand("ws")  # checks it extends size 21, then signs
+        assert parse_checkpoint(parse_note(latest.note).text).size == 22
