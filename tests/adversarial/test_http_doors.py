@@ -188,10 +188,29 @@ async def test_a_body_over_the_limit_is_413_before_parsing(
     assert r.status_code == 413, r.text[:300]
     r = await http.post(path, content=spaces(limit + 10), headers=headers)
     assert r.status_code == 413, r.text[:300]
+    # Only the headers, declaring a body over the limit: answered before any of it is read.
+    status = await declared_only(door.hub.http_url, path, headers, limit + 1)
+    assert status == 413, status
     if path != MCP_PATH:
         assert r.json()["error"]["details"][0]["metadata"]["agoraCode"] == "tooLarge", r.text
     assert await head(door, workspace) == 0
     assert "Traceback" not in stderr_of(door)
+
+
+async def declared_only(url: str, path: str, headers: dict[str, str], length: int) -> int:
+    """Send a request's head with ``Content-Length: length`` and no body; the status line's
+    code (a server that waits for the body never answers: the wait fails the test)."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        lines = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}", f"Content-Length: {length}"]
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
+        await writer.drain()
+        status_line = await asyncio.wait_for(reader.readline(), WAIT)
+        return int(status_line.split()[1])
+    finally:
+        writer.close()
 
 
 @pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
