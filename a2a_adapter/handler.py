@@ -103,6 +103,7 @@ from hub.core.events import (
     MessagePosted,
     NeedWork,
 )
+from hub.core.validation import check_event_size
 from hub.follow import FollowerClosed
 from hub.revocations import Revocations
 from hub.workspaces import Workspaces
@@ -462,7 +463,6 @@ class AgoraRequestHandler(RequestHandler):
             if ref.kind == "exec" or exec_request is not None:
                 raise UnsupportedOperationError(message="executions take no further messages")
             self._require(cap, "write", ref.workspace)
-            await self._join(ref.workspace, cap, meta)
             files = await self._intake_files(ref.workspace, message, cap)  # [blobs] file parts
             draft: Event
             if view.interrupted:
@@ -477,6 +477,8 @@ class AgoraRequestHandler(RequestHandler):
                     correlation_id=message.task_id,
                     payload=message_posted_payload(message),
                 )
+            self._check_size(draft)
+            await self._join(ref.workspace, cap, meta)
             stored = await self._publish(ref.workspace, draft, cap, trace)
             await self._publish_files(ref.workspace, files, message.task_id, stored.id, cap, trace)
             ref, view = await self._find(message.task_id, cap)
@@ -487,7 +489,6 @@ class AgoraRequestHandler(RequestHandler):
         if exec_request is not None:
             return await self._start_exec(workspace, exec_request, message, cap, meta, trace)
         self._require(cap, "write", workspace)
-        await self._join(workspace, cap, meta)
         files = await self._intake_files(workspace, message, cap)  # [blobs] file parts
         event_id = _message_event_id(cap.agent, message)
         need = NeedWork(
@@ -497,6 +498,8 @@ class AgoraRequestHandler(RequestHandler):
             topic=_optional_id(meta, TOPIC_KEY),
             payload=message_payload(message),
         )
+        self._check_size(need)
+        await self._join(workspace, cap, meta)
         stored = await self._publish(workspace, need, cap, trace)
         task_id = stored.correlation_id or need.correlation_id or ""
         await self._publish_files(workspace, files, task_id, stored.id, cap, trace)
@@ -647,6 +650,17 @@ class AgoraRequestHandler(RequestHandler):
         except AgoraError as e:
             raise a2a_error(e) from e
         return result.events[0]
+
+    def _check_size(self, draft: Event) -> None:
+        """Refuse a message whose event would be over ``max_event_bytes`` stored before the
+        ``memberJoined`` of :meth:`_join` is written: a refused request leaves no trace in the
+        log (the body limit alone lets through a body just under it whose event, with its
+        envelope, is over; the hub would refuse that event only after the join). Checked
+        after the file parts became blob URLs: the event holds those, not the bytes."""
+        try:
+            check_event_size(draft, self.workspaces.limits)
+        except AgoraError as e:
+            raise a2a_error(e) from e
 
     async def _join(self, workspace: str, cap: Capability, meta: dict[str, Any]) -> None:
         """Record the peer as a member (``memberJoined``, via ``a2a``) on its first call."""

@@ -14,12 +14,13 @@ the SDK; the token's rights are then the hub's to enforce.
 Sessions: each MCP session (``Mcp-Session-Id``) is bound to the token id that opened it (a
 request of the session with another token is answered 404, as if the session did not exist),
 and acts through its own hub connection (:func:`hub.client.connect` with that token), opened by
-the session's first request and closed when the session ends (the client's ``DELETE``, the
-idle timeout ``[mcp] session_idle_s``, or shutdown). At most ``[mcp] max_sessions`` are open
-at once; one more is refused with 503. One agent (all its tokens together) holds at most
-``[mcp] max_sessions_per_agent``: its ``initialize`` beyond that ends its own oldest session
-(so one token cannot fill every slot, and a client that crashed without ``DELETE`` is not
-locked out for the idle timeout); only when all of the agent's slots are openings still in
+the session's first request and closed when the session ends (the client's ``DELETE``, the idle
+timeout ``[mcp] session_idle_s``, shutdown, or its token's end: when the token expires or is
+revoked the session ends at once, its open GET stream included). At most ``[mcp] max_sessions``
+are open at once; one more is refused with 503. One agent (all its tokens together) holds at
+most ``[mcp] max_sessions_per_agent``: its ``initialize`` beyond that ends its own oldest
+session (so one token cannot fill every slot, and a client that crashed without ``DELETE`` is
+not locked out for the idle timeout); only when all of the agent's slots are openings still in
 flight is it answered 429. A session whose hub connection failed to open (e.g. the hub's
 per-agent connection limit), or failed for good since, holds no slot: it is discarded before
 the next opening of any session and at its own next request (then 404).
@@ -32,8 +33,10 @@ single workspace makes that one the default anyway).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, MutableMapping
 from types import TracebackType
@@ -60,6 +63,8 @@ from hub.revocations import Revocations
 
 __all__ = ["MCP_PATH", "McpHttp"]
 
+log = logging.getLogger(__name__)
+
 MCP_PATH: Final = "/mcp"
 
 _SCOPE_KEY: Final = "agora.mcp"
@@ -83,6 +88,7 @@ class McpHttp:
         settings = settings or McpConfig()
         self.hub_url = hub_url
         self.signer = signer
+        self.revocations = revocations
         self.verify = revocations.verifier(signer.verify)
         self.limits = limits
         self.backends = dict(DEFAULT_BACKENDS)
@@ -102,10 +108,15 @@ class McpHttp:
         self._opening: dict[str, int] = {}
         self._failed: set[str] = set()
         self._hub_sessions: dict[str, Session] = {}  # MCP session id -> its hub connection
+        # MCP session id -> the task that ends it when its token expires or is revoked.
+        self._token_ends: dict[str, asyncio.Task[None]] = {}
+        self._tasks: asyncio.TaskGroup | None = None
         self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> Self:
         await self._stack.enter_async_context(self.manager.run())
+        self._tasks = await self._stack.enter_async_context(asyncio.TaskGroup())
+        self._stack.callback(self._stop_watching)  # first out: the group then exits at once
         return self
 
     async def __aexit__(
@@ -185,6 +196,8 @@ class McpHttp:
         """A request without a session id (an ``initialize``): within the agent's cap."""
         for dead in [sid for sid in self.manager._server_instances if self._dead(sid)]:
             await self._discard(dead)  # they hold no slot
+        for ended in [sid for sid in self._token_ends if sid not in self.manager._server_instances]:
+            self._token_ends.pop(ended).cancel()  # ended otherwise (DELETE, idle): bounded
         self._failed &= self.manager._server_instances.keys()  # ended otherwise (DELETE, idle)
         held = self._live(agent)
         opening = self._opening.get(agent, 0)
@@ -218,8 +231,31 @@ class McpHttp:
             for sid in created:
                 if sid in self.manager._server_instances:
                     held[sid] = None
+                    self._watch_token(sid, scope[_SCOPE_KEY][1])
             if not held:
                 del self._agent_sessions[agent]  # no entry per agent ever seen
+
+    def _watch_token(self, session_id: str, capability: Capability) -> None:
+        """End the session (its open GET stream included) when its token expires or is
+        revoked, as a WebSocket connection or an A2A stream ends, not at its next request."""
+        if self._tasks is None or session_id in self._token_ends:
+            return
+
+        async def watch() -> None:
+            try:
+                await self.revocations.until_ended(capability)
+                await self._discard(session_id)
+            except Exception:  # a watcher's failure must not end every other session's
+                log.exception("ending MCP session %s at its token's end failed", session_id)
+            finally:
+                self._token_ends.pop(session_id, None)
+
+        self._token_ends[session_id] = self._tasks.create_task(watch())
+
+    def _stop_watching(self) -> None:
+        for task in self._token_ends.values():
+            task.cancel()
+        self._token_ends.clear()
 
     async def _discard(self, session_id: str) -> None:
         """End a session and its hub connection (the SDK's private discard; mcp 2.3, pinned
@@ -230,9 +266,9 @@ class McpHttp:
             await self.manager._discard_session(session_id, transport)
 
     async def _end_session(self, scope: Scope, token: str) -> None:
-        """A session whose own token was revoked ends now, with its hub connection, instead of
-        at the idle timeout: its next request shows it is dead. (An expired token's session
-        idles out; the hub closed its connection at the expiry.)"""
+        """A session whose own token was revoked ends now, with its hub connection, if its
+        token watcher (:meth:`_watch_token`) has not ended it yet: its next request shows it
+        is dead."""
         session_id = _header(scope, b"mcp-session-id")
         if session_id is None:
             return

@@ -1,8 +1,9 @@
 """One real ``agora serve`` per store (SQLite, PostgreSQL) that every adversarial test of the
 module attacks; afterwards it must restart cleanly on the same data and ``agora verify`` exit 0.
 
-The hub runs with a short ``hello`` deadline and a connection cap the tests can reach (see
-:data:`tests.adversarial.door.DOOR_CONFIG`), the other limits at their defaults.
+The hub runs with its HTTP port (A2A, ``/mcp``, ``/ui``), a short ``hello`` deadline and a
+connection cap the tests can reach (see :data:`tests.adversarial.door.DOOR_CONFIG`), the other
+limits at their defaults.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The hub under attack: :func:`open_door` starts it, and after the attacks checks that it
-restarts cleanly and that ``agora verify`` exits 0 with no traceback anywhere."""
+"""The hub under attack: :func:`open_door` starts it (WebSocket port and HTTP port: A2A,
+``/mcp``, ``/ui``), and after the attacks checks that it restarts cleanly and that
+``agora verify`` exits 0 with no traceback anywhere."""
 
 from __future__ import annotations
 
@@ -59,11 +60,11 @@ def open_door(store: str, root: Path) -> Iterator[Door]:
         config = f'[storage]\nstore = "{url}"\n' + config
     starter = HubStarter(root)
     try:
-        hub = starter.start(config)
+        hub = starter.start(config, a2a_port=0)
         yield Door(hub, store, url)
         # After every attack: a clean stop, a clean start on the same data, a clean verify.
         assert hub.terminate() == 0, hub.log()
-        hub.restart()
+        hub.restart()  # on the same ports (WebSocket and HTTP)
         assert hub.terminate() == 0, hub.log()
         verified = Door(hub, store, url).verify()
         assert verified.returncode == 0, (verified.stdout[-3000:], verified.stderr[-3000:])
