@@ -36,3 +36,35 @@ async def test_send_context_and_protocol_send_text() -> None:
         async with connect(f"ws://127.0.0.1:{port}") as client:
             seen.set_result(str(await asyncio.wait_for(client.recv(), 30)))
     assert seen.result() == '{"ok":1}'
+
+
+async def test_the_read_ahead_sees_buffered_messages() -> None:
+    """The publish read-ahead (``hub.server.connection._buffered``) reads websockets' assembler
+    queue (``recv_messages.frames.queue``) to know whether a whole message is already buffered.
+    Should that move, reading silently falls back to one message at a time: this names it."""
+    from hub.server.connection import _buffered
+
+    seen: asyncio.Future[list[bool]] = asyncio.get_running_loop().create_future()
+
+    async def handler(ws: ServerConnection) -> None:
+        assert hasattr(ws, "recv_messages"), "websockets Connection.recv_messages is gone"
+        assert hasattr(ws.recv_messages, "frames"), "websockets Assembler.frames is gone"
+        first = await ws.recv()
+        for _ in range(100):  # the other two arrived in the same write; let them be parsed
+            if _buffered(ws):
+                break
+            await asyncio.sleep(0.01)
+        states = [_buffered(ws)]
+        await ws.recv()
+        await ws.recv()
+        states.append(_buffered(ws))  # nothing left
+        seen.set_result([first == "a", *states])
+        with contextlib.suppress(Exception):
+            await ws.wait_closed()
+
+    async with serve(handler, "127.0.0.1", 0) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        async with connect(f"ws://127.0.0.1:{port}") as client:
+            for text in ("a", "b", "c"):
+                await client.send(text)
+            assert await asyncio.wait_for(seen, 30) == [True, True, False]
