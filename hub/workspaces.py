@@ -140,6 +140,14 @@ class _Live:
         # per chunk asks: no walk over every file each time).
         self.blob_index: _BlobIndex | None = None
 
+    def landed(self) -> None:
+        """One append handed to the store came back (committed or not): the last one in
+        flight settles the workspace and wakes ``catch_up``."""
+        self.in_flight -= 1
+        if self.in_flight == 0:
+            self.settled.set()
+            self.advanced.set()
+
 
 class _Decided(NamedTuple):
     """One batch of :meth:`Workspaces.publish_many` decided in a run: its index, its prepared
@@ -779,10 +787,7 @@ class Workspaces:
             live.needs_resync = True
             raise
         finally:
-            live.in_flight -= 1
-            if live.in_flight == 0:
-                live.settled.set()
-                live.advanced.set()
+            live.landed()
         again: list[int] = []
         for decided, outcome in zip(run, outcomes, strict=True):
             index = decided.at
@@ -870,10 +875,7 @@ class Workspaces:
             live.needs_resync = True
             raise
         finally:
-            live.in_flight -= 1
-            if live.in_flight == 0:
-                live.settled.set()
-                live.advanced.set()
+            live.landed()
         if result.duplicate or result.events[0].seq != base + 1:
             live.needs_resync = True  # the tentative state did not predict the log
         if result.duplicate:

@@ -15,7 +15,6 @@ import time
 import uuid
 from typing import Any
 
-import jwt
 import pytest
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
@@ -24,7 +23,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from hub.core.validation import DEFAULT_MAX_FRAME_BYTES, EVENT_FRAME_RESERVE
 from tests.adversarial.door import HELLO_TIMEOUT_S, MAX_CONNECTIONS, Door
 from tests.support.peer import peer
-from tests.support.tokens import SECRET, mint
+from tests.support.tokens import crafted, mint
 
 MAX_EVENT_BYTES = DEFAULT_MAX_FRAME_BYTES - EVENT_FRAME_RESERVE
 WAIT = 60.0  # generous bound on any one wait
@@ -267,20 +266,6 @@ async def test_control_and_bidi_characters_in_paths_are_refused(door: Door, bad:
 
 
 # -- tokens -------------------------------------------------------------------------------------
-
-
-def crafted(**claims: Any) -> str:
-    now = int(time.time())
-    body = {
-        "sub": "forger",
-        "iat": now,
-        "exp": now + 3600,
-        "jti": uuid.uuid4().hex,
-        "workspaces": ["*"],
-        "rights": ["read", "write"],
-        "backends": [],
-    } | claims
-    return jwt.encode(body, SECRET, algorithm="HS256")
 
 
 @pytest.mark.parametrize(

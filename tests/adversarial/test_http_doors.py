@@ -21,7 +21,6 @@ from collections.abc import AsyncIterator
 from typing import Any, Final
 
 import httpx
-import jwt
 import pytest
 
 from a2a_adapter.app import JSONRPC_PATH, REST_PREFIX
@@ -31,7 +30,7 @@ from tests.adversarial.door import Door
 from tests.support.mcp import MCP_PATH
 from tests.support.paths import REPO
 from tests.support.peer import peer
-from tests.support.tokens import SECRET, mint
+from tests.support.tokens import crafted, mint
 
 WAIT: Final = 30.0
 MAX_EVENT_BYTES: Final = DEFAULT_LIMITS.max_event_bytes
@@ -93,21 +92,6 @@ def deep_body(levels: int) -> bytes:
     """A SendMessage whose message metadata is nested ``levels`` deep."""
     head_ = b'{"jsonrpc":"2.0","id":7,"method":"SendMessage","params":{"message":{"metadata":'
     return head_ + b'{"x":' * levels + b"1" + b"}" * levels + b"}}}"
-
-
-def crafted(**claims: Any) -> str:
-    """A correctly signed token with the claims given (over the usual ones)."""
-    now = int(time.time())
-    body = {
-        "sub": "forger",
-        "iat": now,
-        "exp": now + 3600,
-        "jti": uuid.uuid4().hex,
-        "workspaces": ["*"],
-        "rights": ["read", "write"],
-        "backends": [],
-    } | claims
-    return jwt.encode(body, SECRET, algorithm="HS256")
 
 
 # -- nesting ------------------------------------------------------------------------------------

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Any, Final
+
+import jwt
 
 from hub.auth import TokenSigner
 
@@ -44,3 +47,20 @@ def mint_exec(
 ) -> str:
     """A token that may run code (the ``exec`` right) on ``backends`` (default: any)."""
     return mint(agent, workspaces, rights, backends=backends)
+
+
+def crafted(**claims: Any) -> str:
+    """A token signed correctly with the test secret, with ``claims`` over the usual ones:
+    what an attacker who holds the secret's output, not the hub's rules, can forge (absurd
+    ``iat``/``exp``, unknown rights…). The adversarial tests send it to every door."""
+    now = int(time.time())
+    body = {
+        "sub": "forger",
+        "iat": now,
+        "exp": now + 3600,
+        "jti": uuid.uuid4().hex,
+        "workspaces": ["*"],
+        "rights": ["read", "write"],
+        "backends": [],
+    } | claims
+    return jwt.encode(body, SECRET, algorithm="HS256")
