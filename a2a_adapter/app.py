@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 from typing import Final
 
@@ -54,7 +53,7 @@ from a2a_adapter.store import LogTaskEventStream, LogTaskStore, TaskLocator
 from a2a_adapter.taskindex import TaskIndex
 from hub import __version__
 from hub.auth import TokenSigner
-from hub.config import SHUTDOWN_TIMEOUT_S, HubConfig
+from hub.config import SHUTDOWN_TIMEOUT_S, HubConfig, url_host
 from hub.core.validation import DEFAULT_LIMITS, Limits
 from hub.follow import LogFollower
 from hub.revocations import Revocations
@@ -188,16 +187,6 @@ def create_app(
     )
 
 
-def _url_host(host: str) -> str:
-    try:
-        addr = ipaddress.ip_address(host)
-    except ValueError:
-        return host
-    if addr.is_unspecified:
-        return "127.0.0.1" if addr.version == 4 else "[::1]"
-    return f"[{host}]" if addr.version == 6 else host
-
-
 class A2AService:
     """The A2A door (and bridge): :meth:`open_app` gives the ASGI app to mount on a listener,
     :meth:`aclose` ends it.
@@ -254,7 +243,7 @@ class A2AService:
     @property
     def url(self) -> str:
         """The base URL the card advertises."""
-        return self.public_url or f"http://{_url_host(self.host)}:{self.port}"
+        return self.public_url or f"http://{url_host(self.host)}:{self.port}"
 
     async def open_app(self) -> ASGIApp:
         """The A2A door to mount on a listener (``hub.http`` mounts it on the one HTTP port):
@@ -277,7 +266,7 @@ class A2AService:
                 shutdown_timeout=self.shutdown_timeout,
             )
             self.grpc_port = self.grpc.bind(self.host, self.grpc_port)
-            grpc_url = f"{_url_host(self.host)}:{self.grpc_port}"
+            grpc_url = f"{url_host(self.host)}:{self.grpc_port}"
         settings = self.config.a2a.push
         if settings.enabled:
             self.push = PushNotifications(self.workspaces, stream, self.revocations, settings)

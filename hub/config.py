@@ -40,6 +40,20 @@ SHUTDOWN_TIMEOUT_S: Final = 3.0
 """How long a listener that stops (the HTTP port, the A2A gRPC binding) lets requests in flight
 finish before it closes them."""
 
+
+def url_host(host: str) -> str:
+    """``host`` (a ``[server] host`` value) as it goes in a URL: an unspecified address becomes
+    the loopback one, an IPv6 address is bracketed. Here, below every door, so that the HTTP
+    port and the A2A card (which may not import each other) write the one rule."""
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if addr.is_unspecified:
+        return "127.0.0.1" if addr.version == 4 else "[::1]"
+    return f"[{host}]" if addr.version == 6 else host
+
+
 NODE_ID_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,128}")
 """A node id (``[cluster] node_id``, ``AGORA_NODE_ID``): what ``execStarted.payload.node``
 records and the ``nodes`` table is keyed by."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import socket
 import sys
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING, Self
 import uvicorn
 from starlette.types import ASGIApp
 
-from hub.config import SHUTDOWN_TIMEOUT_S
+from hub.config import SHUTDOWN_TIMEOUT_S, url_host
 from hub.http.app import Door, create_app, traced
 
 if TYPE_CHECKING:
@@ -42,17 +41,6 @@ class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield
-
-
-def url_host(host: str) -> str:
-    """``host`` as it goes in a URL (an unspecified address: the loopback one)."""
-    try:
-        addr = ipaddress.ip_address(host)
-    except ValueError:
-        return host
-    if addr.is_unspecified:
-        return "127.0.0.1" if addr.version == 4 else "[::1]"
-    return f"[{host}]" if addr.version == 6 else host
 
 
 class HttpService:

@@ -277,3 +277,13 @@ def test_a2a_port_is_read_as_the_old_name_of_http_port() -> None:
     assert parse_config({"server": {"a2a_port": 9005}}).server.http_port == 9005
     with pytest.raises(ConfigError, match=r"old name of server\.http_port"):
         parse_config({"server": {"a2a_port": 9005, "http_port": 9006}})
+
+
+def test_url_host_names_an_unspecified_address_by_its_loopback_and_brackets_ipv6() -> None:
+    from hub.config import url_host
+
+    assert url_host("0.0.0.0") == "127.0.0.1"
+    assert url_host("::") == "[::1]"
+    assert url_host("::1") == "[::1]"
+    assert url_host("127.0.0.1") == "127.0.0.1"
+    assert url_host("hub.example") == "hub.example"
