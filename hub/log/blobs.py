@@ -213,28 +213,10 @@ class FileBlobStore(BlobStore):
             yield item
 
     async def revoke(self, workspace: str, sha256: str) -> bool:
-        path = self._grant_path(workspace, sha256)
-
-        def remove() -> bool:
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                return False
-            return True
-
-        return await asyncio.to_thread(remove)
+        return await asyncio.to_thread(_unlink, self._grant_path(workspace, sha256))
 
     async def delete(self, sha256: str) -> bool:
-        path = self.path_of(sha256)
-
-        def remove() -> bool:
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                return False
-            return True
-
-        return await asyncio.to_thread(remove)
+        return await asyncio.to_thread(_unlink, self.path_of(sha256))
 
     async def list(self) -> AsyncIterator[tuple[str, int, float]]:
         def scan() -> list[tuple[str, int, float]]:
@@ -591,3 +573,12 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _unlink(path: Path) -> bool:
+    """Remove ``path``; whether it was there (a grant or blob already gone is no error)."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True

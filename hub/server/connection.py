@@ -486,13 +486,7 @@ class Connection:
             request = batch[0]
             try:
                 if not self.hub.tracing.enabled:
-                    result = await self.hub.workspaces.publish(
-                        request.workspace,
-                        request.events,
-                        producer=request.agent,
-                        expected_seq=request.expected_seq,
-                        submitted=submitted,
-                    )
+                    result = await self._publish_one(request, submitted)
                 else:
                     result = await self._traced_publish(request, submitted)
                 replies.append(self.session.completed(request, result))
@@ -503,6 +497,18 @@ class Connection:
             replies.extend(self._failed(r, e) for r in batch[done:])
         finally:
             self._published(batch, submitted, replies)
+
+    async def _publish_one(
+        self, request: PublishRequest, submitted: asyncio.Future[None]
+    ) -> AppendResult:
+        """One publish through the workspace pipeline, alone (traced or not)."""
+        return await self.hub.workspaces.publish(
+            request.workspace,
+            request.events,
+            producer=request.agent,
+            expected_seq=request.expected_seq,
+            submitted=submitted,
+        )
 
     async def _traced_publish(
         self, request: PublishRequest, submitted: asyncio.Future[None]
@@ -518,13 +524,7 @@ class Connection:
             "agora.events": len(request.events),
         }
         with tracing.span("agora.publish", parent, attributes=attributes) as span:
-            result = await self.hub.workspaces.publish(
-                request.workspace,
-                request.events,
-                producer=request.agent,
-                expected_seq=request.expected_seq,
-                submitted=submitted,
-            )
+            result = await self._publish_one(request, submitted)
             if span is not None and result.events:
                 span.set_attribute("agora.seq", result.events[-1].seq)
                 subscribers = self.hub.fanout.subscribers(request.workspace)
