@@ -70,8 +70,8 @@ from hub.core.validation import (
     validate_workspace,
 )
 from hub.log.base import BlobIntent, EventStore
+from hub.log.ids import mint_id
 from hub.log.loading import load_state, save_snapshot_if_due
-from hub.log.sqlite import mint_id
 
 if TYPE_CHECKING:  # OpenTelemetry is loaded only when tracing is on (hub.observe.tracing)
     from hub.observe.tracing import Tracing

@@ -119,7 +119,7 @@ Pool: TypeAlias = "asyncpg.Pool[asyncpg.Record]"
 
 def _mint_ids(_timestamp_ms: int, count: int) -> list[str]:
     """``count`` new event ids: random UUIDs (version 4). (The SQLite store mints
-    time-ordered ones, :func:`hub.log.sqlite.mint_ids`, for its index's sake; not measured
+    time-ordered ones, :func:`hub.log.ids.mint_ids`, for its index's sake; not measured
     on PostgreSQL, so this store keeps minting what it always has.)"""
     return [str(uuid.uuid4()) for _ in range(count)]
 

@@ -23,8 +23,8 @@ Why this shape (ARCHITECTURE.md, "Storage and scale"):
 * **The body is the truth.** ``body`` holds ``encode_event`` of the full sealed event; the other
   columns are indexes. A page is read as ONE value (SQLite concatenates the bodies) and decoded
   in one ``msgspec`` call over ``[body,body,…]``.
-* **Minted ids are time-ordered** (UUIDv7, :func:`mint_ids`), so the ``(workspace, id)`` index
-  grows at its tail instead of dirtying a random page per event (see ``mint_ids``).
+* **Minted ids are time-ordered** (UUIDv7, :func:`hub.log.ids.mint_ids`), so the
+  ``(workspace, id)`` index grows at its tail instead of dirtying a random page per event.
 * **The Merkle tree lives in the event rows** (schema 3): each event's ``tree`` column holds
   the stored hashes its leaf adds (hub.core.merkle.stored_hash_leaf: the leaf's hash, then
   each subtree it completes; 64 bytes on average), written by the same ``INSERT``. The tree
@@ -43,7 +43,6 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
-import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -62,6 +61,7 @@ from hub.core.records import AppendResult, Head, Snapshot
 from hub.log.base import EventStore
 from hub.log.blobs import FileBlobStore
 from hub.log.codec import UNDECODABLE, as_bytes, decode_joined, decode_page, head_from_row
+from hub.log.ids import mint_ids
 from hub.log.writer import (
     EMPTY_TIP,
     EMPTY_TREE,
@@ -251,34 +251,6 @@ def _row(event: Event, body: bytes, tree: bytes | None) -> _Row:
         body,
         tree,
     )
-
-
-def mint_ids(timestamp_ms: int, count: int) -> list[str]:
-    """``count`` new event ids: time-ordered UUIDs (version 7, RFC 9562) for ``timestamp_ms``.
-
-    Why not uuid4: ids are indexed (``UNIQUE(workspace, id)``). Random ids land on a random
-    index leaf each, so every event of a group commit dirties its own page and the commit
-    writes (and fsyncs) one extra page per event; time-ordered ids land on the same few
-    leaves (measured here: a third of the commit cost). 74 random bits per id keep them
-    unique across hubs; one ``urandom`` call serves the whole batch.
-    """
-    t = f"{timestamp_ms & 0xFFFF_FFFF_FFFF:012x}"
-    prefix = f"{t[:8]}-{t[8:]}-7"
-    rnd = os.urandom(10 * count).hex()
-    variant = _VARIANT
-    return [
-        f"{prefix}{r[:3]}-{variant[r[3]]}{r[4:7]}-{r[7:19]}"
-        for r in (rnd[i : i + 20] for i in range(0, 20 * count, 20))
-    ]
-
-
-def mint_id(timestamp_ms: int) -> str:
-    """One new event id (see :func:`mint_ids`)."""
-    return mint_ids(timestamp_ms, 1)[0]
-
-
-# The RFC 9562 variant: the top two bits of the 17th hex digit are 0b10.
-_VARIANT: Final = {c: "89ab"[int(c, 16) & 3] for c in "0123456789abcdef"}
 
 
 def _translate(e: sqlite3.Error, doing: str) -> AgoraError:

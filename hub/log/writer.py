@@ -28,7 +28,7 @@ errors, and how ids are minted. The stores differ there on purpose:
   where a transaction cannot be interrupted. Either way the real outcome reaches the callers
   still waiting, and a retry with the same ids answers ``duplicate``.
 * Ids: PostgreSQL refuses client ids a TEXT column cannot hold (``storable``) and mints uuid4;
-  SQLite mints time-ordered UUIDv7 (:func:`hub.log.sqlite.mint_ids`, measured for its index).
+  SQLite mints time-ordered UUIDv7 (:func:`hub.log.ids.mint_ids`, measured for its index).
 """
 
 from __future__ import annotations

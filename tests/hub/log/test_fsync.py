@@ -117,4 +117,3 @@ def _drop_schema(schema: str) -> None:
         await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')  # type: ignore[attr-defined]
 
     pg_run(drop)
-

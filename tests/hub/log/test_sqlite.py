@@ -19,7 +19,8 @@ from hub.core.chain import seal
 from hub.core.checkpoint import CheckpointRecord
 from hub.core.errors import Unavailable
 from hub.core.events import MessagePayload, MessagePosted, encode_event
-from hub.log.sqlite import SCHEMA_VERSION, SqliteEventStore, _Writer, mint_id
+from hub.log.ids import mint_id
+from hub.log.sqlite import SCHEMA_VERSION, SqliteEventStore, _Writer
 from tests.support.waiting import wait_for
 
 
@@ -225,17 +226,6 @@ async def test_reads_while_the_writer_writes(tmp_path: Path) -> None:
         seen, _ = await asyncio.gather(reader(), appends)
         assert 0 <= seen <= 300
         assert len(await store.read_batch("ws", limit=10_000)) == 300
-
-
-def test_mint_id_is_a_time_ordered_uuid() -> None:
-    import uuid
-
-    ids = [mint_id(1_700_000_000_000 + i) for i in range(100)]
-    assert ids == sorted(ids) and len(set(ids)) == 100
-    parsed = uuid.UUID(ids[0])
-    assert str(parsed) == ids[0] and parsed.version == 7
-    assert parsed.variant == uuid.RFC_4122
-    assert len({mint_id(5) for _ in range(1000)}) == 1000
 
 
 async def test_appends_waiting_for_room_fail_when_the_writer_dies(tmp_path: Path) -> None:
