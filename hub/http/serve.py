@@ -150,6 +150,7 @@ async def doors(
             host=config.server.host,
         )
     )
+    hub.metrics.bind_mcp_gauges(sessions=lambda: mcp.sessions, watchers=lambda: mcp.watchers)
     found = [Door(VIEWER_PATH, viewer, name="viewer"), Door(MCP_PATH, mcp.app, name="mcp")]
     if a2a:
         from a2a_adapter.app import A2AService

@@ -38,12 +38,13 @@ import contextlib
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, MutableMapping
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from types import TracebackType
 from typing import Any, Final, Self
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
+from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
@@ -94,7 +95,8 @@ class McpHttp:
         self.backends = dict(DEFAULT_BACKENDS)
         self.backends.update(settings.backends.items())
         self.server = build_server(self._open)
-        self.manager = StreamableHTTPSessionManager(
+        self.manager = _SessionManager(
+            self._ended,
             app=self.server,
             security_settings=_security(host),
             max_request_body_size=limits.max_event_bytes + MESSAGE_RESERVE,
@@ -135,6 +137,11 @@ class McpHttp:
     def sessions(self) -> int:
         """MCP sessions open now."""
         return len(self.manager._server_instances)
+
+    @property
+    def watchers(self) -> int:
+        """Token watchers running now (one per open session: see :meth:`_watch_token`)."""
+        return len(self._token_ends)
 
     async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The ASGI app (any path: mount it at ``/mcp``)."""
@@ -196,9 +203,8 @@ class McpHttp:
         """A request without a session id (an ``initialize``): within the agent's cap."""
         for dead in [sid for sid in self.manager._server_instances if self._dead(sid)]:
             await self._discard(dead)  # they hold no slot
-        for ended in [sid for sid in self._token_ends if sid not in self.manager._server_instances]:
-            self._token_ends.pop(ended).cancel()  # ended otherwise (DELETE, idle): bounded
-        self._failed &= self.manager._server_instances.keys()  # ended otherwise (DELETE, idle)
+        # One marked failed by a request still in flight as its session ended: dropped here.
+        self._failed &= self.manager._server_instances.keys()
         held = self._live(agent)
         opening = self._opening.get(agent, 0)
         # No await between the last count and the reservation: concurrent openings see each
@@ -251,6 +257,16 @@ class McpHttp:
                 self._token_ends.pop(session_id, None)
 
         self._token_ends[session_id] = self._tasks.create_task(watch())
+
+    def _ended(self, session_id: str) -> None:
+        """The session ended, however it ended (the client's ``DELETE``, the idle timeout, a
+        crash of its server task, :meth:`_discard`, shutdown): its watcher goes now, not when
+        its token ends (its hub connection closes with the SDK's connection exit stack)."""
+        self._failed.discard(session_id)
+        task = self._token_ends.pop(session_id, None)
+        # A watcher that is ending the session itself finishes on its own.
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
 
     def _stop_watching(self) -> None:
         for task in self._token_ends.values():
@@ -316,6 +332,24 @@ class McpHttp:
                 self.limits,
                 token_workspaces=capability.workspaces,
             )
+
+
+class _SessionManager(StreamableHTTPSessionManager):
+    """The SDK's session manager, telling ``ended`` each time a session is discarded: every
+    end of a session passes through ``_discard_session`` (the client's ``DELETE``, the idle
+    timeout, its server task's end or crash, a refused opening; mcp 2.3, pinned by
+    tests/hub/mcp/test_http.py), which the SDK offers no public hook for. ``ended`` may be
+    told more than once per session."""
+
+    def __init__(self, ended: Callable[[str], None], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._ended = ended
+
+    async def _discard_session(
+        self, session_id: str, transport: StreamableHTTPServerTransport
+    ) -> None:
+        self._ended(session_id)
+        await super()._discard_session(session_id, transport)
 
 
 def _security(host: str) -> TransportSecuritySettings | None:

@@ -146,3 +146,19 @@ class HubMetrics:
         )
         for name, doc, read in gauges:
             Gauge(name, doc, registry=self.registry).set_function(read)
+
+    def bind_mcp_gauges(
+        self, *, sessions: Callable[[], float], watchers: Callable[[], float]
+    ) -> None:
+        """The ``/mcp`` door's gauges (hub.mcp.http), read at scrape time: its open sessions
+        and its token watchers (one per open session; more would be a leak)."""
+        gauges = (
+            ("agora_mcp_sessions", "Open MCP Streamable HTTP sessions.", sessions),
+            (
+                "agora_mcp_token_watchers",
+                "MCP sessions' token watchers running (one per open session).",
+                watchers,
+            ),
+        )
+        for name, doc, read in gauges:
+            Gauge(name, doc, registry=self.registry).set_function(read)

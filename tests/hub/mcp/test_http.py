@@ -2,8 +2,9 @@
 token (missing, malformed, forged, expired, revoked → 401 with ``WWW-Authenticate: Bearer``),
 a session used with another token (404), the session cap (503), the per-agent cap (one
 agent's oldest session ends), a session whose hub connection failed (no slot held), an
-oversized body (413), and the hub connection behind each MCP session (the token's agent; closed
-with the session)."""
+oversized body (413), the hub connection behind each MCP session (the token's agent; closed
+with the session), and a session ended by ``DELETE`` or its idle timeout leaving neither its
+token watcher nor its hub connection behind (counted on ``/metrics``)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import httpx2
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from prometheus_client.parser import text_string_to_metric_families
 
 from hub.auth import TokenSigner
 from hub.client import connect
@@ -35,6 +37,7 @@ from tests.support.mcp import (
 )
 from tests.support.paths import REPO
 from tests.support.tokens import SECRET, mint
+from tests.support.waiting import wait_for
 
 WAIT: Final = 30.0
 ACCEPT: Final = {"Accept": "application/json, text/event-stream"}
@@ -296,3 +299,64 @@ async def test_the_2026_protocol_without_a_session(hub: HubProcess, workspace: s
     assert [(e.kind, e.producer) for e in events if e.kind == "messagePosted"] == [
         ("messagePosted", "frank")
     ]
+
+
+async def _door_counts(hub: HubProcess) -> tuple[float, float, float]:
+    """(MCP sessions, their token watchers, the hub's WebSocket connections), from /metrics."""
+    async with httpx2.AsyncClient(timeout=WAIT) as client:
+        reply = await client.get(hub.a2a_url + "/metrics")
+    assert reply.status_code == 200, reply.text
+    found = {
+        s.name: s.value
+        for family in text_string_to_metric_families(reply.text)
+        for s in family.samples
+    }
+    return (
+        found["agora_mcp_sessions"],
+        found["agora_mcp_token_watchers"],
+        found["agora_connections"],
+    )
+
+
+@pytest.mark.parametrize("ended_by", ["delete", "idle"])
+async def test_a_session_that_ended_leaves_no_watcher_nor_hub_connection(
+    tmp_path: Path, ended_by: str
+) -> None:
+    """The session's end (the client's ``DELETE``, or the idle timeout closing its transport)
+    ends its token watcher and its hub connection at once, not when the token expires."""
+    starter = HubStarter(tmp_path)
+    idle = "\n[mcp]\nsession_idle_s = 1\n" if ended_by == "idle" else ""
+    hub = starter.start("[server]\npresence_grace_s = 0\n" + idle, a2a_port=0)
+    try:
+        token = hub.token("leaver")  # valid for an hour: its end is not what ends the session
+        call = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "workspace_state", "arguments": {"workspace": "w"}},
+        }
+        async with httpx2.AsyncClient(timeout=WAIT) as client:
+            assert await _door_counts(hub) == (0, 0, 0)
+            response = await _post(client, hub, _initialize(), token)
+            assert response.status_code == 200, response.text
+            sid = response.headers["mcp-session-id"]
+            state = await _post(client, hub, call, token, sid)  # opens its hub connection
+            assert state.status_code == 200 and '"isError":false' in state.text, state.text
+            assert await _door_counts(hub) == (1, 1, 1)
+            if ended_by == "delete":
+                headers = {"Authorization": f"Bearer {token}", "Mcp-Session-Id": sid}
+                deleted = await client.delete(mcp_url(hub), headers=headers)
+                assert deleted.status_code == 200, deleted.text
+
+            counts: list[tuple[float, float, float]] = []
+
+            async def ended() -> bool:
+                counts.append(await _door_counts(hub))
+                return counts[-1] == (0, 0, 0)
+
+            with contextlib.suppress(AssertionError):
+                await wait_for(ended, within=10)
+            assert counts[-1] == (0, 0, 0), "(sessions, watchers, hub connections) left"
+            assert (await _post(client, hub, call, token, sid)).status_code == 404
+    finally:
+        starter.close()
