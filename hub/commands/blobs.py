@@ -24,8 +24,8 @@ from typing import Any
 
 from hub.commands._audit import EXIT_OK, EXIT_USAGE, PAGE, add_store_args, with_store
 from hub.commands.common import fail
-from hub.commands.export import blob_refs
 from hub.core.events import decode_events
+from hub.core.validation import blob_refs
 from hub.log.base import EventStore
 
 COMMAND = "blobs"

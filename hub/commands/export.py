@@ -18,7 +18,7 @@ import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, Any
 
 import msgspec
 
@@ -33,8 +33,8 @@ from hub.commands._audit import (
     write_bytes,
 )
 from hub.core.errors import IntegrityError, NotFound
-from hub.core.events import ArtifactPublished, Event, ExecRequested, FileWritten, decode_events
-from hub.core.validation import SHA256_RE
+from hub.core.events import decode_events
+from hub.core.validation import blob_refs
 from hub.log.base import BlobStore, EventStore
 from hub.log.blobs import FileBlobStore
 
@@ -84,26 +84,6 @@ def register(subparsers: Any) -> None:
     )
     add_store_args(parser)
     parser.set_defaults(func=run)
-
-
-REFERENCING_KINDS: Final = frozenset({FileWritten, ArtifactPublished, ExecRequested})
-"""The event types :func:`blob_refs` can find a reference in (a long walk skips the others
-with one set lookup per event)."""
-
-
-def blob_refs(event: Event) -> list[str]:
-    """The sha256 of every blob an event references (file content, artifact, guest module);
-    a reference that is not a well-formed sha256 cannot name a blob and is left out."""
-    match event:
-        case FileWritten(payload=p) if p.blob is not None:
-            refs = [p.blob]
-        case ArtifactPublished(payload=p) if p.blob:
-            refs = [p.blob]
-        case ExecRequested(payload=p) if p.module is not None:
-            refs = [p.module.blob]
-        case _:
-            return []
-    return [r for r in refs if SHA256_RE.fullmatch(r)]
 
 
 async def copy_blobs(

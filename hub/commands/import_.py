@@ -44,7 +44,7 @@ from hub.commands._audit import (
     with_store,
 )
 from hub.commands.common import config_from_args, fail
-from hub.commands.export import CheckpointLine, blob_refs, copy_blobs
+from hub.commands.export import CheckpointLine, copy_blobs
 from hub.core.chain import canonical_bytes
 from hub.core.checkpoint import CheckpointRecord, parse_checkpoint, parse_note
 from hub.core.errors import (
@@ -58,6 +58,7 @@ from hub.core.errors import (
 )
 from hub.core.events import Event, encode_event
 from hub.core.merkle import append_leaf, frontier_root, leaf_hash
+from hub.core.validation import blob_refs
 from hub.log.base import EventStore
 from hub.log.blobs import FileBlobStore
 

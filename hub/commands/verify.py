@@ -46,7 +46,6 @@ from hub.commands._audit import (
 )
 from hub.commands.checkpoint import read_verifier, verifier_from_args
 from hub.commands.common import fail
-from hub.commands.export import REFERENCING_KINDS, blob_refs
 from hub.core.chain import ChainWalk
 from hub.core.checkpoint import Checkpoint, NoteError, NoteVerifier, open_checkpoint, origin_for
 from hub.core.errors import AgoraError, BadRequest, IntegrityError, NotFound
@@ -54,6 +53,7 @@ from hub.core.events import Event
 from hub.core.projections.snapshots import SNAPSHOT_NAME, SNAPSHOT_VERSION, from_snapshot
 from hub.core.projections.workspace import WorkspaceState, fold
 from hub.core.records import Head
+from hub.core.validation import REFERENCING_KINDS, blob_refs
 from hub.log.base import EventStore
 
 COMMAND = "verify"

@@ -18,6 +18,7 @@ from hub.core.errors import BadRequest, TooLarge
 from hub.core.events import (
     ArtifactPublished,
     Event,
+    ExecRequested,
     FileDeleted,
     FileMoved,
     FileWritten,
@@ -265,3 +266,23 @@ def validate_backend_id(value: str, field: str = "backend") -> str:
     if not isinstance(value, str) or not BACKEND_ID_RE.fullmatch(value) or value in {".", ".."}:
         raise BadRequest(f"invalid backend id {value!r}: use 1-128 of [A-Za-z0-9._-]", field=field)
     return value
+
+
+REFERENCING_KINDS: Final = frozenset({FileWritten, ArtifactPublished, ExecRequested})
+"""The event types :func:`blob_refs` can find a reference in (a long walk skips the others
+with one set lookup per event)."""
+
+
+def blob_refs(event: Event) -> list[str]:
+    """The sha256 of every blob an event references (file content, artifact, guest module);
+    a reference that is not a well-formed sha256 cannot name a blob and is left out."""
+    match event:
+        case FileWritten(payload=p) if p.blob is not None:
+            refs = [p.blob]
+        case ArtifactPublished(payload=p) if p.blob:
+            refs = [p.blob]
+        case ExecRequested(payload=p) if p.module is not None:
+            refs = [p.module.blob]
+        case _:
+            return []
+    return [r for r in refs if SHA256_RE.fullmatch(r)]
