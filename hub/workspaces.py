@@ -45,7 +45,6 @@ import msgspec
 from hub.core.backoff import Backoff
 from hub.core.capability import SYSTEM_WORKSPACE
 from hub.core.errors import (
-    AgoraError,
     BadRequest,
     ClientError,
     Conflict,
@@ -69,8 +68,9 @@ from hub.core.validation import (
     validate_draft,
     validate_workspace,
 )
-from hub.log.base import BlobIntent, EventStore
+from hub.log.base import EventStore
 from hub.log.ids import mint_id
+from hub.log.intents import BlobStaging, sweep_intents
 from hub.log.loading import load_state, save_snapshot_if_due
 
 if TYPE_CHECKING:  # OpenTelemetry is loaded only when tracing is on (hub.observe.tracing)
@@ -89,11 +89,6 @@ REDECIDE_BACKOFF: Final = Backoff(
 )
 # Events read from the store per page by a catch-up.
 CATCH_UP_PAGE: Final = 1000
-# How old a blob intent is before a sweep takes it for a crash's: a publish's blobs are
-# stored and its append committed within moments, but another process (another hub node, an
-# `agora append`) may have one in flight while this hub starts or sweeps. Also how often a
-# running hub sweeps.
-ORPHAN_GRACE_S: Final = 300.0
 # How long a catch-up waits for this node's own in-flight batch before reading the store.
 OWN_COMMIT_GRACE_S: Final = 0.1
 
@@ -385,6 +380,7 @@ class Workspaces:
         expected_seq: int | None = None,
         trusted: bool = False,
         submitted: asyncio.Future[None] | None = None,
+        staged: BlobStaging | None = None,
     ) -> AppendResult:
         """Validate, decide and durably append ``drafts`` as one atomic batch.
 
@@ -400,6 +396,10 @@ class Workspaces:
         and appended, after this one. When the publish ends before (refused, duplicate,
         failed) it is left alone: the caller settles it. (The server chains one connection's
         publishes to a workspace on it.)
+
+        ``staged``: the staging of a larger write this batch is part of (the runtime's record
+        of a run, which stored the run's artifacts through it): the batch's inline content is
+        stored through it too, and settling its intents is left to its owner.
         """
         validate_workspace(workspace)
         if not drafts:
@@ -439,9 +439,27 @@ class Workspaces:
             # are collected; refusing them here would lose a finished run's record.
             await self._check_batch_quota(workspace, prepared)
         ordered = expected_seq is not None or reads_state(prepared)
-        intents: list[BlobIntent] = []
-        contents = {blob.sha256: blob.content for blob in pending_blobs}
-        try:
+        if staged is not None:
+            if staged.workspace != workspace:
+                raise ValueError(
+                    f"a staging for {staged.workspace!r} cannot store for {workspace!r}"
+                )
+            return await self._decide_and_append(
+                workspace,
+                prepared,
+                producer,
+                expected_seq=expected_seq,
+                ordered=ordered,
+                submitted=submitted,
+                pending_blobs=pending_blobs,
+                staged=staged,
+            )
+        # Refused (a client error: nothing of this batch was appended), its new blobs go as
+        # the staging closes (unless the same ids were written by a retry meanwhile, or
+        # another publish took them up). An error of the store (unavailable, cancelled)
+        # leaves the intents: whether the append committed is not known here; the sweep
+        # finds out.
+        async with BlobStaging(self.store, workspace) as staged:
             result = await self._decide_and_append(
                 workspace,
                 prepared,
@@ -450,30 +468,11 @@ class Workspaces:
                 ordered=ordered,
                 submitted=submitted,
                 pending_blobs=pending_blobs,
-                intents=intents,
+                staged=staged,
             )
-        except ClientError:
-            # Refused: nothing of this batch was appended; its new blobs go now (unless the
-            # same ids were written by a retry meanwhile, or another publish took them up).
-            if intents:
-                await self._sweep(intents)
-            raise
-        # An error of the store (unavailable, cancelled) leaves the intents: whether the
-        # append committed is not known here; the next start's sweep finds out.
-        for intent in intents:
-            try:
-                await self._keep_if_swept(intent, contents)
-                await self.store.blobs.settle(intent)
-            except AgoraError as e:
-                # Committed: the publish succeeded, and must say so (a retry without an id
-                # would publish again). The intent left is settled by a later sweep, which
-                # finds its event.
-                log.warning(
-                    "the intent of blob %s in %s is left for the sweep: %s",
-                    intent.sha256,
-                    workspace,
-                    e,
-                )
+            # Committed: the publish succeeded, and must say so (a retry without an id would
+            # publish again), whether or not its intents could be dropped.
+            await staged.committed()
         return result
 
     async def _decide_and_append(
@@ -486,10 +485,10 @@ class Workspaces:
         ordered: bool,
         submitted: asyncio.Future[None] | None,
         pending_blobs: list[_PendingBlob],
-        intents: list[BlobIntent],
+        staged: BlobStaging,
     ) -> AppendResult:
-        """The decide → (store blobs) → append loop of :meth:`publish`; each intent written
-        for a blob it stores is added to ``intents``."""
+        """The decide → (store blobs) → append loop of :meth:`publish`; the blobs are stored
+        through ``staged`` (each new one under its intent)."""
         for attempt in range(MAX_REDECIDE):
             live = await self._open(workspace)
             # A batch decided without reading the state need not wait for the tentative state
@@ -522,7 +521,8 @@ class Workspaces:
             if pending_blobs:
                 # Decided: store the content now, then decide again (the state may have moved
                 # while the blobs were written; the next round has no await before append).
-                await self._store_blobs(workspace, pending_blobs, intents)
+                for blob in pending_blobs:
+                    await staged.put(blob.event_id, blob.content, sha256=blob.sha256)
                 pending_blobs.clear()
                 continue
             result = await self._append(live, prepared, ordered=ordered, submitted=submitted)
@@ -536,78 +536,15 @@ class Workspaces:
             head=self._live[workspace].committed.seq if workspace in self._live else 0,
         )
 
-    async def _keep_if_swept(self, intent: BlobIntent, contents: dict[str, bytes]) -> None:
-        """A publish that took longer than the sweep's grace to commit (a stalled writer, a
-        long store outage) may have had its blob swept as a crash's orphan in the meantime:
-        its event is committed now, so the blob is stored again from the content this
-        publish still holds. Checked only past half the grace, so a publish pays nothing."""
-        age_s = time.time() - intent.stamp / 1_000_000
-        if age_s < ORPHAN_GRACE_S / 2 or await self.store.blobs.touch(intent.sha256):
-            return
-        log.warning(
-            "blob %s of %s's event %s was swept while its publish was stalled (%.0f s): "
-            "stored again",
-            intent.sha256,
-            intent.workspace,
-            intent.event_id,
-            age_s,
-        )
-        await self.store.blobs.put(contents[intent.sha256])
-
-    async def _store_blobs(
-        self, workspace: str, pending: list[_PendingBlob], intents: list[BlobIntent]
-    ) -> None:
-        """Store a decided batch's blobs. One stored already is touched (so no sweep takes
-        it from under this batch) and needs no intent; a new one gets its intent first."""
-        blobs = self.store.blobs
-        done: set[str] = set()
-        for blob in pending:
-            if blob.sha256 in done or await blobs.touch(blob.sha256):
-                continue
-            done.add(blob.sha256)
-            intent = await blobs.intend(workspace, blob.event_id, blob.sha256, len(blob.content))
-            intents.append(intent)
-            await blobs.put(blob.content, stamp=intent.stamp)
-
     async def sweep_orphans(self, *, before: float) -> int:
         """Settle the blob intents stamped before ``before`` (epoch seconds) that a crash
         left between storing a publish's blob and committing its event; return how many
         blobs were removed. Bounded by the intents (publishes in flight at the crash), never
         a scan of a log or of the blob store. The hub runs it in the background from its
         start and every ``ORPHAN_GRACE_S`` (hub.server.app), beside serving: ``before`` must
-        leave in-flight publishes (of every process on the store) their grace."""
-        return await self._sweep(await self.store.blobs.intents(before))
-
-    async def _sweep(self, intents: Sequence[BlobIntent]) -> int:
-        """For each intent: its event committed (found by id, as idempotency finds it, and
-        referencing the blob) → the intent is dropped; else the blob is removed unless it
-        was stored or used again after the intent (then another publish, an upload or the
-        hub references it), and the intent dropped. Inline content never had a grant, so
-        no quota counted it; nothing else to undo."""
-        removed = 0
-        for intent in intents:
-            try:
-                found = await self.store.lookup_ids(intent.workspace, [intent.event_id])
-                event = found.get(intent.event_id)
-                committed = isinstance(event, FileWritten) and event.payload.blob == intent.sha256
-                if not committed and await self.store.blobs.delete_untouched(
-                    intent.sha256, intent.stamp
-                ):
-                    log.info(
-                        "removed blob %s of %s's event %s, never committed",
-                        intent.sha256,
-                        intent.workspace,
-                        intent.event_id,
-                    )
-                    removed += 1
-                await self.store.blobs.settle(intent)
-            except (AgoraError, OSError) as e:
-                # Kept for the next sweep: one unreadable workspace (or a store hiccup) must
-                # not stop the others, nor mask the refusal a publish is reporting.
-                log.warning(
-                    "the intent of blob %s in %s is kept: %s", intent.sha256, intent.workspace, e
-                )
-        return removed
+        leave in-flight publishes (of every process on the store) their grace. The
+        intents are those of every writer that stores blobs (hub.log.intents)."""
+        return await sweep_intents(self.store, await self.store.blobs.intents(before))
 
     async def publish_many(
         self,

@@ -14,7 +14,7 @@ import hashlib
 import os
 import stat
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -141,11 +141,14 @@ class BlobStore(abc.ABC):
         ``NotFound`` for no such upload, ``BadRequest`` for a gap or a chunk past ``size``."""
 
     @abc.abstractmethod
-    async def commit(self, sha256: str, size: int, *, uploader: str = "") -> None:
+    async def commit(
+        self, sha256: str, size: int, *, uploader: str = "", stamp: int | None = None
+    ) -> None:
         """Hash the whole upload and store it as the blob (hashed where no writer reaches
-        it, so the bytes stored are the bytes hashed). Raises ``BadRequest`` while bytes are
-        missing, and (the upload then discarded) when its content does not hash to
-        ``sha256``."""
+        it, so the bytes stored are the bytes hashed). A blob stored already is touched; a
+        new one's stored time is ``stamp`` (a :class:`BlobIntent`'s) when given, as in
+        :meth:`put`. Raises ``BadRequest`` while bytes are missing, and (the upload then
+        discarded) when its content does not hash to ``sha256``."""
 
     # -- grants: which workspace may reference which blob (docs/protocol.md "Blobs") ------
 
@@ -208,16 +211,28 @@ class BlobStore(abc.ABC):
         """Remove the blob if its stored time is not after ``stamp`` (nothing stored or
         touched it since the intent of that stamp created it); whether it was removed."""
 
-    async def put_file(self, path: Path) -> tuple[str, int]:
+    async def put_file(
+        self, path: Path, *, intend: Callable[[str, int], Awaitable[int | None]] | None = None
+    ) -> tuple[str, int]:
         """Store the file at ``path`` chunk by chunk (hashed first, then uploaded and checked
-        on commit), never whole in memory; return its (sha256, size)."""
+        on commit), never whole in memory; return its (sha256, size). ``intend(sha256,
+        size)``, awaited once the file is hashed instead of the touch of a stored blob, is how
+        a writer guards a new blob with its :class:`BlobIntent` (hub.log.intents): it answers
+        ``None`` when nothing is to be stored (it touched the stored blob, or stored it
+        itself), else the stamp the new blob is stored with. Raises ``OSError`` (not a regular
+        file)."""
         # One descriptor, opened without following links, for the hash and every read: the
         # path cannot be swapped for a link to another file between them (a sandbox writes
         # under it while the hub collects).
         fd = await asyncio.to_thread(_open_regular, path)
         try:
             size, sha256 = await asyncio.to_thread(_hash_fd, fd)
-            if await self.touch(sha256):  # referenced again: no orphan sweep may take it
+            stamp: int | None = None
+            if intend is not None:
+                stamp = await intend(sha256, size)
+                if stamp is None:
+                    return sha256, size
+            elif await self.touch(sha256):  # referenced again: no orphan sweep may take it
                 return sha256, size
             # An upload of its own: two collections of the same hash at once (one file
             # changing under it) never write into one upload.
@@ -228,7 +243,7 @@ class BlobStore(abc.ABC):
                 if not part:
                     break  # the file shrank meanwhile: the commit refuses it
                 offset = await self.write_chunk(sha256, size, offset, part, uploader=me)
-            await self.commit(sha256, size, uploader=me)
+            await self.commit(sha256, size, uploader=me, stamp=stamp)
             return sha256, size
         finally:
             os.close(fd)

@@ -145,11 +145,13 @@ class FileBlobStore(BlobStore):
             )
         return await asyncio.to_thread(self._write_sync, sha256, path, offset, data)
 
-    async def commit(self, sha256: str, size: int, *, uploader: str = "") -> None:
+    async def commit(
+        self, sha256: str, size: int, *, uploader: str = "", stamp: int | None = None
+    ) -> None:
         if not uploader and await self.touch(sha256):
             return
         path = self._upload_path(sha256, size, uploader)
-        await asyncio.to_thread(self._commit_sync, sha256, size, path)
+        await asyncio.to_thread(self._commit_sync, sha256, size, path, stamp)
 
     # -- grants -------------------------------------------------------------------------------
 
@@ -411,7 +413,7 @@ class FileBlobStore(BlobStore):
         finally:
             os.close(fd)
 
-    def _commit_sync(self, sha256: str, size: int, upload: Path) -> None:
+    def _commit_sync(self, sha256: str, size: int, upload: Path, stamp: int | None) -> None:
         target = self.root / sha256[:2] / sha256[2:]
         # First out of every writer's reach (a writer opens the upload by its name), so the
         # bytes hashed are the bytes stored.
@@ -437,6 +439,8 @@ class FileBlobStore(BlobStore):
                 digest = hashlib.sha256()
                 while chunk := f.read(_HASH_CHUNK):
                     digest.update(chunk)
+                if stamp is not None:  # an intent's: the sweep tells a blob untouched since
+                    os.utime(f.fileno(), ns=(stamp * 1000, stamp * 1000))
                 os.fsync(f.fileno())
         except OSError as e:
             with contextlib.suppress(OSError):
@@ -455,7 +459,7 @@ class FileBlobStore(BlobStore):
             created = _mkdirs(target.parent)
             # Stored already (or meanwhile): the upload only proved its holder has it, and
             # the stored blob is touched, never replaced (see _install_sync).
-            if _install_sync(private, target, after=None):
+            if _install_sync(private, target, after=stamp):
                 for d in (target.parent, *created):
                     _fsync_dir(d)
         except OSError as e:

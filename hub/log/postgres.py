@@ -376,10 +376,12 @@ class _Sql:
             f"SELECT workspace, sha256, extract(epoch FROM granted_at) FROM {s}.blob_grants"
         )
         self.grant_drop = f"DELETE FROM {s}.blob_grants WHERE workspace = $1 AND sha256 = $2"
+        # $3: as in blob_put (an intent's stamp, or NULL).
         self.blob_put_chunked = (
-            f"INSERT INTO {s}.blobs AS b (sha256, data, size, chunked) "
-            "VALUES ($1, ''::bytea, $2, true) "
-            f"ON CONFLICT (sha256) DO UPDATE SET stored_at = {_TOUCHED.format(b='b', at='NULL')}"
+            f"INSERT INTO {s}.blobs AS b (sha256, data, size, chunked, stored_at) "
+            "VALUES ($1, ''::bytea, $2, true, "
+            "coalesce(timestamptz 'epoch' + $3::bigint * interval '1 microsecond', now())) "
+            f"ON CONFLICT (sha256) DO UPDATE SET stored_at = {_TOUCHED.format(b='b', at='$3')}"
         )
         self.blob_delete = f"DELETE FROM {s}.blobs WHERE sha256 = $1"
         self.upload_purge = (
@@ -573,7 +575,9 @@ class PostgresBlobStore(BlobStore):
         except _DRIVER_ERRORS as e:
             raise _translate(e, "writing an upload") from e
 
-    async def commit(self, sha256: str, size: int, *, uploader: str = "") -> None:
+    async def commit(
+        self, sha256: str, size: int, *, uploader: str = "", stamp: int | None = None
+    ) -> None:
         self._check(sha256)
         if not uploader and await self.touch(sha256):
             return
@@ -610,7 +614,7 @@ class PostgresBlobStore(BlobStore):
                     await conn.execute(self._sql.upload_drop, sha256, size, uploader)
                 else:
                     await conn.execute(self._sql.upload_move, sha256, size, uploader)
-                    await conn.execute(self._sql.blob_put_chunked, sha256, size)
+                    await conn.execute(self._sql.blob_put_chunked, sha256, size, stamp)
                     await conn.execute(self._sql.upload_drop, sha256, size, uploader)
         except _DRIVER_ERRORS as e:
             raise _translate(e, "committing a blob") from e

@@ -50,6 +50,7 @@ from hub.core.events import Event
 from hub.core.wire.frames import SUBPROTOCOL
 from hub.core.wire.session import SERVER_NAME
 from hub.log.base import EventStore
+from hub.log.intents import ORPHAN_GRACE_S
 from hub.observe.metrics import HubMetrics
 from hub.observe.tracing import Tracing
 from hub.revocations import Revocations
@@ -62,7 +63,7 @@ from hub.server.connection import Connection
 from hub.server.fanout import Fanout
 from hub.server.presence import Presence
 from hub.server.tasks import OwnedTasks
-from hub.workspaces import ORPHAN_GRACE_S, Workspaces
+from hub.workspaces import Workspaces
 
 if TYPE_CHECKING:
     from hub.cluster.node import ClusterNode

@@ -26,8 +26,9 @@ from hub.core.events import Event, FileWritten, FileWrittenPayload
 from hub.core.records import AppendResult
 from hub.core.validation import Limits
 from hub.log.base import BlobIntent, EventStore
+from hub.log.intents import ORPHAN_GRACE_S
 from hub.log.postgres import PostgresEventStore
-from hub.workspaces import ORPHAN_GRACE_S, Workspaces
+from hub.workspaces import Workspaces
 
 LIMITS = Limits(blob_threshold=16)
 CONTENT = "content over the blob threshold, stored as a blob " * 4

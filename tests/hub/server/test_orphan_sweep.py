@@ -19,7 +19,8 @@ import pytest
 from hub.core.events import Event, FileWritten, FileWrittenPayload
 from hub.core.records import AppendResult
 from hub.log.factory import BLOBS_DIR_NAME, open_store
-from hub.workspaces import ORPHAN_GRACE_S, Workspaces
+from hub.log.intents import ORPHAN_GRACE_S
+from hub.workspaces import Workspaces
 from tests.support.hub import StartHub
 from tests.support.waiting import wait_for
 
