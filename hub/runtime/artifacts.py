@@ -7,7 +7,9 @@ They are matched in the run's mirror of the workspace (every backend with a file
 process, container, wasm, rust), after the program ended. Only regular files count: a
 symbolic link the program made is never followed (it could point anywhere on the host).
 At most :data:`MAX_ARTIFACTS` files; each is stored chunk by chunk
-(:meth:`hub.log.base.BlobStore.put_file`), never whole in memory.
+(:meth:`hub.log.base.BlobStore.put_file`), never whole in memory, under the intent of its
+``artifactPublished`` event (:class:`hub.log.intents.BlobStaging`): a crash before that event
+is appended leaves no orphan blob.
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ import asyncio
 import mimetypes
 import os
 import stat
+import time
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Final
 
 from hub.core.errors import AgoraError, BadRequest
 from hub.core.events import ArtifactPayload, ArtifactPublished, ArtifactRef, Event
-from hub.log.base import BlobStore
+from hub.log.ids import mint_id
+from hub.log.intents import BlobStaging
 
 __all__ = ["MAX_ARTIFACTS", "MAX_GLOBS", "artifact_globs", "collect_artifacts"]
 
@@ -73,7 +77,7 @@ def _matches(root: Path, globs: Sequence[str]) -> list[str]:
 
 
 async def collect_artifacts(
-    blobs: BlobStore,
+    staged: BlobStaging,
     root: Path,
     globs: Sequence[str],
     exec_id: str,
@@ -81,10 +85,11 @@ async def collect_artifacts(
     *,
     budget: int | None = None,
 ) -> tuple[list[Event], list[ArtifactRef]]:
-    """Store the files under ``root`` matching ``globs``; return the ``artifactPublished``
-    drafts (caused by the request ``causation_id``) and their refs for the result. A file
-    that cannot be stored (gone, over the blob limit, past the ``budget``: the bytes the
-    workspace's quota has left) is left out."""
+    """Store the files under ``root`` matching ``globs`` through ``staged`` (each new blob
+    under the intent of its draft, which carries the id the intent names); return the
+    ``artifactPublished`` drafts (caused by the request ``causation_id``) and their refs for
+    the result. A file that cannot be stored (gone, over the blob limit, past the ``budget``:
+    the bytes the workspace's quota has left) is left out."""
     paths = await asyncio.to_thread(_matches, root, globs)
     drafts: list[Event] = []
     refs: list[ArtifactRef] = []
@@ -97,18 +102,21 @@ async def collect_artifacts(
                 continue
             if st.st_size > left:
                 continue  # checked again on what was stored, below
+        event_id = mint_id(int(time.time() * 1000))
         try:
-            sha, size = await blobs.put_file(root / rel)
+            sha, size = await staged.put_file(event_id, root / rel)
         except (AgoraError, OSError):
             continue
         if left is not None:
             if size > left:
-                continue  # grew meanwhile; stored, unreferenced: `agora blobs gc` removes it
+                continue  # grew meanwhile: its event is never appended, the staging drops it
             left -= size
         media = mimetypes.guess_type(rel)[0] or "application/octet-stream"
         payload = ArtifactPayload(
             key=rel, media_type=media, size_bytes=size, sha256=sha, blob=sha, exec_id=exec_id
         )
-        drafts.append(ArtifactPublished(causation_id=causation_id or None, payload=payload))
+        drafts.append(
+            ArtifactPublished(id=event_id, causation_id=causation_id or None, payload=payload)
+        )
         refs.append(ArtifactRef(key=rel, size_bytes=size, content_type=media, sha256=sha))
     return drafts, refs

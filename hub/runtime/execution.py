@@ -37,6 +37,7 @@ from hub.core.events import (
 )
 from hub.core.execution.errors import ExecutionInternal
 from hub.core.execution.settings import RuntimeSettings
+from hub.log.intents import BlobStaging
 from hub.runtime.access import LogAccess
 from hub.runtime.artifacts import collect_artifacts
 from hub.runtime.coalesce import Coalescer, Flush
@@ -90,6 +91,7 @@ class Execution:
         "request",
         "request_event_id",
         "shutdown",
+        "staged",
         "status",
         "stop",
         "traceparent",
@@ -125,9 +127,12 @@ class Execution:
         """Set once ``execFinished`` is in the log (or could not be written)."""
         self.status = "requested"
         self.traceparent: str | None = None
+        """The W3C trace context the run's events keep (the exec frame's, then its span's)."""
         self.last_seq = 0
         """The seq of the last event the run wrote (0: none yet)."""
-        """The W3C trace context the run's events keep (the exec frame's, then its span's)."""
+        self.staged: BlobStaging | None = None
+        """While the run's record is written: the staging its blobs (artifacts, pulled
+        content) are stored through, settled once the record is written."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -141,7 +146,7 @@ class Execution:
                 d if d.traceparent else msgspec.structs.replace(d, traceparent=tp) for d in drafts
             ]
         result = await self.workspaces.publish(
-            self.workspace, drafts, producer=self.agent, trusted=True
+            self.workspace, drafts, producer=self.agent, trusted=True, staged=self.staged
         )
         if result.events:
             self.last_seq = result.events[-1].seq
@@ -213,25 +218,34 @@ async def supervise(execution: Execution, settings: RuntimeSettings, node: str) 
         if access is not None:
             finished = msgspec.structs.replace(finished, pulled=access.writes)
         drafts: list[Event] = []
-        if mirror is not None:
-            drafts, skipped = await _pull(execution, settings, mirror, mounts)
-            finished = msgspec.structs.replace(
-                finished, pulled=len(drafts), skipped=[*finished.skipped, *skipped]
-            )
-            if execution.artifacts:
-                quota = workspaces.limits.max_workspace_bytes
-                used = await workspaces.stored_bytes(execution.workspace)
-                published, refs = await collect_artifacts(
-                    workspaces.store.blobs,
-                    mirror.root,
-                    execution.artifacts,
-                    execution.exec_id,
-                    execution.request_event_id,
-                    budget=max(0, quota - used),
-                )
-                drafts += published
-                finished = msgspec.structs.replace(finished, artifacts=[*finished.artifacts, *refs])
-        await _record(execution, finished, drafts, pending)
+        # The artifacts' blobs are stored before their events are appended: each new one
+        # under its event's intent, settled once the record is written (or refused).
+        async with BlobStaging(workspaces.store, execution.workspace) as staged:
+            execution.staged = staged
+            try:
+                if mirror is not None:
+                    drafts, skipped = await _pull(execution, settings, mirror, mounts)
+                    finished = msgspec.structs.replace(
+                        finished, pulled=len(drafts), skipped=[*finished.skipped, *skipped]
+                    )
+                    if execution.artifacts:
+                        quota = workspaces.limits.max_workspace_bytes
+                        used = await workspaces.stored_bytes(execution.workspace)
+                        published, refs = await collect_artifacts(
+                            staged,
+                            mirror.root,
+                            execution.artifacts,
+                            execution.exec_id,
+                            execution.request_event_id,
+                            budget=max(0, quota - used),
+                        )
+                        drafts += published
+                        finished = msgspec.structs.replace(
+                            finished, artifacts=[*finished.artifacts, *refs]
+                        )
+                await _record(execution, finished, drafts, pending)
+            finally:
+                execution.staged = None
     except asyncio.CancelledError:
         raise
     except Exception as e:

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 from backends.base import Admission, validate_request
 from hub.core.capability import Capability
-from hub.core.errors import Busy, Exists, NotFound, Unavailable
+from hub.core.errors import AgoraError, Busy, Exists, NotFound, Unavailable
 from hub.core.events import (
     Event,
     ExecCancelRequested,
@@ -57,6 +57,7 @@ from hub.core.execution.errors import BackendUnavailable
 from hub.core.execution.settings import RuntimeSettings
 from hub.core.validation import validate_traceparent, validate_workspace
 from hub.core.wire.frames import Exec, RuntimeResult
+from hub.log.intents import BlobStaging
 from hub.runtime.artifacts import artifact_globs
 from hub.runtime.execution import Execution, supervise
 from hub.runtime.journal import ExecFollower, Journals, Resume
@@ -287,26 +288,40 @@ class Runtime:
             if self.index is not None:  # before the request is in the log (see recovery_index)
                 await self.index.opening(self.index.executions, key)
             module = prepared.logged_module
-            if prepared.module_bytes is not None:
-                module = ExecModuleRef(blob=await self.store.blobs.put(prepared.module_bytes))
-                # Sent whole by the agent: the workspace may run it again by its hash.
-                await self.store.blobs.grant(
-                    workspace, module.blob, len(prepared.module_bytes), capability.agent
+            draft_id = str(uuid.uuid4())
+            # A module sent whole is stored before its execRequested, under that event's
+            # intent: a crash between the two leaves no orphan blob.
+            async with BlobStaging(self.store, workspace) as staged:
+                if prepared.module_bytes is not None:
+                    module = ExecModuleRef(blob=await staged.put(draft_id, prepared.module_bytes))
+                draft = ExecRequested(
+                    id=draft_id,
+                    payload=requested_payload(prepared, instance.id, module),
+                    traceparent=execution.traceparent,
                 )
-            draft = ExecRequested(
-                id=str(uuid.uuid4()),
-                payload=requested_payload(prepared, instance.id, module),
-                traceparent=execution.traceparent,
-            )
-            written = await self.workspaces.publish(
-                workspace, [draft], producer=capability.agent, trusted=True
-            )
+                written = await self.workspaces.publish(
+                    workspace, [draft], producer=capability.agent, trusted=True
+                )
+                if prepared.module_bytes is not None and module is not None:
+                    await self._grant_module(
+                        workspace, module.blob, prepared.module_bytes, capability.agent
+                    )
+                await staged.committed()
         except BaseException:
             self._live.pop(key, None)
             execution.accepted.set_result("")
             raise
         execution.accepted.set_result(written.events[0].id)
         return exec_id
+
+    async def _grant_module(self, workspace: str, sha256: str, module: bytes, agent: str) -> None:
+        """A module sent whole by the agent: the workspace may run it again by its hash.
+        Granted once its request is in the log (a crash before leaves no grant); a failure
+        only costs that (the request is written: the run goes on)."""
+        try:
+            await self.store.blobs.grant(workspace, sha256, len(module), agent)
+        except AgoraError as e:
+            log.warning("the grant of module %s to %s failed: %s", sha256, workspace, e)
 
     async def _traced(self, execution: Execution, tracing: Tracing) -> None:
         """:func:`supervise` as the span ``agora.exec``, the child of the exec frame's

@@ -3,6 +3,8 @@ orphan. Each publish's new blob is guarded by a durable intent (hub.log.base.Blo
 sweep a start runs (:meth:`hub.workspaces.Workspaces.sweep_orphans`) removes the blob of an
 intent whose event never landed, and keeps one whose event did or that someone else took up
 meanwhile. On every store kind (SQLite with file blobs, PostgreSQL), like the conformance suite.
+The runtime's blobs (a run's artifacts, a guest module sent whole) are guarded the same way:
+the last tests crash a real in-process runtime between storing them and appending.
 
 The crash is injected in-process: the store's ``append`` raises a ``BaseException`` (as a
 SIGKILL would end the publish: nothing after it runs), before or after the real append; then a
@@ -11,23 +13,40 @@ new store and a new Workspaces over the same storage play the restarted hub.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 import hub.log.postgres as pg_module
+from backends.base import (
+    Admission,
+    BackendCapabilities,
+    ExecutionEvent,
+    ExecutionIsolation,
+    ExecutionLanguage,
+    ExecutionRequest,
+    ExecutionResult,
+    FilesystemPolicy,
+    SandboxPolicy,
+)
+from hub.core.capability import Capability
 from hub.core.errors import Conflict, Unavailable
-from hub.core.events import Event, FileWritten, FileWrittenPayload
+from hub.core.events import ArtifactPublished, Event, ExecRequested, FileWritten, FileWrittenPayload
 from hub.core.records import AppendResult
 from hub.core.validation import Limits
+from hub.core.wire.frames import Exec
 from hub.log.base import BlobIntent, EventStore
 from hub.log.intents import ORPHAN_GRACE_S
 from hub.log.postgres import PostgresEventStore
+from hub.runtime import BackendInstance, BackendRegistry, Runtime, RuntimeSettings
 from hub.workspaces import Workspaces
 
 LIMITS = Limits(blob_threshold=16)
@@ -242,3 +261,153 @@ async def test_a_publish_stalled_past_the_grace_stores_its_swept_blob_again(
     await ws.publish("w", [write("big.txt")], producer="alice")
     assert (await ws.files("w"))["big.txt"].blob == SHA
     assert await store.blobs.get(SHA) == CONTENT.encode()
+
+
+# -- the runtime's blobs: a run's artifacts, a guest module sent whole -------------------------
+# The runtime stores them before appending the events that reference them, like a publish's
+# inline content, so the same intents guard them (hub.log.intents.BlobStaging).
+
+CAP = Capability(
+    agent="alice",
+    workspaces=("*",),
+    rights=("read", "exec"),
+    backends=("*",),
+    expires_at=2**40,
+    issued_at=0,
+    token_id="t",
+)
+ARTIFACT = b"an artifact the run wrote, stored by the hub as a blob\n" * 8
+ARTIFACT_SHA = hashlib.sha256(ARTIFACT).hexdigest()
+MODULE = b"\x00asm\x01\x00\x00\x00 a guest module the agent sent whole"
+MODULE_SHA = hashlib.sha256(MODULE).hexdigest()
+
+
+class WritesArtifact:
+    """A backend whose every run writes ``out/a.bin`` (:data:`ARTIFACT`) into its workdir."""
+
+    name = "fake"
+    capabilities = BackendCapabilities(
+        isolation=ExecutionIsolation.IN_PROCESS,
+        enforces_network=True,
+        enforces_filesystem=True,
+        enforces_environment=True,
+        enforces_timeout=True,
+        languages=frozenset({ExecutionLanguage.COMMAND, ExecutionLanguage.WASM}),
+    )
+    default_policy = SandboxPolicy(filesystem=FilesystemPolicy.workspace_read_write())
+
+    def available(self) -> tuple[bool, str]:
+        return True, ""
+
+    async def start(self) -> None:
+        return None
+
+    async def probe(self) -> tuple[bool, str]:
+        return True, ""
+
+    async def admit(self, request: ExecutionRequest) -> Admission:
+        return Admission(None, request.exec_id)
+
+    async def execute(
+        self, request: ExecutionRequest, workdir: Path | None, access: object = None
+    ) -> AsyncIterator[ExecutionEvent]:
+        if workdir is not None:
+            (workdir / "out").mkdir(exist_ok=True)
+            (workdir / "out" / "a.bin").write_bytes(ARTIFACT)
+        yield ExecutionResult(status="completed", reason="exit", exit_code=0)
+
+    async def cancel(self, exec_id: str) -> bool:
+        return False
+
+    async def aclose(self) -> None:
+        return None
+
+
+def crash_append_of(store: EventStore, monkeypatch: pytest.MonkeyPatch, kind: type) -> None:
+    """Make ``store.append`` die (before it writes) on a batch holding an event of ``kind``."""
+    real = store.append
+
+    async def append(workspace: str, drafts: Sequence[Event], **kw: Any) -> AppendResult:
+        if any(isinstance(d, kind) for d in drafts):
+            raise Crash
+        return await real(workspace, drafts, **kw)
+
+    monkeypatch.setattr(store, "append", append)
+
+
+@contextlib.asynccontextmanager
+async def runtime_on(store: EventStore) -> AsyncIterator[tuple[Runtime, asyncio.Task[None]]]:
+    """A running runtime over ``store`` (one ``WritesArtifact`` instance); stopped after."""
+    workspaces = Workspaces(store, limits=LIMITS)
+    registry = BackendRegistry([BackendInstance("fake", "process", "read-write", WritesArtifact())])
+    runtime = Runtime(workspaces, registry, RuntimeSettings())
+    stop = asyncio.Event()
+    task = asyncio.create_task(runtime.run(stop))
+    await asyncio.sleep(0)
+    try:
+        yield runtime, task
+    finally:
+        stop.set()
+        with contextlib.suppress(BaseExceptionGroup):  # a crash the test checked already
+            await task
+
+
+async def test_a_crash_before_a_runs_artifacts_are_appended_leaves_a_blob_the_sweep_removes(
+    make_store: Callable[[str], EventStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with make_store("main") as store, runtime_on(store) as (runtime, task):
+        with monkeypatch.context() as m:
+            crash_append_of(store, m, ArtifactPublished)
+            run = Exec(workspace="w", source="x", artifacts=["out/*.bin"])
+            await runtime.exec("w", run, capability=CAP)
+            with pytest.raises(BaseExceptionGroup) as crashed:
+                await task  # the crash ends the runtime, as it ends the process
+        assert crashed.value.subgroup(Crash) is not None
+        assert ARTIFACT_SHA in await stored(store)  # stored before the append: the window
+    async with make_store("main") as store:  # the restarted hub
+        ws = Workspaces(store, limits=LIMITS)
+        assert await ws.sweep_orphans(before=time.time()) == 1
+        assert not await store.blobs.has(ARTIFACT_SHA)
+        assert await store.blobs.intents(math.inf) == ()
+
+
+async def test_a_runs_committed_artifacts_leave_no_intent(store: EventStore) -> None:
+    async with runtime_on(store) as (runtime, _):
+        run = Exec(workspace="w", source="x", artifacts=["out/*.bin"])
+        exec_id = await runtime.exec("w", run, capability=CAP)
+        result = await runtime.result("w", exec_id, capability=CAP)
+    assert [a.sha256 for a in result.artifacts] == [ARTIFACT_SHA]
+    assert await store.blobs.intents(math.inf) == ()
+    assert await Workspaces(store, limits=LIMITS).sweep_orphans(before=math.inf) == 0
+    assert await store.blobs.get(ARTIFACT_SHA) == ARTIFACT
+
+
+async def test_a_crash_before_a_sent_modules_request_is_appended_leaves_nothing(
+    make_store: Callable[[str], EventStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A guest module sent whole is stored before its ``execRequested``; a crash between
+    leaves a blob the sweep removes, and no grant (given once the request committed)."""
+    async with make_store("main") as store, runtime_on(store) as (runtime, _):
+        with monkeypatch.context() as m:
+            crash_append_of(store, m, ExecRequested)
+            with pytest.raises(Crash):
+                await runtime.exec("w", Exec(workspace="w", module=MODULE), capability=CAP)
+        assert MODULE_SHA in await stored(store)
+    async with make_store("main") as store:
+        ws = Workspaces(store, limits=LIMITS)
+        assert await ws.sweep_orphans(before=time.time()) == 1
+        assert not await store.blobs.has(MODULE_SHA)
+        assert await store.blobs.grants("w") == {}
+        assert await store.blobs.intents(math.inf) == ()
+
+
+async def test_a_sent_module_whose_request_committed_is_kept_and_granted(
+    store: EventStore,
+) -> None:
+    async with runtime_on(store) as (runtime, _):
+        exec_id = await runtime.exec("w", Exec(workspace="w", module=MODULE), capability=CAP)
+        await runtime.result("w", exec_id, capability=CAP)
+    assert await store.blobs.intents(math.inf) == ()
+    assert await Workspaces(store, limits=LIMITS).sweep_orphans(before=math.inf) == 0
+    assert await store.blobs.get(MODULE_SHA) == MODULE
+    assert await store.blobs.grants("w") == {MODULE_SHA: len(MODULE)}
