@@ -9,9 +9,12 @@ whole export is
 read into memory first, because the store restores it as one atomic batch.
 
 Blobs are not in the JSON Lines; ``--blobs DIR`` (as written by ``agora export --blobs``)
-copies the referenced ones into the store's blob store before the events are imported. A blob
-still missing afterwards is a warning, not an error: the events are the log's truth, and the
-content can be supplied later.
+copies the referenced ones into the store's blob store before the events are imported, each
+new one under the intent of the first event referencing it (as every writer stores a blob:
+:class:`hub.log.intents.BlobStaging`): an import refused after the copy removes them, and one
+a crash cut leaves them to the hub's orphan sweep. A blob still missing afterwards is a
+warning, not an error: the events are the log's truth, and the content can be supplied
+later.
 
 ``--checkpoints FILE`` (as written by ``agora export --checkpoints``) keeps the source's
 signed checkpoints with the restored log. Each must be of this workspace and sign a tree the
@@ -44,7 +47,7 @@ from hub.commands._audit import (
     with_store,
 )
 from hub.commands.common import config_from_args, fail
-from hub.commands.export import CheckpointLine, copy_blobs
+from hub.commands.export import CheckpointLine
 from hub.core.chain import canonical_bytes
 from hub.core.checkpoint import CheckpointRecord, parse_checkpoint, parse_note
 from hub.core.errors import (
@@ -61,6 +64,7 @@ from hub.core.merkle import append_leaf, frontier_root, leaf_hash
 from hub.core.validation import blob_refs
 from hub.log.base import EventStore
 from hub.log.blobs import FileBlobStore
+from hub.log.intents import BlobStaging
 
 COMMAND = "import"
 # Most missing blobs named one by one; the rest are counted.
@@ -160,24 +164,30 @@ async def run(args: argparse.Namespace) -> int:
                 head=head.seq,
             )
         refs: dict[str, int] = {}  # blob -> the first seq referencing it
+        first: dict[str, str] = {}  # blob -> the id of that event (its intent names it)
         for ev in events:
             for sha in blob_refs(ev):
                 refs.setdefault(sha, ev.seq)
-        copied = 0
-        if args.blobs is not None:
-            # Content first: no imported event ever references a blob that was at hand.
-            copied, _ = await copy_blobs(FileBlobStore(args.blobs), store.blobs, refs)
-        try:
-            count = await store.import_events(workspace, events)
-        except IntegrityError as e:
-            seq = e.details.get("seq")
-            problem = e.details.get("problem")
-            if isinstance(seq, int) and isinstance(problem, str):
-                message = where(line_of.get(seq), None, f"seq {seq}: {problem}")
-            else:
-                message = e.message
-            message = f"badRequest: {message} (hash chain broken; nothing imported)"
-            return fail(COMMAND, message, EXIT_FAILED)
+                first.setdefault(sha, ev.id)
+        # Refused (the chain), the copied blobs go as the staging closes; a crash leaves
+        # their intents to the sweep. The events are imported as one batch.
+        async with BlobStaging(store, workspace) as staged:
+            copied = 0
+            if args.blobs is not None:
+                # Content first: no imported event ever references a blob that was at hand.
+                copied = await _copy_blobs(FileBlobStore(args.blobs), staged, first)
+            try:
+                count = await store.import_events(workspace, events)
+            except IntegrityError as e:
+                seq = e.details.get("seq")
+                problem = e.details.get("problem")
+                if isinstance(seq, int) and isinstance(problem, str):
+                    message = where(line_of.get(seq), None, f"seq {seq}: {problem}")
+                else:
+                    message = e.message
+                message = f"badRequest: {message} (hash chain broken; nothing imported)"
+                return fail(COMMAND, message, EXIT_FAILED)
+            await staged.committed()
         for record in checkpoints:
             await store.save_checkpoint(record)
         blobs = f", {copied} blob(s) copied" if args.blobs is not None else ""
@@ -193,6 +203,24 @@ async def run(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return await with_store(COMMAND, args, body, read_only=False)
+
+
+async def _copy_blobs(source: FileBlobStore, staged: BlobStaging, first: dict[str, str]) -> int:
+    """Copy each blob of ``first`` (sha256 → the id of the first event referencing it) that
+    the store lacks from ``source`` through ``staged``; return how many. One stored already
+    is touched (the import references it now); one missing or damaged in ``source`` is left
+    out (the import warns about it)."""
+    copied = 0
+    for sha, event_id in first.items():
+        if await staged.store.blobs.touch(sha):
+            continue
+        try:
+            data = await source.get(sha)
+        except (NotFound, IntegrityError):
+            continue
+        await staged.put(event_id, data, sha256=sha)
+        copied += 1
+    return copied
 
 
 def read_checkpoints(

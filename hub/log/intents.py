@@ -5,7 +5,8 @@ append → drop the intent (:class:`BlobStaging`), and the sweep of what a crash
 Every writer that stores a blob before the event referencing it is in the log goes through
 a :class:`BlobStaging`: a publish's inline content over the blob threshold
 (:meth:`hub.workspaces.Workspaces.publish`), a run's artifacts and a guest module an agent
-sent whole (:mod:`hub.runtime`). Each new blob is preceded by a durable
+sent whole (:mod:`hub.runtime`), the blobs ``agora import --blobs`` copies in
+(:mod:`hub.commands.import_`). Each new blob is preceded by a durable
 :class:`~hub.log.base.BlobIntent` naming its event and stored with the intent's stamp; a blob
 stored already is only touched (someone else's event references it, or will: no intent). Once
 the events are appended the intents are dropped; a write the hub refuses after all removes its

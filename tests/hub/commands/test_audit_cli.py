@@ -8,6 +8,7 @@ import asyncio
 import base64
 import io
 import json
+import math
 import sqlite3
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from hub.core.projections.snapshots import to_snapshot
 from hub.log.factory import open_store
 from hub.log.loading import load_state
 from hub.log.sqlite import SqliteEventStore
+from hub.workspaces import Workspaces
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -582,6 +584,63 @@ def test_blobs_travel_with_export_blobs(agora: Agora, tmp_path: Path) -> None:
     assert (tmp_path / "full" / "blobs" / sha[:2] / sha[2:]).read_bytes() == b"x" * 100_000
     code, _, err = agora("import", "demo", "-i", str(export), "--blobs", str(tmp_path / "nope"))
     assert code == 1 and "no blob directory" in err
+
+
+def test_an_import_refused_or_cut_leaves_none_of_the_blobs_it_copied(
+    agora: Agora, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--blobs`` copies the content before the events: each blob under the intent of its
+    first event, like every writer's (hub.log.intents). An import refused after the copy (a
+    broken chain) removes them at once; one cut by a crash leaves them to the sweep."""
+    big = base64.b64encode(b"y" * 100_000).decode()
+    agora.ok(
+        "append",
+        "demo",
+        stdin=jsonl(
+            {"kind": "fileWritten", "payload": {"path": "big.bin", "base64": big}},
+            {"kind": "messagePosted", "payload": {"text": "after the blob"}},
+        ),
+    )
+    export, blobs = tmp_path / "demo.jsonl", tmp_path / "blobs"
+    assert agora("export", "demo", "-o", str(export), "--blobs", str(blobs))[0] == 0
+    lines = export.read_text().splitlines()
+    sha = json.loads(lines[0])["payload"]["blob"]
+    broken = json.loads(lines[1])
+    broken["payload"]["text"] = "edited"
+    tampered = tmp_path / "tampered.jsonl"
+    tampered.write_text("\n".join([lines[0], json.dumps(broken)]) + "\n")
+
+    refused = tmp_path / "refused"
+    code, _, err = agora("import", "demo", "-i", str(tampered), "--blobs", str(blobs), data=refused)
+    assert code == 1 and "hash does not match" in err
+    assert not (refused / "blobs" / sha[:2] / sha[2:]).exists()
+    assert not any((refused / "blobs" / ".intents").iterdir())
+
+    class Crash(BaseException):
+        """The process dying in the import."""
+
+    async def die(*args: object, **kwargs: object) -> int:
+        raise Crash
+
+    cut = tmp_path / "cut"
+    with monkeypatch.context() as m:
+        m.setattr(SqliteEventStore, "import_events", die)
+        with pytest.raises(Crash):
+            main(["import", "demo", "-i", str(export), "--blobs", str(blobs), "--data", str(cut)])
+    assert (cut / "blobs" / sha[:2] / sha[2:]).exists()  # copied before the crash
+
+    async def sweep() -> int:
+        async with open_store(None, cut) as store:
+            return await Workspaces(store).sweep_orphans(before=math.inf)
+
+    assert asyncio.run(sweep()) == 1
+    assert not (cut / "blobs" / sha[:2] / sha[2:]).exists()
+
+    full = tmp_path / "full"
+    code, out, _ = agora("import", "demo", "-i", str(export), "--blobs", str(blobs), data=full)
+    assert code == 0 and "1 blob(s) copied" in out
+    assert not any((full / "blobs" / ".intents").iterdir())  # dropped once imported
+    assert (full / "blobs" / sha[:2] / sha[2:]).read_bytes() == b"y" * 100_000
 
 
 def test_import_refuses_an_event_over_max_event_bytes(agora: Agora, tmp_path: Path) -> None:
