@@ -1,4 +1,5 @@
-"""What the log hands back: an append's result, a workspace's head, a snapshot, a verify report.
+"""What the log hands back: an append's result, a workspace's head, a snapshot, a verify report,
+a page of stored events joined for the replay fold.
 
 Pure value types shared by the stores, the session and the commands; no I/O.
 """
@@ -45,6 +46,20 @@ class Snapshot(msgspec.Struct, frozen=True):
     version: int
     seq: int
     body: bytes
+
+
+class JoinedPage(msgspec.Struct, frozen=True):
+    """A page of one workspace's stored events as ONE JSON array of their bodies, in seq order
+    (``EventStore.read_joined``): what the replay fold decodes in one call without building
+    every event (:func:`hub.core.projections.workspace.fold_stored`).
+
+    ``count`` and ``last_seq`` are what the store counted (``last_seq`` is the ``after_seq``
+    asked for when the page is empty), so a fold can check that the body holds them.
+    """
+
+    body: bytes
+    count: int
+    last_seq: int
 
 
 class VerifyReport(msgspec.Struct, frozen=True):

@@ -9,6 +9,7 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hub.core.chain import seal
 from hub.core.events import (
     ArtifactPayload,
     ArtifactPublished,
@@ -38,6 +39,7 @@ from hub.core.events import (
     NeedWork,
     WorkClaimed,
     WorkPublished,
+    encode_event,
 )
 from hub.core.projections.snapshots import decode_state, encode_state
 from hub.core.projections.workspace import (
@@ -48,9 +50,11 @@ from hub.core.projections.workspace import (
     WorkspaceState,
     evolve,
     fold,
+    fold_stored,
     rebuild,
 )
-from tests.strategies import Draft, file_content, seal_all, valid_histories
+from hub.core.records import JoinedPage
+from tests.strategies import Draft, file_content, seal_all, valid_drafts, valid_histories
 
 
 def _state(*drafts: Draft) -> WorkspaceState:
@@ -353,3 +357,93 @@ def test_live_equals_rebuild_equals_snapshot_plus_tail(
             entry = live.files[path]
             assert (entry.sha256, entry.size) == (hashlib.sha256(content).hexdigest(), len(content))
     assert live.messages == sum(isinstance(e, MessagePosted) for e in history)
+
+
+# ---------------------------------------------------------------------------------------------
+# fold_stored: the replay path (pages of stored bytes, decoded as views) folds to the same state
+
+
+def _joined(events: list[Event], after_seq: int = 0) -> JoinedPage:
+    return JoinedPage(
+        body=b"[" + b",".join(map(encode_event, events)) + b"]",
+        count=len(events),
+        last_seq=events[-1].seq if events else after_seq,
+    )
+
+
+def _fold_pages(history: list[Event], cuts: list[int]) -> WorkspaceState:
+    state = WorkspaceState(workspace="ws")
+    start = 0
+    for end in [*sorted(cuts), len(history)]:
+        assert fold_stored(state, _joined(history[start:end], after_seq=state.seq))
+        start = end
+    return state
+
+
+@st.composite
+def _lenient_histories(draw: st.DrawFn) -> list[Event]:
+    """Histories no hub writes but a log may hold (an import): valid drafts in any order,
+    so moves, deletes, work-item and execution steps arrive in illegal places, and
+    ``fileWritten`` events with or without the ``sha256``/``size`` the hub fills."""
+    drafts = draw(st.permutations(draw(valid_drafts(max_size=40))))
+    filled = {ev.id: ev for ev in seal_all(drafts)}
+    out: list[Event] = []
+    prev = ""
+    for seq, (producer, draft) in enumerate(drafts, start=1):
+        if isinstance(draft, FileWritten) and draw(st.booleans()):
+            draft = filled[f"ws-{seq}"]  # with the digest the hub fills
+        ev = seal(
+            draft,
+            id=f"ws-{seq}",
+            workspace="ws",
+            seq=seq,
+            position=seq,
+            timestamp=seq,
+            producer=producer,
+            prev=prev,
+        )
+        prev = ev.hash or ""
+        out.append(ev)
+    return out
+
+
+@settings(max_examples=150)
+@given(valid_histories(max_size=60), st.data())
+def test_folding_stored_pages_equals_folding_events(
+    history: list[Event], data: st.DataObject
+) -> None:
+    cuts = data.draw(st.lists(st.integers(0, len(history)), max_size=4), label="page ends")
+    assert _fold_pages(history, cuts) == rebuild(history, "ws")
+
+
+@settings(max_examples=150)
+@given(_lenient_histories(), st.data())
+def test_folding_stored_pages_equals_folding_events_on_lenient_logs(
+    history: list[Event], data: st.DataObject
+) -> None:
+    cuts = data.draw(st.lists(st.integers(0, len(history)), max_size=4), label="page ends")
+    assert _fold_pages(history, cuts) == rebuild(history, "ws")
+
+
+def test_a_stored_page_is_folded_whole_or_not_at_all() -> None:
+    history = seal_all(
+        [("alice", _write("a.txt", "one")), ("bob", MessagePosted()), ("bob", _write("b", "2"))]
+    )
+    state = rebuild(history[:1], "ws")
+    before = state.clone()
+    good = _joined(history[1:])
+    refused = [
+        msgspec.structs.replace(good, body=good.body[:-9]),  # not JSON
+        msgspec.structs.replace(good, body=good.body.replace(b"fileWritten", b"fileWrote")),
+        msgspec.structs.replace(good, count=3),  # the store counted more
+        msgspec.structs.replace(good, last_seq=4),  # ... or another last seq
+        _joined(history),  # seq 1 is already folded
+        _joined([history[2], history[1]]),  # out of order
+        msgspec.structs.replace(_joined([history[1], history[1]]), last_seq=2),  # twice
+    ]
+    for page in refused:
+        assert not fold_stored(state, page), page
+        assert state == before
+    assert fold_stored(state, good)
+    assert state == rebuild(history, "ws")
+    assert fold_stored(state, _joined([], after_seq=3)) and state == rebuild(history, "ws")
