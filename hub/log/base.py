@@ -18,14 +18,16 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ClassVar, Final, Self
+from typing import Any, ClassVar, Final, Self, TypeVar
 
 from hub.core.chain import ChainWalk
 from hub.core.checkpoint import CheckpointRecord
 from hub.core.errors import BadRequest, IntegrityError, TooLarge
-from hub.core.events import Event
+from hub.core.events import Event, encode_event
 from hub.core.merkle import MappingReader, frontier_indexes
-from hub.core.records import AppendResult, Head, Snapshot, VerifyReport
+from hub.core.records import AppendResult, Head, JoinedPage, Snapshot, VerifyReport
+
+_Page = TypeVar("_Page")
 
 CommitObserver = Callable[[int, float, bool], None]
 """Told (requests committed, seconds, whether the transaction raised) after each one."""
@@ -269,6 +271,45 @@ def _retrieved(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
+def _joined_count(page: JoinedPage) -> int:
+    return page.count
+
+
+def _joined_last(page: JoinedPage) -> int:
+    return page.last_seq
+
+
+async def _read_ahead(
+    fetch: Callable[[int], Awaitable[_Page]],
+    after_seq: int,
+    batch: int,
+    count: Callable[[_Page], int],
+    last_seq: Callable[[_Page], int],
+) -> AsyncGenerator[_Page, None]:
+    """The pages ``fetch(after)`` gives from ``after_seq`` on, each one's query started while
+    the caller works on the one before (:meth:`EventStore.pages`); the walk ends after a
+    page of fewer than ``batch`` events."""
+    if batch < 1:
+        raise ValueError("batch must be >= 1")
+    ahead = asyncio.ensure_future(fetch(after_seq))
+    try:
+        while True:
+            page = await ahead
+            if count(page) < batch:
+                yield page
+                return
+            ahead = asyncio.ensure_future(fetch(last_seq(page)))
+            await asyncio.sleep(0)  # let the read ahead start before the caller works
+            yield page
+    finally:
+        # A read ahead nobody needed: its failure is nobody's (marked retrieved even if
+        # this wait is itself cancelled), and it is waited for so no task outlives us.
+        ahead.add_done_callback(_retrieved)
+        if not ahead.done():
+            ahead.cancel()
+            await asyncio.wait([ahead])
+
+
 class EventStore(abc.ABC):
     """A durable, append-only, hash-chained log of events, partitioned by workspace.
 
@@ -415,7 +456,7 @@ class EventStore(abc.ABC):
                 for ev in page:
                     yield ev
 
-    async def pages(
+    def pages(
         self,
         workspace: str,
         *,
@@ -430,33 +471,49 @@ class EventStore(abc.ABC):
         reader thread, or on the server) while the caller works on this one, so a long walk
         costs about the larger of reading and processing rather than their sum. At most two
         pages are held. Use it in ``contextlib.aclosing`` when the walk may stop early: the
-        read ahead is then cancelled. Raises what :meth:`read_batch` raises, in page order.
+        read ahead is then cancelled. Raises ``ValueError`` if ``batch < 1`` and what
+        :meth:`read_batch` raises, in page order.
         """
-        if batch < 1:
-            raise ValueError("batch must be >= 1")
 
-        def fetch(after: int) -> asyncio.Task[list[Event]]:
-            return asyncio.ensure_future(
-                self.read_batch(workspace, after_seq=after, until_seq=until_seq, limit=batch)
-            )
+        def fetch(after: int) -> Awaitable[list[Event]]:
+            return self.read_batch(workspace, after_seq=after, until_seq=until_seq, limit=batch)
 
-        ahead = fetch(after_seq)
-        try:
-            while True:
-                page = await ahead
-                if len(page) < batch:
-                    yield page
-                    return
-                ahead = fetch(page[-1].seq)
-                await asyncio.sleep(0)  # let the read ahead start before the caller works
-                yield page
-        finally:
-            # A read ahead nobody needed: its failure is nobody's (marked retrieved even if
-            # this wait is itself cancelled), and it is waited for so no task outlives us.
-            ahead.add_done_callback(_retrieved)
-            if not ahead.done():
-                ahead.cancel()
-                await asyncio.wait([ahead])
+        return _read_ahead(fetch, after_seq, batch, len, lambda page: page[-1].seq)
+
+    async def read_joined(
+        self,
+        workspace: str,
+        *,
+        after_seq: int = 0,
+        until_seq: int | None = None,
+        limit: int = 1000,
+    ) -> JoinedPage:
+        """The events :meth:`read_batch` gives, as one JSON array of their stored bodies (the
+        replay fold decodes only what it reads: :func:`hub.core.projections.workspace.
+        fold_stored`). This default encodes :meth:`read_batch`'s events; the stores join the
+        stored bytes without decoding them. Raises ``IntegrityError`` for a row nested deeper
+        than readers accept (naming it), otherwise what :meth:`read_batch` raises."""
+        page = await self.read_batch(
+            workspace, after_seq=after_seq, until_seq=until_seq, limit=limit
+        )
+        body = b"[" + b",".join(map(encode_event, page)) + b"]"
+        return JoinedPage(body=body, count=len(page), last_seq=page[-1].seq if page else after_seq)
+
+    def joined_pages(
+        self,
+        workspace: str,
+        *,
+        after_seq: int = 0,
+        until_seq: int | None = None,
+        batch: int = 5000,
+    ) -> AsyncGenerator[JoinedPage, None]:
+        """:meth:`pages`, as :meth:`read_joined` pages (read ahead the same way). Raises
+        ``ValueError`` if ``batch < 1`` and what :meth:`read_joined` raises, in page order."""
+
+        def fetch(after: int) -> Awaitable[JoinedPage]:
+            return self.read_joined(workspace, after_seq=after, until_seq=until_seq, limit=batch)
+
+        return _read_ahead(fetch, after_seq, batch, _joined_count, _joined_last)
 
     # -- following other writers ------------------------------------------------------------
 

@@ -90,6 +90,22 @@ def decode_page(bodies: Sequence[bytes | str], keys: Iterable[int], key_name: st
         raise IntegrityError(f"stored events cannot be decoded: {e}") from e
 
 
+def join_bodies(bodies: Sequence[bytes | str], keys: Iterable[int], key_name: str) -> bytes:
+    """Stored bodies as one JSON array ``[body,body,…]``, undecoded (for
+    :meth:`hub.log.base.EventStore.read_joined`). Raises :class:`IntegrityError` naming the
+    first row nested deeper than :data:`READ_MAX_DEPTH`, as :func:`decode_page` would."""
+    raw = [as_bytes(b) for b in bodies]
+    if raw and max(map(_bracket_count, raw)) > READ_MAX_DEPTH:  # as decode_page decides
+        for key, body in zip(keys, raw, strict=True):
+            if json_too_deep(body, READ_MAX_DEPTH):
+                bad = TooDeep(f"nested deeper than {READ_MAX_DEPTH} levels")
+                raise IntegrityError(
+                    f"stored event at {key_name} {key} cannot be decoded: {bad}",
+                    **{key_name: key},
+                ) from bad
+    return b"[" + b",".join(raw) + b"]"
+
+
 class Row(Protocol):
     """A database row (a tuple, an ``asyncpg.Record``): indexable by column number."""
 

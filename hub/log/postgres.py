@@ -71,11 +71,11 @@ from hub.core.errors import (
 )
 from hub.core.events import Event
 from hub.core.merkle import HASH_SIZE, frontier_indexes, stored_hash_count
-from hub.core.records import AppendResult, Head, Snapshot
+from hub.core.records import AppendResult, Head, JoinedPage, Snapshot
 from hub.core.validation import SHA256_RE
 from hub.log.base import BlobIntent, BlobStore, EventStore, stamp_before
 from hub.log.blobs import DEFAULT_MAX_BLOB_BYTES
-from hub.log.codec import decode_page, head_from_row
+from hub.log.codec import decode_page, head_from_row, join_bodies
 from hub.log.migrations import Conn, check_version, migrate, quote, validate_schema
 from hub.log.writer import (
     EMPTY_TIP,
@@ -1286,6 +1286,28 @@ class PostgresEventStore(EventStore):
             self._sql.range, (workspace, after_seq, until, limit), "reading events"
         )
         return decode_page([r[1] for r in rows], [r[0] for r in rows], "seq")
+
+    async def read_joined(
+        self,
+        workspace: str,
+        *,
+        after_seq: int = 0,
+        until_seq: int | None = None,
+        limit: int = 1000,
+    ) -> JoinedPage:
+        """See :meth:`EventStore.read_joined`: the stored bytes joined, not decoded. Raises
+        ``IntegrityError`` for a row nested too deep, ``Unavailable``."""
+        if limit <= 0 or not _storable(workspace):
+            return JoinedPage(body=b"[]", count=0, last_seq=after_seq)
+        until = _MAX_SEQ if until_seq is None else until_seq
+        rows = await self._fetch(
+            self._sql.range, (workspace, after_seq, until, limit), "reading events"
+        )
+        return JoinedPage(
+            body=join_bodies([r[1] for r in rows], [r[0] for r in rows], "seq"),
+            count=len(rows),
+            last_seq=rows[-1][0] if rows else after_seq,
+        )
 
     async def read_raw(
         self, workspace: str, *, after_seq: int = 0, limit: int = 1000

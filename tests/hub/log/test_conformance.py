@@ -32,9 +32,10 @@ from hub.core.events import (
     MessagePosted,
     NeedWork,
     decode_event,
+    decode_events,
     encode_event,
 )
-from hub.core.records import Snapshot
+from hub.core.records import JoinedPage, Snapshot
 from hub.log.base import EventStore
 from tests.hub.log.stores import StoreKind
 
@@ -329,6 +330,45 @@ async def test_read_raw_returns_the_stored_bytes(store: EventStore) -> None:
     assert [decode_event(body) for _, body in raw] == list(result.events[1:])
     assert all(isinstance(body, bytes) for _, body in raw)
     assert await store.read_raw("ws", after_seq=2, limit=1) == raw[1:]
+
+
+async def test_read_joined_is_the_stored_bytes_as_one_array(store: EventStore) -> None:
+    """The replay fold's page: the bodies read_raw gives, joined into one JSON array, with
+    the count and last seq the store saw (after_seq itself for an empty page)."""
+    await store.append("ws", [msg(str(i)) for i in range(6)])
+    await store.append("other", [msg("x")])
+    raw = await store.read_raw("ws")
+    page = await store.read_joined("ws", after_seq=1, until_seq=4)
+    assert page == JoinedPage(
+        body=b"[" + b",".join(body for _, body in raw[1:4]) + b"]", count=3, last_seq=4
+    )
+    assert decode_events(page.body) == await store.read_batch("ws", after_seq=1, until_seq=4)
+    assert (await store.read_joined("ws", after_seq=2, limit=2)).last_seq == 4
+    assert await store.read_joined("ws", after_seq=6) == JoinedPage(b"[]", 0, 6)
+    assert await store.read_joined("ws", limit=0) == JoinedPage(b"[]", 0, 0)
+    assert await store.read_joined("nobody") == JoinedPage(b"[]", 0, 0)
+
+
+async def test_joined_pages_read_ahead_like_pages(store: EventStore) -> None:
+    await store.append("ws", [msg(str(i)) for i in range(10)])
+
+    async def pages(**kwargs: Any) -> list[list[int]]:
+        return [
+            [e.seq for e in decode_events(page.body)]
+            async for page in store.joined_pages("ws", **kwargs)
+        ]
+
+    assert await pages(batch=4) == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10]]
+    assert await pages(batch=5) == [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10], []]
+    assert await pages(after_seq=2, until_seq=7, batch=2) == [[3, 4], [5, 6], [7]]
+    with pytest.raises(ValueError):
+        await pages(batch=0)
+    before = asyncio.all_tasks()
+    async with contextlib.aclosing(store.joined_pages("ws", batch=2)) as early:
+        async for page in early:
+            assert page.last_seq == 2
+            break
+    assert asyncio.all_tasks() == before  # the read ahead was cancelled and awaited
 
 
 async def test_read_all_pages_by_position(store: EventStore) -> None:

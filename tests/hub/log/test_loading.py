@@ -14,11 +14,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hub.core.events import Event, MessagePosted
+from hub.core.errors import IntegrityError
+from hub.core.events import Event, MessagePosted, encode_event
 from hub.core.projections import executions as journal_mod
 from hub.core.projections.snapshots import SNAPSHOT_NAME, SNAPSHOT_VERSION, to_snapshot
 from hub.core.projections.workspace import rebuild
-from hub.core.records import Snapshot
+from hub.core.records import JoinedPage, Snapshot
 from hub.log import loading
 from hub.log.base import EventStore
 from hub.log.loading import (
@@ -187,3 +188,66 @@ async def test_batches_straddling_a_multiple_still_snapshot() -> None:
         if await save_snapshot_if_due(store, rebuild(history[:n], "straddle"), every=10)
     ]
     assert saved == [13, 21, 33, 40]
+
+
+class JoiningStore(FakeStore):
+    """Joined pages of its own (as the real stores, not through read_batch), damaged on
+    demand as a damaged row's bytes would be (or a kind this version does not know);
+    counts the read_batch calls, which only a fallback to the events makes."""
+
+    def __init__(self, events: Sequence[Event] = (), *, damaged: bool, bad_reads: bool = False):
+        super().__init__(events)
+        self.damaged = damaged
+        self.bad_reads = bad_reads
+        self.batches = 0
+
+    async def read_joined(
+        self, workspace: str, *, after_seq: int = 0, until_seq: int | None = None, limit: int = 1000
+    ) -> JoinedPage:
+        page = [
+            e
+            for e in self.events.get(workspace, [])
+            if e.seq > after_seq and (until_seq is None or e.seq <= until_seq)
+        ][:limit]
+        body = b"[" + b",".join(map(encode_event, page)) + b"]"
+        if self.damaged:
+            body = body.replace(b"messagePosted", b"messageLost")
+        return JoinedPage(body, len(page), page[-1].seq if page else after_seq)
+
+    async def read_batch(
+        self, workspace: str, *, after_seq: int = 0, until_seq: int | None = None, limit: int = 1000
+    ) -> list[Event]:
+        self.batches += 1
+        if self.bad_reads:
+            raise IntegrityError(f"stored event at seq {after_seq + 1} cannot be decoded")
+        return await super().read_batch(
+            workspace, after_seq=after_seq, until_seq=until_seq, limit=limit
+        )
+
+
+def _joining(history: Sequence[Event], *, damaged: bool, bad_reads: bool = False) -> JoiningStore:
+    return JoiningStore(history, damaged=damaged, bad_reads=bad_reads)  # type: ignore[abstract]
+
+
+async def test_loading_folds_the_joined_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loading, "READ_BATCH", 4)
+    history = _messages(10)
+    store = _joining(history, damaged=False)
+    assert await rebuild_state(store, "ws") == rebuild(history, "ws")
+    assert await rebuild_state(store, "ws", at_seq=6) == rebuild(history[:6], "ws")
+    assert store.batches == 0  # no event decoded in full
+
+
+async def test_a_page_the_views_refuse_is_folded_from_the_events(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(loading, "READ_BATCH", 4)
+    history = _messages(10)
+    store = _joining(history, damaged=True)
+    assert await rebuild_state(store, "ws") == rebuild(history, "ws")
+    assert await rebuild_state(store, "ws", at_seq=6) == rebuild(history[:6], "ws")
+    assert store.batches > 0
+    before = asyncio.all_tasks()
+    with pytest.raises(IntegrityError):  # what the events say of the damage reaches the caller
+        await rebuild_state(_joining(history, damaged=True, bad_reads=True), "ws")
+    assert asyncio.all_tasks() == before  # and the read ahead was stopped

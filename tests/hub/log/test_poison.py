@@ -62,6 +62,9 @@ async def check_reads(store: EventStore) -> None:
     with pytest.raises(IntegrityError) as info:
         [ev async for ev in store.read("bad")]
     assert info.value.details == {"seq": 2}
+    with pytest.raises(IntegrityError) as info:  # the replay fold's undecoded pages too
+        await store.read_joined("bad")
+    assert info.value.details == {"seq": 2}
     assert [ev.seq async for ev in store.read("bad", until_seq=1)] == [1]
     assert [ev.seq async for ev in store.read("good")] == [1]
     report = await store.verify("good")

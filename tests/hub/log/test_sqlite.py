@@ -541,3 +541,22 @@ async def test_a_data_file_written_by_the_schema_2_hub_still_proves_its_checkpoi
         await store.append("ws", [msg("after the migration")])
         latest = await checkpoints.on_demand("ws")  # checks it extends size 21, then signs
         assert parse_checkpoint(parse_note(latest.note).text).size == 22
+
+
+async def test_a_page_too_big_to_concatenate_is_read_row_by_row(tmp_path: Path) -> None:
+    """The replay's concatenating query fails with SQLITE_TOOBIG on a page of huge events;
+    read_joined (and read_batch) then read the same page row by row."""
+    async with SqliteEventStore(tmp_path / "a.db") as store:
+        written = (await store.append("ws", [msg("x" * 400) for _ in range(8)])).events
+        raw = await store.read_raw("ws")
+        reader = store._reader
+        assert reader is not None
+        # Longer than any one body, shorter than a page of them joined.
+        # On the reader's own thread (sqlite3 connections refuse calls from another).
+        await reader._execute(  # type: ignore[no-untyped-call]
+            reader._conn.setlimit, sqlite3.SQLITE_LIMIT_LENGTH, 1500
+        )
+        page = await store.read_joined("ws", after_seq=1, until_seq=7)
+        assert page.body == b"[" + b",".join(body for _, body in raw[1:7]) + b"]"
+        assert (page.count, page.last_seq) == (6, 7)
+        assert await store.read_batch("ws") == list(written)
