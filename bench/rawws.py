@@ -26,10 +26,16 @@ class RawClient(asyncio.Protocol):
 
     @classmethod
     async def open(
-        cls, port: int, on_frame: Callable[[bytes], None], *, token: str | None = None
+        cls,
+        port: int,
+        on_frame: Callable[[bytes], None],
+        *,
+        token: str | None = None,
+        within: float = 10.0,
     ) -> RawClient:
         """Connect and upgrade. With ``token`` (sent as ``Authorization: Bearer``) also wait
-        for the hub's ``welcome``, which is then not passed to ``on_frame``."""
+        for the hub's ``welcome``, which is then not passed to ``on_frame``; all within
+        ``within`` seconds."""
         loop = asyncio.get_running_loop()
         welcomed: asyncio.Future[None] = loop.create_future()
         if token is None:
@@ -54,7 +60,7 @@ class RawClient(asyncio.Protocol):
                 f"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: agora.v1\r\n{auth}\r\n"
             ).encode()
         )
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(within):
             await proto.handshaken
             await welcomed
         return proto

@@ -9,7 +9,8 @@ One concept per module:
 - :mod:`hub.cluster.heartbeat`: the ``nodes`` table: beats, dead nodes, reaping each dead node
   exactly once.
 - :mod:`hub.cluster.interrupted`: closing the executions a dead node left running.
-- :mod:`hub.cluster.node`: the three together, as :class:`hub.server.app.Hub` runs them.
+- :mod:`hub.cluster.members`: recording as gone the members a dead node left present.
+- :mod:`hub.cluster.node`: these together, as :class:`hub.server.app.Hub` runs them.
 
 Nothing here is imported by a hub on SQLite (the modules past ``settings`` load asyncpg).
 """

@@ -16,9 +16,10 @@ Reaping, exactly once. Every ``interval`` each live node tries to *claim* one de
 
 The row lock makes the claim atomic: of several survivors, exactly one gets the row. The
 claimer runs the ``on_node_dead`` hooks (hub.cluster.interrupted closes the dead node's running
-executions) and then sets ``reaped_at``. A claimer that dies half-way leaves a claim that
+executions, hub.cluster.members records the members present through it alone as gone) and then
+sets ``reaped_at``. A claimer that dies half-way leaves a claim that
 expires after ``claim_lease`` seconds, and another survivor runs the hooks again, so hooks must
-be idempotent (the execution closer writes events with deterministic ids: a second run answers
+be idempotent (both hooks write events with deterministic ids: a second run answers
 ``duplicate`` and writes nothing).
 
 A node that finds its own row claimed or reaped (it was paused or cut off for longer than the

@@ -1,5 +1,5 @@
-"""A hub node in a cluster: the follower, the heartbeat and the execution closer of one
-``agora serve`` process whose store other nodes share (PostgreSQL).
+"""A hub node in a cluster: the follower, the heartbeat, the execution closer and the member
+closer of one ``agora serve`` process whose store other nodes share (PostgreSQL).
 
 :class:`hub.server.app.Hub` builds a :class:`ClusterNode` only for a shared store, awaits
 :meth:`ClusterNode.start` (register in ``nodes``; refuses an id a live node holds) before it
@@ -18,6 +18,7 @@ from typing import Any
 from hub.cluster.follower import NodeFollower
 from hub.cluster.heartbeat import Heartbeat, NodeHook, NodeInfo
 from hub.cluster.interrupted import InterruptedExecutions
+from hub.cluster.members import StrandedMembers
 from hub.config import ClusterConfig
 from hub.log.base import EventStore
 from hub.log.postgres import PostgresEventStore
@@ -34,7 +35,8 @@ class ClusterNode:
     ``settings``: ``[cluster]`` (the heartbeat timing; ``node_id`` is already resolved).
     With ``close_executions`` (the default) the node closes the executions of the dead nodes it
     reaps (:class:`InterruptedExecutions`); a runtime that does it itself passes False and
-    registers its own hook with :meth:`on_node_dead`.
+    registers its own hook with :meth:`on_node_dead`. The members a dead node left present
+    get their ``memberLeft`` (:class:`StrandedMembers`) in either case.
     """
 
     def __init__(
@@ -51,6 +53,7 @@ class ClusterNode:
         self.follower = NodeFollower(store, workspaces)
         self.heartbeat: Heartbeat | None = None
         self.interrupted: InterruptedExecutions | None = None
+        self.members: StrandedMembers | None = None
         if isinstance(store, PostgresEventStore):
             self.heartbeat = Heartbeat(
                 store.dsn,
@@ -64,6 +67,12 @@ class ClusterNode:
                     store.dsn, store.schema, workspaces, node_id
                 )
                 self.heartbeat.on_node_dead(self.interrupted.close)
+            # The dead node's members leave (after its executions: a hook that fails stops
+            # the ones after it, and the claim expires for another try of them all).
+            self.members = StrandedMembers(
+                store.dsn, store.schema, workspaces, node_id, timeout=settings.timeout_s
+            )
+            self.heartbeat.on_node_dead(self.members.close)
 
     def on_node_dead(self, hook: NodeHook) -> None:
         """See :meth:`Heartbeat.on_node_dead`. Raises ``RuntimeError`` without a heartbeat

@@ -37,12 +37,18 @@ class MessagePayload(Payload, frozen=True):
 
 
 class MemberPayload(Payload, frozen=True):
-    """``memberJoined`` / ``memberLeft``: who came or went and through which door."""
+    """``memberJoined`` / ``memberLeft``: who came or went and through which door.
+
+    ``node``: the hub node (``agora serve`` process) whose connection the agent came or went
+    through, so that the survivor reaping a dead node can tell who was present only through it
+    (:mod:`hub.core.rules.presence`). Absent in events written before it was recorded and in
+    memberships not tied to a connection (A2A)."""
 
     agent: str
     via: str = "websocket"
     card_url: str | None = None
     reason: str | None = None
+    node: str | None = None
 
 
 class FileWrittenPayload(Payload, frozen=True):

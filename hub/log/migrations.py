@@ -228,6 +228,18 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             """,
         ),
     ),
+    Migration(
+        8,
+        "index of presence events (a dead node's members, hub.cluster.members)",
+        (
+            # The survivor that reaps a dead node reads only these rows to find the members
+            # present through it, instead of every event of the log.
+            """
+            CREATE INDEX events_presence ON {schema}.events (workspace, seq)
+            WHERE kind IN ('memberJoined', 'memberLeft')
+            """,
+        ),
+    ),
 )
 
 LATEST: Final = MIGRATIONS[-1].version

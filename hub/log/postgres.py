@@ -240,13 +240,35 @@ class _Sql:
                 WHERE workspace = $1 AND idx <= w.want ORDER BY idx DESC LIMIT 1
             ) AS r ON true
         """
+        # The frontiers of a batch's workspaces read back (another node grew their trees, or
+        # the cache was evicted), all in one round trip under the write lock: for each
+        # (workspace, stored count) of $1/$2, drop the stored hashes from the count on and cut
+        # the run across it; and read the hashes at the (workspace, index) pairs of $3/$4. Those
+        # are all below their workspace's count, so the statement's snapshot (from before its
+        # own changes) holds them unchanged.
+        self.load_frontiers = f"""
+            WITH tip AS (
+                SELECT * FROM unnest($1::text[], $2::bigint[]) AS t(workspace, count)
+            ), gone AS (
+                DELETE FROM {s}.merkle_hashes AS m USING tip
+                WHERE m.workspace = tip.workspace AND m.idx >= tip.count
+            ), cut AS (
+                UPDATE {s}.merkle_hashes AS m
+                SET hash = substring(m.hash FROM 1 FOR ((tip.count - m.idx) * 32)::int)
+                FROM tip
+                WHERE m.workspace = tip.workspace AND m.idx < tip.count
+                  AND m.idx + octet_length(m.hash) / 32 > tip.count
+            )
+            SELECT w.workspace, w.want,
+                   substring(r.hash FROM ((w.want - r.idx) * 32 + 1)::int FOR 32)
+            FROM unnest($3::text[], $4::bigint[]) AS w(workspace, want)
+            JOIN LATERAL (
+                SELECT idx, hash FROM {s}.merkle_hashes
+                WHERE workspace = w.workspace AND idx <= w.want ORDER BY idx DESC LIMIT 1
+            ) AS r ON true
+        """
         self.delete_hashes_from = (
             f"DELETE FROM {s}.merkle_hashes WHERE workspace = $1 AND idx >= $2"
-        )
-        self.cut_hash_run = (
-            f"UPDATE {s}.merkle_hashes "
-            "SET hash = substring(hash FROM 1 FOR (($2 - idx) * 32)::int) "
-            "WHERE workspace = $1 AND idx < $2 AND idx + octet_length(hash) / 32 > $2"
         )
         self.head_seq = f"SELECT seq FROM {s}.heads WHERE workspace = $1"
         self.save_checkpoint = (
@@ -1028,31 +1050,54 @@ class PostgresEventStore(EventStore):
         return decision.outcomes
 
     async def _trees_of(self, conn: Conn, records: dict[str, TreeGrowth]) -> dict[str, TreeTip]:
-        """The tree each written workspace grows from: cached, else its frontier read back,
-        else rebuilt from the events (under the batch's lock)."""
+        """The tree each written workspace grows from: cached, else its frontier read back
+        (every such workspace of the batch in one statement), else rebuilt from the events
+        (under the batch's lock)."""
         trees: dict[str, TreeTip] = {}
+        stale: list[tuple[str, TreeGrowth]] = []
         for workspace, growth in records.items():
             tree = self._trees.get(workspace)
-            if tree is None or not tree.matches(growth.size, growth.head):
-                tree = await self._load_tree(conn, workspace, growth.size, growth.head)
-            trees[workspace] = tree
+            if tree is not None and tree.matches(growth.size, growth.head):
+                trees[workspace] = tree
+            else:
+                stale.append((workspace, growth))
+        if stale:
+            trees.update(await self._load_trees(conn, stale))
         return trees
 
-    async def _load_tree(self, conn: Conn, workspace: str, size: int, head: str) -> TreeTip:
-        # Stored hashes past the head are stale derived data (the log was cut behind the
+    async def _load_trees(
+        self, conn: Conn, stale: list[tuple[str, TreeGrowth]]
+    ) -> dict[str, TreeTip]:
+        # Stored hashes past a head are stale derived data (the log was cut behind the
         # store's back): dropped rather than left to collide with new ones.
-        count = stored_hash_count(size)
-        await conn.execute(self._sql.delete_hashes_from, workspace, count)
-        await conn.execute(self._sql.cut_hash_run, workspace, count)
-        if size == 0:
-            return EMPTY_TREE
-        indexes = frontier_indexes(size)
-        found = _hash_map(await conn.fetch(self._sql.hashes, workspace, indexes))
-        if all(i in found for i in indexes):
-            return TreeTip(size, head, tuple(found[i] for i in indexes))
-        tip = await self._rebuild(conn, workspace, size)
-        assert tip.head == head, "bad math: rebuilt tree is of another head"
-        return tip
+        wanted = {w: frontier_indexes(g.size) if g.size else [] for w, g in stale}
+        rows = await conn.fetch(
+            self._sql.load_frontiers,
+            [w for w, _ in stale],
+            [stored_hash_count(g.size) for _, g in stale],
+            [w for w, indexes in wanted.items() for _ in indexes],
+            [i for indexes in wanted.values() for i in indexes],
+        )
+        found: dict[str, dict[int, bytes]] = {w: {} for w, _ in stale}
+        for row in rows:
+            if row[2] is not None and len(row[2]) == HASH_SIZE:
+                found[row[0]][int(row[1])] = bytes(row[2])
+        trees: dict[str, TreeTip] = {}
+        for workspace, growth in stale:
+            if growth.size == 0:
+                trees[workspace] = EMPTY_TREE
+                continue
+            hashes = found[workspace]
+            indexes = wanted[workspace]
+            if all(i in hashes for i in indexes):
+                trees[workspace] = TreeTip(
+                    growth.size, growth.head, tuple(hashes[i] for i in indexes)
+                )
+                continue
+            tip = await self._rebuild(conn, workspace, growth.size)
+            assert tip.head == growth.head, "bad math: rebuilt tree is of another head"
+            trees[workspace] = tip
+        return trees
 
     async def _rebuild(self, conn: Conn, workspace: str, size: int) -> TreeTip:
         """Rewrite the stored hashes of events 1..size from the events (in a transaction)."""

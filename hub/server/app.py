@@ -162,6 +162,7 @@ class Hub:
             self.tasks,
             self.recovery_index,
             grace_s=config.server.presence_grace_s,
+            node=self.node_id,
         )
         self.admission = ConnectionAdmission(
             limits.max_connections, limits.max_connections_per_agent

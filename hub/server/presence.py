@@ -3,7 +3,9 @@
 The connections (:mod:`hub.server.connection`) count their subscriptions in and out of the one
 :class:`Presence` of the hub; the events are written by tasks of the hub's top-level group
 (:class:`hub.server.tasks.OwnedTasks`). On a store this hub has to itself, :meth:`Presence.recover`
-closes the presence a crashed predecessor left open.
+closes the presence a crashed predecessor left open; on a shared store the survivor that reaps a
+dead node does it for that node's members (:class:`hub.cluster.members.StrandedMembers`), found
+by the node id every event here records.
 
 Reconnects do not churn the log: when an agent's last subscription to a workspace ends, its
 ``memberLeft`` is held for ``[server] presence_grace_s``; a subscription of that agent to that
@@ -19,6 +21,7 @@ import contextlib
 import logging
 
 from hub.core.events import MemberJoined, MemberLeft, MemberPayload
+from hub.core.rules.presence import INTERRUPTED_REASON
 from hub.runtime.recovery_index import RecoveryIndex
 from hub.server.tasks import OwnedTasks
 from hub.workspaces import Workspaces
@@ -32,6 +35,8 @@ class Presence:
     """``memberJoined``/``memberLeft``, per (agent, workspace) across connections.
 
     ``tasks``: the hub's top-level group, which runs the writes (shutdown waits for them).
+    ``node``: this hub node's id, recorded in every event (``payload.node``): on a shared log
+    the survivor that reaps a dead node finds by it who was present through that node only.
 
     An agent joins a workspace when its first subscription to it (on any connection) starts,
     and leaves when its last one ends (unsubscribe or disconnect). :meth:`enter` and
@@ -46,8 +51,10 @@ class Presence:
         index: RecoveryIndex | None = None,
         *,
         grace_s: float,
+        node: str | None = None,
     ) -> None:
         self._workspaces = workspaces
+        self._node = node
         self._index = index
         self._tasks = tasks
         self._grace_s = grace_s
@@ -145,7 +152,7 @@ class Presence:
             for agent, member in sorted(state.members.items()):
                 if not member.present:
                     continue
-                payload = MemberPayload(agent=agent, via=member.via, reason="interrupted")
+                payload = MemberPayload(agent=agent, via=member.via, reason=INTERRUPTED_REASON)
                 try:
                     await self._workspaces.publish(
                         name, [MemberLeft(payload=payload)], producer=agent, trusted=True
@@ -180,9 +187,10 @@ class Presence:
             except Exception:
                 log.exception("could not record %s in the recovery index", key)
         if joined:
-            event = MemberJoined(payload=MemberPayload(agent=agent, via="websocket"))
+            payload = MemberPayload(agent=agent, via="websocket", node=self._node)
+            event = MemberJoined(payload=payload)
         else:
-            payload = MemberPayload(agent=agent, via="websocket", reason=reason)
+            payload = MemberPayload(agent=agent, via="websocket", reason=reason, node=self._node)
             event = MemberLeft(payload=payload)
         try:
             await self._workspaces.publish(workspace, [event], producer=agent, trusted=True)

@@ -220,6 +220,12 @@ GOLDEN: list[Draft] = [
             ),
         ),
     ),
+    (
+        "erin",
+        MemberLeft(
+            payload=MemberPayload(agent="erin", reason="interrupted", node="node-a"),
+        ),
+    ),
 ]
 
 

@@ -418,6 +418,7 @@ async def test_migration_3_adds_the_tree_to_an_existing_log(schema: str) -> None
             f'ALTER TABLE "{schema}".blobs DROP COLUMN size, DROP COLUMN chunked, '
             "DROP COLUMN stored_at"
         )
+        await conn.execute(f'DROP INDEX "{schema}".events_presence')  # migration 8
         await conn.execute(f'DELETE FROM "{schema}".schema_version WHERE version >= 3')
         assert await current_version(conn, schema) == 2
     async with PostgresEventStore(DSN, schema=schema) as store:
@@ -426,4 +427,32 @@ async def test_migration_3_adds_the_tree_to_an_existing_log(schema: str) -> None
         # 6 leaves: 6 leaf hashes + 3 + 1 interior ones, every one of them stored.
         assert len(await store.read_hash_map("ws", list(range(20)))) == 10
     async with connection() as conn:
-        assert await current_version(conn, schema) == LATEST == 7
+        assert await current_version(conn, schema) == LATEST == 8
+
+
+async def test_stored_hashes_past_a_cut_head_are_dropped_when_the_tree_is_read_back(
+    schema: str,
+) -> None:
+    """The log was cut behind the store's back (events 6-8 gone): reading the frontiers back
+    (one statement for a batch: drop, cut, read) drops the runs past the head and cuts the one
+    across it, so the tree grows on from the head it has; another workspace's is left whole."""
+    from tests.hub.log.test_tree_conformance import assert_tree_matches_events
+
+    async with PostgresEventStore(DSN, schema=schema) as store:
+        await store.append("ws", [msg(str(i)) for i in range(4)])  # run 1: events 1-4
+        await store.append("ws", [msg(str(i)) for i in range(4, 7)])  # run 2, across 5
+        await store.append("ws", [msg("7")])  # run 3, past 5
+        await store.append("other", [msg(str(i)) for i in range(3)])  # not cut
+    async with connection() as conn:
+        await conn.execute(f'DELETE FROM "{schema}".events WHERE workspace = $1 AND seq > 5', "ws")
+        await conn.execute(
+            f'UPDATE "{schema}".heads SET (seq, hash, timestamp, position) = '
+            f'(SELECT seq, hash, timestamp, position FROM "{schema}".events '
+            "WHERE workspace = $1 AND seq = 5) WHERE workspace = $1",
+            "ws",
+        )
+    async with PostgresEventStore(DSN, schema=schema) as store:  # no frontier cached
+        # Together: one batch (group commit), both frontiers read back in one statement.
+        await asyncio.gather(store.append("ws", [msg("after")]), store.append("other", [msg("")]))
+        assert await assert_tree_matches_events(store, "ws") == 6
+        assert await assert_tree_matches_events(store, "other") == 4

@@ -62,6 +62,24 @@ async def test_first_in_and_last_out_are_recorded_in_order(workspaces: Workspace
     assert [e for e in written if e[1] == "bob"] == [("memberJoined", "bob", None)]
 
 
+async def test_every_presence_event_names_the_node_it_was_written_through(
+    workspaces: Workspaces,
+) -> None:
+    """The survivor that reaps a dead node finds its members by this (hub.cluster.members)."""
+    tasks = OwnedTasks()
+    presence = Presence(workspaces, tasks, grace_s=0, node="node-a")
+    async with asyncio.TaskGroup() as tg:
+        tasks.attach(tg)
+        presence.enter("alice", "w")
+        presence.exit("alice", "w", "closed")
+    tasks.detach()
+    events: list[Event] = [ev async for ev in workspaces.store.read("w")]
+    assert [(ev.kind, ev.payload.node) for ev in events] == [  # type: ignore[attr-defined]
+        ("memberJoined", "node-a"),
+        ("memberLeft", "node-a"),
+    ]
+
+
 async def test_a_return_within_the_grace_window_writes_nothing(workspaces: Workspaces) -> None:
     """A leave is held for ``grace_s``: coming back within it cancels it (no pair in the
     log); a held leave is written when the window passes or the hub stops (flush); a leave

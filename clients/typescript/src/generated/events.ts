@@ -224,10 +224,16 @@ export interface MemberJoined {
 }
 /**
  * ``memberJoined`` / ``memberLeft``: who came or went and through which door.
+ *
+ * ``node``: the hub node (``agora serve`` process) whose connection the agent came or went
+ * through, so that the survivor reaping a dead node can tell who was present only through it
+ * (:mod:`hub.core.rules.presence`). Absent in events written before it was recorded and in
+ * memberships not tied to a connection (A2A).
  */
 export interface MemberPayload {
   agent: string;
   cardUrl?: string | null;
+  node?: string | null;
   reason?: string | null;
   via?: string;
 }
