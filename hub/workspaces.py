@@ -789,6 +789,9 @@ class Workspaces:
         finally:
             live.landed()
         again: list[int] = []
+        # The run's new events are folded and announced together, one listener call per
+        # contiguous stretch of them rather than one per publish (normally the whole run).
+        stretch: list[Event] = []
         for decided, outcome in zip(run, outcomes, strict=True):
             index = decided.at
             if isinstance(outcome, Exception):
@@ -802,7 +805,13 @@ class Workspaces:
                 live.needs_resync = True  # the tentative state did not predict the log
             results[index] = outcome
             if not outcome.duplicate:
-                self._committed(live, outcome.events)
+                events = outcome.events
+                if stretch and events[0].seq != stretch[-1].seq + 1:
+                    self._committed(live, tuple(stretch))
+                    stretch = []
+                stretch.extend(events)
+        if stretch:
+            self._committed(live, tuple(stretch))
         return again
 
     def _prepare_now(

@@ -74,6 +74,7 @@ from hub.core.wire.session import (
     StateRequest,
     SubscribeRequest,
     UnsubscribeRequest,
+    encode_ack,
     encode_event_frame,
     encode_exec_event_frame,
     encode_frame,
@@ -465,31 +466,27 @@ class Connection:
         connection's previous batch to the workspace to be handed to the store (``after``),
         append (several at once: :meth:`hub.workspaces.Workspaces.publish_many`), queue the
         acks. Never raises (but CancelledError)."""
-        replies: list[list[Action]] = []
+        replies: list[bytes | list[Action]] = []  # an ack, encoded, or the session's answer
         try:
             if after is not None and not after.done():
                 await after  # only ever gets a result (see Workspaces.publish)
-            if len(batch) > 1:
+            if len(batch) > 1 or not self.hub.tracing.enabled:
                 outcomes = await self.hub.workspaces.publish_many(
                     batch[0].workspace,
                     [(r.events, r.expected_seq) for r in batch],
                     producer=batch[0].agent,
                     submitted=submitted,
                 )
-                session = self.session
                 for request, outcome in zip(batch, outcomes, strict=True):
                     if isinstance(outcome, Exception):
                         replies.append(self._failed(request, outcome))
                     else:
-                        replies.append(session.completed(request, outcome))
+                        replies.append(encode_ack(request, outcome))
                 return
-            request = batch[0]
+            request = batch[0]  # traced: one by one (no read-ahead), a span each
             try:
-                if not self.hub.tracing.enabled:
-                    result = await self._publish_one(request, submitted)
-                else:
-                    result = await self._traced_publish(request, submitted)
-                replies.append(self.session.completed(request, result))
+                result = await self._traced_publish(request, submitted)
+                replies.append(encode_ack(request, result))
             except Exception as e:
                 replies.append(self._failed(request, e))
         except Exception as e:
@@ -497,18 +494,6 @@ class Connection:
             replies.extend(self._failed(r, e) for r in batch[done:])
         finally:
             self._published(batch, submitted, replies)
-
-    async def _publish_one(
-        self, request: PublishRequest, submitted: asyncio.Future[None]
-    ) -> AppendResult:
-        """One publish through the workspace pipeline, alone (traced or not)."""
-        return await self.hub.workspaces.publish(
-            request.workspace,
-            request.events,
-            producer=request.agent,
-            expected_seq=request.expected_seq,
-            submitted=submitted,
-        )
 
     async def _traced_publish(
         self, request: PublishRequest, submitted: asyncio.Future[None]
@@ -524,7 +509,13 @@ class Connection:
             "agora.events": len(request.events),
         }
         with tracing.span("agora.publish", parent, attributes=attributes) as span:
-            result = await self._publish_one(request, submitted)
+            result = await self.hub.workspaces.publish(
+                request.workspace,
+                request.events,
+                producer=request.agent,
+                expected_seq=request.expected_seq,
+                submitted=submitted,
+            )
             if span is not None and result.events:
                 span.set_attribute("agora.seq", result.events[-1].seq)
                 subscribers = self.hub.fanout.subscribers(request.workspace)
@@ -535,7 +526,7 @@ class Connection:
         self,
         batch: list[PublishRequest],
         submitted: asyncio.Future[None],
-        replies: list[list[Action]],
+        replies: list[bytes | list[Action]],
     ) -> None:
         """A batch of publishes ended: release the next batch's turn and their slots, queue
         their replies (one per publish, in order). The replies are pushed without waiting:
@@ -546,12 +537,17 @@ class Connection:
         if self._publish_tails.get(workspace) is submitted:
             del self._publish_tails[workspace]
         if not self._stopping:
-            for actions in replies:
-                for action in actions:
+            queue = self.queue
+            for reply in replies:
+                if type(reply) is bytes:
+                    queue.push((reply, None, NOT_AN_EVENT))
+                    continue
+                for action in reply:
                     if isinstance(action, Send):
-                        self._push((encode_frame(action.frame), None, NOT_AN_EVENT))
+                        queue.push((encode_frame(action.frame), None, NOT_AN_EVENT))
                     elif isinstance(action, Close):
-                        self.queue.push(action)
+                        queue.push(action)
+            self._within_bytes()
         self.publishes.release(len(batch))
 
     # -- executions -------------------------------------------------------------------------------

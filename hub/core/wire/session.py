@@ -122,6 +122,7 @@ __all__ = [
     "TokenBucket",
     "UnsubscribeRequest",
     "bearer_token",
+    "encode_ack",
     "encode_event_frame",
     "encode_exec_event_frame",
     "encode_frame",
@@ -348,6 +349,33 @@ def encode_event_frame(workspace: str, stored_event: bytes) -> bytes:
     (``msgspec.Raw``). The fan-out builds each frame once and sends the same bytes to every
     subscriber."""
     return _encoder.encode(EventFrame(workspace=workspace, event=msgspec.Raw(stored_event)))
+
+
+def _ack(request: PublishRequest, result: AppendResult) -> Ack:
+    """The ``ack`` of a publish that succeeded (one event: ``seq``/``id``; a batch:
+    ``seqs``/``ids``)."""
+    if request.batch:
+        return Ack(
+            rid=request.rid,
+            workspace=request.workspace,
+            seqs=result.seqs,
+            ids=result.ids,
+            duplicate=result.duplicate,
+        )
+    first = result.events[0]
+    return Ack(
+        rid=request.rid,
+        workspace=request.workspace,
+        seq=first.seq,
+        id=first.id,
+        duplicate=result.duplicate,
+    )
+
+
+def encode_ack(request: PublishRequest, result: AppendResult) -> bytes:
+    """The encoded ``ack`` frame :meth:`ServerSession.completed` answers a publish that
+    succeeded with, built straight to bytes (one per publish: the shell's hot path)."""
+    return _encoder.encode(_ack(request, result))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -621,25 +649,9 @@ class ServerSession:
                 return [Send(Subscribed(rid=rid, workspace=workspace, head=int(result)))]
             case UnsubscribeRequest(rid=rid, workspace=workspace):
                 return [Send(Unsubscribed(rid=rid, workspace=workspace))]
-            case PublishRequest(rid=rid, workspace=workspace, batch=batch):
+            case PublishRequest():
                 assert isinstance(result, AppendResult)
-                if batch:
-                    ack = Ack(
-                        rid=rid,
-                        workspace=workspace,
-                        seqs=result.seqs,
-                        ids=result.ids,
-                        duplicate=result.duplicate,
-                    )
-                else:
-                    ack = Ack(
-                        rid=rid,
-                        workspace=workspace,
-                        seq=result.events[0].seq,
-                        id=result.events[0].id,
-                        duplicate=result.duplicate,
-                    )
-                return [Send(ack)]
+                return [Send(_ack(request, result))]
             case StateRequest(rid=rid, workspace=workspace):
                 state = StateFrame(rid=rid, workspace=workspace, seq=result.seq, state=result)
                 return [Send(state)]
