@@ -798,6 +798,8 @@ class Connection:
 
 def _publishes_only(actions: list[Action]) -> bool:
     """Whether ``actions`` are publishes and nothing else (the read-ahead goes on past them)."""
+    if len(actions) == 1:  # (a frame's answer is one action but for errors)
+        return type(actions[0]) is PublishRequest
     return all(type(a) is PublishRequest for a in actions)
 
 

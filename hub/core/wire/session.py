@@ -545,6 +545,8 @@ def _expired_error() -> Unauthorized:
     return Unauthorized("token has expired", reason="expired")
 
 
+_WRITABLE_KEPT: Final = 64  # workspaces a session remembers as writable (then it forgets)
+
 _READ: Final[Right] = "read"
 _WRITE: Final[Right] = "write"
 _EXEC: Final[Right] = "exec"
@@ -575,6 +577,10 @@ class ServerSession:
         self.hello_traceparent: str | None = None
         """The last accepted ``hello``'s W3C ``traceparent`` (the hub's ``agora.hello`` span)."""
         self.capability: Capability | None = None
+        # The workspaces ``capability`` was found to grant the write right in (named well
+        # and allowed): a connection publishing to one workspace checks it once, not on every
+        # frame. Only for this capability (a new hello clears it), bounded.
+        self._writable: set[str] = set()
         self.subscriptions: set[str] = set()
         self.bad_frames = 0
         self.exec_waits = 0
@@ -774,6 +780,7 @@ class ServerSession:
                     )
                 ]
         self.capability = capability
+        self._writable.clear()
         welcome = Welcome(
             rid=rid,
             agent=capability.agent,
@@ -817,6 +824,8 @@ class ServerSession:
 
     def _dispatch(self, frame: AnyClientFrame, capability: Capability) -> list[Action]:
         match frame:
+            case Publish():  # first: the frame nearly every other one is
+                return [self._publish(frame, capability)]
             case Hello(token=token, rid=rid):
                 return self._authenticate(token, rid)
             case Subscribe(rid=rid, workspace=workspace, after_seq=after_seq):
@@ -836,8 +845,6 @@ class ServerSession:
                     raise NotFound(f"not subscribed to {workspace!r}", field="$.workspace")
                 self.subscriptions.discard(workspace)
                 return [UnsubscribeRequest(rid=rid, workspace=workspace)]
-            case Publish():
-                return [self._publish(frame, capability)]
             case GetState(rid=rid, workspace=workspace, at_seq=at_seq):
                 self._check(capability, _READ, workspace)
                 paths = None if frame.paths is None else tuple(frame.paths)
@@ -907,7 +914,12 @@ class ServerSession:
         self.exec_waits += 1
 
     def _publish(self, frame: Publish, capability: Capability) -> PublishRequest:
-        self._check(capability, _WRITE, frame.workspace)
+        writable = self._writable
+        if frame.workspace not in writable:
+            self._check(capability, _WRITE, frame.workspace)
+            if len(writable) >= _WRITABLE_KEPT:
+                writable.clear()
+            writable.add(frame.workspace)
         events: Sequence[Event]
         if frame.event is not None and frame.events is not None:
             raise BadRequest("publish takes event or events, not both", field="$.events")
