@@ -537,16 +537,17 @@ class Connection:
         if self._publish_tails.get(workspace) is submitted:
             del self._publish_tails[workspace]
         if not self._stopping:
-            queue = self.queue
+            items: list[Outgoing | Close] = []
             for reply in replies:
                 if type(reply) is bytes:
-                    queue.push((reply, None, NOT_AN_EVENT))
+                    items.append((reply, None, NOT_AN_EVENT))
                     continue
                 for action in reply:
                     if isinstance(action, Send):
-                        queue.push((encode_frame(action.frame), None, NOT_AN_EVENT))
+                        items.append((encode_frame(action.frame), None, NOT_AN_EVENT))
                     elif isinstance(action, Close):
-                        queue.push(action)
+                        items.append(action)
+            self.queue.push_many(items)
             self._within_bytes()
         self.publishes.release(len(batch))
 
@@ -762,15 +763,13 @@ class Connection:
                 await asyncio.shield(ws.send_in_progress)
             close: Close | None = None
             async with ws.send_context():
-                size = 0
                 # Without extensions a server frame is header + payload (unmasked): the
                 # fan-out's events come framed already (WireText.wire, built once for every
                 # subscriber), the rest is framed here; with permessage-deflate the protocol
                 # object frames (and compresses) each one.
                 plain = not protocol.extensions
                 chunks: list[bytes] = []
-                while queue and size < WRITE_BYTES:
-                    item = queue.popleft()
+                for item in queue.take(WRITE_BYTES, _is_close):
                     if isinstance(item, Close):
                         close = item
                         break
@@ -785,7 +784,6 @@ class Connection:
                         chunks.append(data.wire)
                     else:
                         chunks.append(text_frame(data))
-                    size += len(data)
                 if not plain:
                     # send_text only adds frames (never the EOF marker b"").
                     chunks = protocol.data_to_send()
@@ -811,6 +809,10 @@ def _buffered(ws: ServerConnection) -> bool:
         return bool(frames) and bool(frames[0].fin)
     except AttributeError:
         return False
+
+
+def _is_close(item: Outgoing | Close) -> bool:
+    return type(item) is Close
 
 
 def _frame_bytes(item: Outgoing | Close) -> int:
