@@ -19,7 +19,8 @@ it. Batches that failed because of the resync are decided again (a bounded numbe
 A connection's pipelined publishes (:meth:`Workspaces.publish_many`) are decided in one pass,
 each against the tentative state the ones before it leave, exactly as one :meth:`publish`
 each would be, and handed to the store as one group (:meth:`EventStore.append_many`): one
-request per publish, queued contiguously, one wait for them all. What one pass cannot settle
+request per publish, queued contiguously as one entry, one future and one wait for them all;
+what they committed is folded and announced to the listeners at once. What one pass cannot settle
 (file writes and artifacts, a refusal to check against the log, a resync) goes through
 :meth:`Workspaces.publish` in its turn.
 

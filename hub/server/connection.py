@@ -14,7 +14,8 @@ already buffered is taken at once (up to :data:`READ_AHEAD` frames, as long as t
 publishes), and each workspace's run of those publishes starts as ONE task: decided in one
 pass and handed to the store as one group (:meth:`hub.workspaces.Workspaces.publish_many`),
 with one wake-up for the lot, not a task, futures and a wake-up per publish; its acks are
-queued together, one per publish, in order. Each batch waits until the connection's previous
+queued together, one per publish, in order (encoded straight to bytes). A single publish takes
+the same path (a batch of one). Each batch waits until the connection's previous
 batch to the same workspace has been handed to the store (the ``submitted`` hook of
 :meth:`hub.workspaces.Workspaces.publish`), so one connection's publishes to a workspace are
 appended in the order they were sent; the acks are queued when the appends complete (acks
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import Opcode
 
 from hub.core.errors import (
     AgoraError,
@@ -301,8 +303,11 @@ class Connection:
             # pipeline as one batch (see _perform). The lookahead stops at anything but a
             # publish, so every other request still sees the effects of what came before.
             taken, more = 1, _publishes_only(actions)
-            while more and taken < ahead and _buffered(self.ws):
-                received = self._receive(await self.ws.recv())
+            while more and taken < ahead:
+                buffered = _take_buffered(self.ws)
+                if buffered is None:
+                    break
+                received = self._receive(buffered)
                 actions.extend(received)
                 taken, more = taken + 1, _publishes_only(received)
 
@@ -801,14 +806,27 @@ def _publishes_only(actions: list[Action]) -> bool:
     return all(type(a) is PublishRequest for a in actions)
 
 
-def _buffered(ws: ServerConnection) -> bool:
-    """Whether a whole message is buffered, so that ``ws.recv()`` returns it without waiting.
-    (websockets' assembler queue; should it change shape, reading simply goes one at a time.)"""
+def _take_buffered(ws: ServerConnection) -> str | bytes | None:
+    """The next message when websockets holds all of it already (one whole frame in its
+    assembler's queue), taken at once as ``ws.recv()`` would return it (text decoded), without
+    a coroutine per message; else None: ``ws.recv()`` it (a fragmented message, text that is
+    not UTF-8, which recv fails with 1007). Should the assembler change shape, reading simply
+    goes one message at a time (tests/hub/server/test_internals.py names it)."""
     try:
-        frames = ws.recv_messages.frames.queue
-        return bool(frames) and bool(frames[0].fin)
-    except AttributeError:
-        return False
+        messages = ws.recv_messages
+        frames = messages.frames.queue
+        if messages.get_in_progress or not frames:
+            return None
+        frame = frames[0]
+        if not frame.fin:
+            return None
+        raw = bytes(frame.data)  # (as recv joins a message's frames: bytes)
+        data: str | bytes = raw.decode() if frame.opcode is Opcode.TEXT else raw
+    except (AttributeError, UnicodeDecodeError):
+        return None
+    frames.popleft()
+    messages.maybe_resume()  # flow control, as the assembler's get does
+    return data
 
 
 def _is_close(item: Outgoing | Close) -> bool:
