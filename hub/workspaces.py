@@ -19,7 +19,8 @@ it. Batches that failed because of the resync are decided again (a bounded numbe
 A connection's pipelined publishes (:meth:`Workspaces.publish_many`) are decided in one pass,
 each against the tentative state the ones before it leave, exactly as one :meth:`publish`
 each would be, and handed to the store as one group (:meth:`EventStore.append_many`): one
-request per publish, queued contiguously, one wait for them all. What one pass cannot settle
+request per publish, queued contiguously as one entry, one future and one wait for them all;
+what they committed is folded and announced to the listeners at once. What one pass cannot settle
 (file writes and artifacts, a refusal to check against the log, a resync) goes through
 :meth:`Workspaces.publish` in its turn.
 
@@ -63,6 +64,7 @@ from hub.core.rules.decide import decide, reads_state
 from hub.core.validation import (
     DEFAULT_LIMITS,
     Limits,
+    check_event_bounds,
     check_event_size,
     file_content,
     validate_draft,
@@ -164,13 +166,18 @@ class _Publishing(NamedTuple):
     results: list[AppendResult | Exception | None]
 
 
+_SLOW: Final = frozenset({FileWritten, ArtifactPublished})
+"""The kinds whose publish may store blobs and checks the quota (:meth:`Workspaces.publish`
+alone). Exact types: event kinds are final Structs."""
+
+
 def _first_slow(batches: Sequence[tuple[Sequence[Event], int | None]], start: int) -> int:
-    """The index of the first batch from ``start`` with a file write or an artifact (whose
-    publish may store blobs and checks the quota: :meth:`Workspaces.publish` alone), else
+    """The index of the first batch from ``start`` with a file write or an artifact, else
     the number of batches."""
     for index in range(start, len(batches)):
-        if any(isinstance(d, FileWritten | ArtifactPublished) for d in batches[index][0]):
-            return index
+        for draft in batches[index][0]:
+            if type(draft) in _SLOW:
+                return index
     return len(batches)
 
 
@@ -680,23 +687,25 @@ class Workspaces:
                 continue
             if prepared is None:
                 return run, index
-            ordered = expected_seq is not None or reads_state(prepared)
+            reads = reads_state(prepared)
+            ordered = expected_seq is not None or reads
             if live.needs_resync and (ordered or live.resyncing):
                 return run, index
             tentative = live.tentative
-            try:
-                decide(tentative, prepared, producer)
-            except (Conflict, Forbidden, NotFound):
-                return run, index  # publish checks a refusal against the log
-            except Exception as e:
-                results[index] = e
-                continue
+            if reads:  # (drafts decide reads nothing for, it accepts whatever precedes them)
+                try:
+                    decide(tentative, prepared, producer)
+                except (Conflict, Forbidden, NotFound):
+                    return run, index  # publish checks a refusal against the log
+                except Exception as e:
+                    results[index] = e
+                    continue
             if expected_seq is not None and expected_seq != tentative.seq:
                 return run, index
             base = tentative.seq
             for d in prepared:
                 evolve(tentative, msgspec.structs.replace(d, seq=tentative.seq + 1))
-            run.append(_Decided(index, prepared, base, ordered))
+            run.append(_Decided._make((index, prepared, base, ordered)))  # (no Python __new__)
         else:
             index = end
         return run, index
@@ -726,6 +735,9 @@ class Workspaces:
         finally:
             live.landed()
         again: list[int] = []
+        # The run's new events are folded and announced together, one listener call per
+        # contiguous stretch of them rather than one per publish (normally the whole run).
+        stretch: list[Event] = []
         for decided, outcome in zip(run, outcomes, strict=True):
             index = decided.at
             if isinstance(outcome, Exception):
@@ -739,7 +751,13 @@ class Workspaces:
                 live.needs_resync = True  # the tentative state did not predict the log
             results[index] = outcome
             if not outcome.duplicate:
-                self._committed(live, outcome.events)
+                events = outcome.events
+                if stretch and events[0].seq != stretch[-1].seq + 1:
+                    self._committed(live, tuple(stretch))
+                    stretch = []
+                stretch.extend(events)
+        if stretch:
+            self._committed(live, tuple(stretch))
         return again
 
     def _prepare_now(
@@ -758,7 +776,7 @@ class Workspaces:
         prepared: list[Event] = []
         limits = self.limits
         for i, draft in enumerate(drafts):
-            if isinstance(draft, FileWritten | ArtifactPublished):
+            if type(draft) in _SLOW:
                 return None
             if draft.kind in HUB_KINDS or draft.kind in OP_KINDS:
                 raise Forbidden(
@@ -767,9 +785,9 @@ class Workspaces:
                     index=i,
                 )
             try:
-                validate_draft(draft, limits)
+                validate_draft(draft, limits, depth=False)
                 ready = _stamp(draft, workspace, producer)
-                check_event_size(ready, limits)
+                check_event_bounds(ready, limits)  # size and nesting: one encoding
             except ClientError as e:
                 e.details.setdefault("index", i)
                 raise

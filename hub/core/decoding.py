@@ -55,7 +55,12 @@ def json_too_deep(data: bytes | str, limit: int) -> bool:
     shallow enough at C speed (a page of a thousand stored events in microseconds); only text
     that might be deeper is reduced again with its strings removed, which is exact.
     """
-    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if isinstance(data, str):
+        if data.count("[") + data.count("{") <= limit:
+            return False  # the common case, decided without encoding the text
+        raw = data.encode("utf-8", "surrogatepass")
+    else:
+        raw = data
     if raw.count(b"[") + raw.count(b"{") <= limit:
         return False  # fewer brackets than the limit: cannot nest deeper (the common case)
     if _reduces_within(raw, limit):

@@ -80,7 +80,11 @@ DEFAULT_LIMITS: Final = Limits()
 def check_event_size(draft: Event, limits: Limits = DEFAULT_LIMITS) -> None:
     """Raise :class:`TooLarge` (details ``field``, ``limit``, ``size``) if ``draft``, once sealed
     and stored, could encode to more than ``limits.max_event_bytes``."""
-    size = len(encode_event(draft)) + ENVELOPE_RESERVE
+    _check_size(len(encode_event(draft)), limits)
+
+
+def _check_size(encoded: int, limits: Limits) -> None:
+    size = encoded + ENVELOPE_RESERVE
     if size > limits.max_event_bytes:
         raise TooLarge(
             f"the event would be about {size} bytes stored; the limit is {limits.max_event_bytes}",
@@ -177,16 +181,14 @@ def validate_traceparent(value: str, field: str = "traceparent") -> str:
     return value
 
 
-def validate_draft(event: Event, limits: Limits = DEFAULT_LIMITS) -> Event:
-    """Check one draft's fields. Raises :class:`BadRequest` naming the field, or ``TooLarge``."""
+def validate_draft(event: Event, limits: Limits = DEFAULT_LIMITS, *, depth: bool = True) -> Event:
+    """Check one draft's fields. Raises :class:`BadRequest` naming the field, or ``TooLarge``.
+    ``depth=False`` leaves the payload's nesting to the caller, who checks it with the size
+    (:func:`check_event_bounds`: one encoding for both)."""
     if event.id:
         validate_id(event.id, "id")
-    if _payload_too_deep(getattr(event, "payload", None), limits.max_depth):
-        raise BadRequest(
-            f"payload is nested deeper than the limit of {limits.max_depth} levels",
-            field="payload",
-            limit=limits.max_depth,
-        )
+    if depth and _payload_too_deep(getattr(event, "payload", None), limits.max_depth):
+        raise _payload_depth_error(limits.max_depth)
     for name in ("correlation_id", "causation_id", "topic", "consumer"):
         value = getattr(event, name)
         if value is not None:
@@ -235,6 +237,27 @@ def validate_draft(event: Event, limits: Limits = DEFAULT_LIMITS) -> Event:
 
 
 _payload_encoder: Final = msgspec.json.Encoder()
+
+
+def _payload_depth_error(limit: int) -> BadRequest:
+    return BadRequest(
+        f"payload is nested deeper than the limit of {limit} levels", field="payload", limit=limit
+    )
+
+
+def check_event_bounds(draft: Event, limits: Limits = DEFAULT_LIMITS) -> None:
+    """:func:`check_event_size` and the payload's nesting (what :func:`validate_draft` checks
+    unless told ``depth=False``) from ONE encoding of ``draft``: only the payload nests in an
+    event (every other field is a scalar), so the event is one level deeper than its
+    payload. Raises :class:`BadRequest` (details ``field``: ``payload``, ``limit``) or
+    :class:`TooLarge` as :func:`check_event_size`."""
+    try:
+        encoded = encode_event(draft)
+    except RecursionError:  # too deep for the encoder's own guard
+        raise _payload_depth_error(limits.max_depth) from None
+    if json_too_deep(encoded, limits.max_depth + 1):
+        raise _payload_depth_error(limits.max_depth)
+    _check_size(len(encoded), limits)
 
 
 def _payload_too_deep(payload: object, limit: int) -> bool:

@@ -812,8 +812,9 @@ class PostgresEventStore(EventStore):
     for readers and the writer. ``migrate``: apply missing schema migrations on ``open``
     (else ``open`` refuses an old schema). ``batch_max``: the most events one group commit
     writes (a larger single request is written alone). ``queue_max``: the most requests
-    waiting for the writer; ``append`` then waits for room. ``lock_timeout``: seconds to wait
-    for the log's write lock held by another node before failing with :class:`Unavailable`.
+    waiting for the writer (one ``append_many`` call counts once); ``append`` then waits for
+    room. ``lock_timeout``: seconds to wait for the log's write lock held by another node
+    before failing with :class:`Unavailable`.
     ``channel``: the NOTIFY channel (default ``<schema>_events``, so ``agora_events``).
     """
 

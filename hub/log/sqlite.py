@@ -616,7 +616,8 @@ class SqliteEventStore(EventStore):
     ``path``: the database file (its directory is created). ``blobs_dir``: where the
     :class:`FileBlobStore` keeps blobs (default ``<path's directory>/blobs``). ``batch_max``:
     the most events one group commit writes (a larger single request is written alone).
-    ``queue_max``: the most requests waiting for the writer; ``append`` then waits for room.
+    ``queue_max``: the most requests waiting for the writer (one ``append_many`` call counts
+    once); ``append`` then waits for room.
     ``busy_timeout``: seconds to wait for a lock held by another process. ``merkle``: keep
     each workspace's Merkle tree (docs/audit.md); off only to measure what it costs
     (bench/log_bench.py): hashes left out are built from the events at the next append with

@@ -65,10 +65,34 @@ Tip: TypeAlias = tuple[int, str, int, int]
 EMPTY_TIP: Final[Tip] = (0, GENESIS, 0, 0)
 
 
-class Append:
-    """One queued ``append`` call."""
+class Group:
+    """The one settlement the requests of one ``append_many`` call share: one future for
+    them all (set once the last one has its outcome, or failed for those left when the
+    writer stops) and each request's outcome in its slot. A caller's pipelined publishes then
+    cost the loop one future and one wake-up, not one per publish."""
 
-    __slots__ = ("client_ids", "drafts", "expected_seq", "future", "size", "workspace")
+    __slots__ = ("future", "left", "outcomes")
+
+    def __init__(self, future: asyncio.Future[None], count: int) -> None:
+        self.future = future
+        self.outcomes: list[WriteOutcome | None] = [None] * count
+        self.left = count
+
+
+class Append:
+    """One queued ``append`` call (``group``, ``index``: its slot when it is one of an
+    ``append_many`` call's, whose requests share ``future``)."""
+
+    __slots__ = (
+        "client_ids",
+        "drafts",
+        "expected_seq",
+        "future",
+        "group",
+        "index",
+        "size",
+        "workspace",
+    )
 
     def __init__(
         self,
@@ -77,12 +101,16 @@ class Append:
         expected_seq: int | None,
         client_ids: list[str],
         future: asyncio.Future[Any],
+        group: Group | None = None,
+        index: int = 0,
     ) -> None:
         self.workspace = workspace
         self.drafts = drafts
         self.expected_seq = expected_seq
         self.client_ids = client_ids
         self.future = future
+        self.group = group
+        self.index = index
         self.size = len(drafts)
 
 
@@ -101,6 +129,9 @@ class Import:
 
 
 WriteRequest: TypeAlias = Append | Import
+Queued: TypeAlias = WriteRequest | tuple[Append, ...]
+"""One entry of the writer's queue: a request, or the requests of one ``append_many`` call
+(queued as one entry: contiguous in the log, one queue operation for them all)."""
 WriteOutcome: TypeAlias = AppendResult | int | AgoraError
 # A store's commit: write the batch in one transaction and settle every request's future.
 Commit: TypeAlias = Callable[[list[WriteRequest]], Awaitable[None]]
@@ -120,10 +151,18 @@ def chain(error: AgoraError, cause: BaseException) -> AgoraError:
 
 
 def resolve(batch: Sequence[WriteRequest], outcomes: Sequence[WriteOutcome]) -> None:
-    """Hand each request its outcome (one per request, in order); skip cancelled callers."""
+    """Hand each request its outcome (one per request, in order); skip cancelled callers.
+    A request of a :class:`Group` fills its slot; the last one of the group sets the shared
+    future."""
     for request, outcome in zip(batch, outcomes, strict=True):
         future = request.future
         if future.done():  # the caller was cancelled
+            continue
+        if type(request) is Append and (group := request.group) is not None:
+            group.outcomes[request.index] = outcome
+            group.left -= 1
+            if group.left == 0:
+                future.set_result(None)
             continue
         if isinstance(outcome, BaseException):
             future.set_exception(outcome)
@@ -164,14 +203,12 @@ class GroupCommit:
         self._storable = storable
         self.task: asyncio.Task[None] | None = None
         self.accepting = False
-        self._queue: asyncio.Queue[WriteRequest | _Stop] | None = None
+        self._queue: asyncio.Queue[Queued | _Stop] | None = None
         self._stopping = False
         # Requests waiting for room in the full queue, in call order. The writer moves them
         # into the queue itself as it makes room, so none overtakes another (asyncio.Queue's
         # own put() lets a newcomer take a freed slot before the putter it woke).
-        self._backlog: collections.deque[tuple[WriteRequest, asyncio.Future[None]]] = (
-            collections.deque()
-        )
+        self._backlog: collections.deque[tuple[Queued, asyncio.Future[None]]] = collections.deque()
         self._closing: asyncio.Future[None] | None = None
         # Told (requests, seconds, failed) after each transaction (EventStore.observe_commits).
         self.observer: CommitObserver | None = None
@@ -223,11 +260,11 @@ class GroupCommit:
                 self._queue.put_nowait(_STOP)
 
     @staticmethod
-    def _fail_queued(queue: asyncio.Queue[WriteRequest | _Stop]) -> None:
+    def _fail_queued(queue: asyncio.Queue[Queued | _Stop]) -> None:
         while not queue.empty():
             item = queue.get_nowait()
-            if not isinstance(item, _Stop) and not item.future.done():
-                item.future.set_exception(Unavailable("the store closed before this append"))
+            if not isinstance(item, _Stop):
+                _fail(_requests(item), "the store closed before this append")
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -262,37 +299,43 @@ class GroupCommit:
         if not self.accepting:
             raise Unavailable("the store is not open")
         validate_workspace(workspace)
-        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         outcomes: list[AppendResult | AgoraError | None] = [None] * len(items)
-        requests: list[tuple[int, Append]] = []
+        # One future for every request of the call (a Group), settled once the last of them
+        # has its outcome (the writer settles requests in queue order).
+        group = Group(future, 0)
+        requests: list[Append] = []
+        at: list[int] = []  # the item of each request
         for index, (drafts, expected_seq) in enumerate(items):
             try:
-                future: asyncio.Future[AppendResult] = loop.create_future()
-                request = self._append_request(workspace, drafts, expected_seq, future)
+                request = self._append_request(
+                    workspace, drafts, expected_seq, future, group, len(requests)
+                )
             except BadRequest as e:
                 outcomes[index] = e
                 continue
-            requests.append((index, request))
-        queue = self._queue
-        assert queue is not None
-        futures = [request.future for _, request in requests]
+            requests.append(request)
+            at.append(index)
+        group.outcomes = [None] * len(requests)
+        group.left = len(requests)
+        if not requests:
+            return [o for o in outcomes if o is not None]
         try:
-            await self._enqueue_all([request for _, request in requests])
-            if futures:
-                # The writer settles requests in queue order, so the last one's outcome comes
-                # with or after every other's: one wait (the rest only if a writer failure
-                # settled them out of order). Its error is read below, with the others'.
-                with contextlib.suppress(Exception):
-                    await futures[-1]
-                if not all(f.done() for f in futures):
-                    await asyncio.wait(futures)
+            await self._enqueue(tuple(requests))  # one entry: contiguous in the log
+            # An error (the writer stopped) fails the requests left without an outcome.
+            with contextlib.suppress(Exception):
+                await future
         except asyncio.CancelledError:
-            for f in futures:  # as a cancelled append: the writer skips (or drops) them
-                f.cancel()
+            future.cancel()  # as a cancelled append: the writer skips (or drops) them
             raise
-        for (index, _), f in zip(requests, futures, strict=True):
-            error = f.exception()
-            outcomes[index] = f.result() if error is None else _as_agora(error)
+        error = future.exception()
+        for index, outcome in zip(at, group.outcomes, strict=True):
+            if isinstance(outcome, AppendResult | AgoraError):
+                outcomes[index] = outcome
+            elif isinstance(outcome, BaseException):
+                outcomes[index] = _as_agora(outcome)
+            else:  # none: left without one when the writer stopped
+                outcomes[index] = _as_agora(error or Internal("the append has no outcome"))
         return [o for o in outcomes if o is not None]
 
     def _append_request(
@@ -300,9 +343,24 @@ class GroupCommit:
         workspace: str,
         drafts: Sequence[Event],
         expected_seq: int | None,
-        future: asyncio.Future[AppendResult],
+        future: asyncio.Future[Any],
+        group: Group | None = None,
+        index: int = 0,
     ) -> Append:
         """The checked request of one ``append`` call. Raises :class:`BadRequest`."""
+        return Append(
+            workspace,
+            tuple(drafts),
+            expected_seq,
+            self._check_append(drafts, expected_seq),
+            future,
+            group,
+            index,
+        )
+
+    def _check_append(self, drafts: Sequence[Event], expected_seq: int | None) -> list[str]:
+        """Check one ``append`` call's arguments; its client-chosen ids. Raises
+        :class:`BadRequest`."""
         if not drafts:
             raise BadRequest("an append needs at least one event", field="events")
         if expected_seq is not None and (type(expected_seq) is not int or expected_seq < 0):
@@ -316,9 +374,9 @@ class GroupCommit:
                 if not storable(draft.id):
                     raise BadRequest("an event id must be UTF-8 text without NUL", field="id")
                 client_ids.append(draft.id)
-        if len(set(client_ids)) != len(client_ids):
+        if len(client_ids) > 1 and len(set(client_ids)) != len(client_ids):
             raise BadRequest("an id is repeated within the batch", field="id")
-        return Append(workspace, tuple(drafts), expected_seq, client_ids, future)
+        return client_ids
 
     async def import_events(self, workspace: str, events: Sequence[Event]) -> int:
         """Check an ``import_events`` call (the whole log of ``workspace`` from seq 1, every
@@ -365,7 +423,7 @@ class GroupCommit:
         await self._enqueue(Import(workspace, batch, future))
         return await future
 
-    async def _enqueue(self, request: WriteRequest) -> None:
+    async def _enqueue(self, request: Queued) -> None:
         queue = self._queue
         assert queue is not None
         if not self._backlog and not queue.full():
@@ -387,38 +445,7 @@ class GroupCommit:
             if self._stopping and not self._backlog:
                 self._wake()
 
-    async def _enqueue_all(self, requests: list[Append]) -> None:
-        """Queue ``requests`` one right after the other: those that find no room wait in the
-        backlog together, so no other caller's request comes between two of them (their
-        order in the log is the one their caller decided)."""
-        queue = self._queue
-        assert queue is not None
-        at = 0
-        while at < len(requests) and not self._backlog and not queue.full():
-            queue.put_nowait(requests[at])
-            at += 1
-        if at == len(requests):
-            return
-        loop = asyncio.get_running_loop()
-        entries: list[tuple[WriteRequest, asyncio.Future[None]]] = [
-            (request, loop.create_future()) for request in requests[at:]
-        ]
-        self._backlog.extend(entries)
-        try:
-            await asyncio.wait([entries[-1][1]])  # admitted in order: the last one last
-        except asyncio.CancelledError:
-            for entry in entries:
-                admitted = entry[1]
-                if not admitted.done() or admitted.cancelled():
-                    with contextlib.suppress(ValueError):
-                        self._backlog.remove(entry)
-                admitted.cancel()
-            raise
-        finally:
-            if self._stopping and not self._backlog:
-                self._wake()
-
-    def _admit(self, queue: asyncio.Queue[WriteRequest | _Stop]) -> None:
+    def _admit(self, queue: asyncio.Queue[Queued | _Stop]) -> None:
         """Move waiting requests into the queue, oldest first, while it has room."""
         while self._backlog and not queue.full():
             request, admitted = self._backlog.popleft()
@@ -429,9 +456,8 @@ class GroupCommit:
 
     def _fail_backlog(self) -> None:
         while self._backlog:
-            request, admitted = self._backlog.popleft()
-            if not request.future.done():
-                request.future.set_exception(Unavailable("the store's writer stopped"))
+            item, admitted = self._backlog.popleft()
+            _fail(_requests(item), "the store's writer stopped")
             if not admitted.done():
                 admitted.set_result(None)
 
@@ -440,33 +466,36 @@ class GroupCommit:
     async def _run(self, commit: Commit) -> None:
         queue = self._queue
         assert queue is not None
-        carry: WriteRequest | None = None
+        # Requests taken from the queue and not yet written (the rest of an entry that did
+        # not fit the last batch), oldest first.
+        taken: collections.deque[WriteRequest] = collections.deque()
+        batch_max = self.batch_max
         try:
             while True:
-                if carry is not None:
-                    first: WriteRequest | _Stop = carry
-                    carry = None
-                else:
+                if not taken:
                     self._admit(queue)
                     if self._stopping and queue.empty() and not self._backlog:
                         return
-                    first = await queue.get()
+                    _take(await queue.get(), taken)
                     self._admit(queue)
-                if isinstance(first, _Stop):
-                    continue
+                    if not taken:
+                        continue
+                first = taken.popleft()
                 batch = [first]
                 size = first.size
                 # Drain whatever else is queued: that is the group in group commit.
-                while size < self.batch_max and not queue.empty():
-                    item = queue.get_nowait()
-                    self._admit(queue)
-                    if isinstance(item, _Stop):
+                while size < batch_max:
+                    if not taken:
+                        if queue.empty():
+                            break
+                        _take(queue.get_nowait(), taken)
+                        self._admit(queue)
                         continue
-                    if size + item.size > self.batch_max:
-                        carry = item
-                        break
-                    batch.append(item)
-                    size += item.size
+                    if size + taken[0].size > batch_max:
+                        break  # the next batch's
+                    request = taken.popleft()
+                    batch.append(request)
+                    size += request.size
                 if self.observer is None:
                     await commit(batch)
                     continue
@@ -479,11 +508,29 @@ class GroupCommit:
                 self.observer(len(batch), time.perf_counter() - began, False)
         except BaseException:
             self.accepting = False
-            if carry is not None and not carry.future.done():
-                carry.future.set_exception(Unavailable("the store's writer stopped"))
+            _fail(taken, "the store's writer stopped")
             self._fail_queued(queue)
             self._fail_backlog()
             raise
+
+
+def _requests(item: Queued) -> Sequence[WriteRequest]:
+    return item if isinstance(item, tuple) else (item,)
+
+
+def _take(item: Queued | _Stop, into: collections.deque[WriteRequest]) -> None:
+    """Add a queue entry's requests to ``into`` (a stop marker has none)."""
+    if isinstance(item, tuple):
+        into.extend(item)
+    elif not isinstance(item, _Stop):
+        into.append(item)
+
+
+def _fail(requests: Iterable[WriteRequest], why: str) -> None:
+    """Fail the callers of ``requests`` still waiting (a group's shared future once)."""
+    for request in requests:
+        if not request.future.done():
+            request.future.set_exception(Unavailable(why))
 
 
 # -- deciding a batch (no I/O) --------------------------------------------------------------

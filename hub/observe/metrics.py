@@ -35,7 +35,8 @@ class HubMetrics:
         )
         self.batch_events = Histogram(
             "agora_append_batch_events",
-            "Events per committed batch (one publish or one runtime write).",
+            "Events per committed batch (one publish, one runtime write, or a connection's "
+            "pipelined publishes to a workspace, folded together).",
             buckets=BATCH_BUCKETS,
             registry=r,
         )

@@ -14,7 +14,8 @@ already buffered is taken at once (up to :data:`READ_AHEAD` frames, as long as t
 publishes), and each workspace's run of those publishes starts as ONE task: decided in one
 pass and handed to the store as one group (:meth:`hub.workspaces.Workspaces.publish_many`),
 with one wake-up for the lot, not a task, futures and a wake-up per publish; its acks are
-queued together, one per publish, in order. Each batch waits until the connection's previous
+queued together, one per publish, in order (encoded straight to bytes). A single publish takes
+the same path (a batch of one). Each batch waits until the connection's previous
 batch to the same workspace has been handed to the store (the ``submitted`` hook of
 :meth:`hub.workspaces.Workspaces.publish`), so one connection's publishes to a workspace are
 appended in the order they were sent; the acks are queued when the appends complete (acks
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import Opcode
 
 from hub.core.errors import (
     AgoraError,
@@ -74,6 +76,7 @@ from hub.core.wire.session import (
     StateRequest,
     SubscribeRequest,
     UnsubscribeRequest,
+    encode_ack,
     encode_event_frame,
     encode_exec_event_frame,
     encode_frame,
@@ -300,8 +303,11 @@ class Connection:
             # pipeline as one batch (see _perform). The lookahead stops at anything but a
             # publish, so every other request still sees the effects of what came before.
             taken, more = 1, _publishes_only(actions)
-            while more and taken < ahead and _buffered(self.ws):
-                received = self._receive(await self.ws.recv())
+            while more and taken < ahead:
+                buffered = _take_buffered(self.ws)
+                if buffered is None:
+                    break
+                received = self._receive(buffered)
                 actions.extend(received)
                 taken, more = taken + 1, _publishes_only(received)
 
@@ -465,31 +471,27 @@ class Connection:
         connection's previous batch to the workspace to be handed to the store (``after``),
         append (several at once: :meth:`hub.workspaces.Workspaces.publish_many`), queue the
         acks. Never raises (but CancelledError)."""
-        replies: list[list[Action]] = []
+        replies: list[bytes | list[Action]] = []  # an ack, encoded, or the session's answer
         try:
             if after is not None and not after.done():
                 await after  # only ever gets a result (see Workspaces.publish)
-            if len(batch) > 1:
+            if len(batch) > 1 or not self.hub.tracing.enabled:
                 outcomes = await self.hub.workspaces.publish_many(
                     batch[0].workspace,
                     [(r.events, r.expected_seq) for r in batch],
                     producer=batch[0].agent,
                     submitted=submitted,
                 )
-                session = self.session
                 for request, outcome in zip(batch, outcomes, strict=True):
                     if isinstance(outcome, Exception):
                         replies.append(self._failed(request, outcome))
                     else:
-                        replies.append(session.completed(request, outcome))
+                        replies.append(encode_ack(request, outcome))
                 return
-            request = batch[0]
+            request = batch[0]  # traced: one by one (no read-ahead), a span each
             try:
-                if not self.hub.tracing.enabled:
-                    result = await self._publish_one(request, submitted)
-                else:
-                    result = await self._traced_publish(request, submitted)
-                replies.append(self.session.completed(request, result))
+                result = await self._traced_publish(request, submitted)
+                replies.append(encode_ack(request, result))
             except Exception as e:
                 replies.append(self._failed(request, e))
         except Exception as e:
@@ -497,18 +499,6 @@ class Connection:
             replies.extend(self._failed(r, e) for r in batch[done:])
         finally:
             self._published(batch, submitted, replies)
-
-    async def _publish_one(
-        self, request: PublishRequest, submitted: asyncio.Future[None]
-    ) -> AppendResult:
-        """One publish through the workspace pipeline, alone (traced or not)."""
-        return await self.hub.workspaces.publish(
-            request.workspace,
-            request.events,
-            producer=request.agent,
-            expected_seq=request.expected_seq,
-            submitted=submitted,
-        )
 
     async def _traced_publish(
         self, request: PublishRequest, submitted: asyncio.Future[None]
@@ -524,7 +514,13 @@ class Connection:
             "agora.events": len(request.events),
         }
         with tracing.span("agora.publish", parent, attributes=attributes) as span:
-            result = await self._publish_one(request, submitted)
+            result = await self.hub.workspaces.publish(
+                request.workspace,
+                request.events,
+                producer=request.agent,
+                expected_seq=request.expected_seq,
+                submitted=submitted,
+            )
             if span is not None and result.events:
                 span.set_attribute("agora.seq", result.events[-1].seq)
                 subscribers = self.hub.fanout.subscribers(request.workspace)
@@ -535,7 +531,7 @@ class Connection:
         self,
         batch: list[PublishRequest],
         submitted: asyncio.Future[None],
-        replies: list[list[Action]],
+        replies: list[bytes | list[Action]],
     ) -> None:
         """A batch of publishes ended: release the next batch's turn and their slots, queue
         their replies (one per publish, in order). The replies are pushed without waiting:
@@ -546,12 +542,18 @@ class Connection:
         if self._publish_tails.get(workspace) is submitted:
             del self._publish_tails[workspace]
         if not self._stopping:
-            for actions in replies:
-                for action in actions:
+            items: list[Outgoing | Close] = []
+            for reply in replies:
+                if type(reply) is bytes:
+                    items.append((reply, None, NOT_AN_EVENT))
+                    continue
+                for action in reply:
                     if isinstance(action, Send):
-                        self._push((encode_frame(action.frame), None, NOT_AN_EVENT))
+                        items.append((encode_frame(action.frame), None, NOT_AN_EVENT))
                     elif isinstance(action, Close):
-                        self.queue.push(action)
+                        items.append(action)
+            self.queue.push_many(items)
+            self._within_bytes()
         self.publishes.release(len(batch))
 
     # -- executions -------------------------------------------------------------------------------
@@ -766,15 +768,13 @@ class Connection:
                 await asyncio.shield(ws.send_in_progress)
             close: Close | None = None
             async with ws.send_context():
-                size = 0
                 # Without extensions a server frame is header + payload (unmasked): the
                 # fan-out's events come framed already (WireText.wire, built once for every
                 # subscriber), the rest is framed here; with permessage-deflate the protocol
                 # object frames (and compresses) each one.
                 plain = not protocol.extensions
                 chunks: list[bytes] = []
-                while queue and size < WRITE_BYTES:
-                    item = queue.popleft()
+                for item in queue.take(WRITE_BYTES, _is_close):
                     if isinstance(item, Close):
                         close = item
                         break
@@ -789,7 +789,6 @@ class Connection:
                         chunks.append(data.wire)
                     else:
                         chunks.append(text_frame(data))
-                    size += len(data)
                 if not plain:
                     # send_text only adds frames (never the EOF marker b"").
                     chunks = protocol.data_to_send()
@@ -802,17 +801,36 @@ class Connection:
 
 def _publishes_only(actions: list[Action]) -> bool:
     """Whether ``actions`` are publishes and nothing else (the read-ahead goes on past them)."""
+    if len(actions) == 1:  # (a frame's answer is one action but for errors)
+        return type(actions[0]) is PublishRequest
     return all(type(a) is PublishRequest for a in actions)
 
 
-def _buffered(ws: ServerConnection) -> bool:
-    """Whether a whole message is buffered, so that ``ws.recv()`` returns it without waiting.
-    (websockets' assembler queue; should it change shape, reading simply goes one at a time.)"""
+def _take_buffered(ws: ServerConnection) -> str | bytes | None:
+    """The next message when websockets holds all of it already (one whole frame in its
+    assembler's queue), taken at once as ``ws.recv()`` would return it (text decoded), without
+    a coroutine per message; else None: ``ws.recv()`` it (a fragmented message, text that is
+    not UTF-8, which recv fails with 1007). Should the assembler change shape, reading simply
+    goes one message at a time (tests/hub/server/test_internals.py names it)."""
     try:
-        frames = ws.recv_messages.frames.queue
-        return bool(frames) and bool(frames[0].fin)
-    except AttributeError:
-        return False
+        messages = ws.recv_messages
+        frames = messages.frames.queue
+        if messages.get_in_progress or not frames:
+            return None
+        frame = frames[0]
+        if not frame.fin:
+            return None
+        raw = bytes(frame.data)  # (as recv joins a message's frames: bytes)
+        data: str | bytes = raw.decode() if frame.opcode is Opcode.TEXT else raw
+    except (AttributeError, UnicodeDecodeError):
+        return None
+    frames.popleft()
+    messages.maybe_resume()  # flow control, as the assembler's get does
+    return data
+
+
+def _is_close(item: Outgoing | Close) -> bool:
+    return type(item) is Close
 
 
 def _frame_bytes(item: Outgoing | Close) -> int:

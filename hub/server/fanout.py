@@ -161,6 +161,17 @@ class SendQueue(Generic[T]):
         """Append ``item`` whatever the queue holds (the caller bounds how many it pushes)."""
         self._append(item)
 
+    def push_many(self, items: Sequence[T]) -> None:
+        """:meth:`push` each of ``items``, in order (one wake-up and one mark check for all)."""
+        if not items:
+            return
+        self._items.extend(items)
+        if self._size is not None:
+            self.bytes += sum(map(self._size, items))
+        self._not_empty.set()
+        if self._above_low_water(paced=False):
+            self._room.clear()
+
     async def put(self, item: T, *, paced: bool = False) -> None:
         """Append ``item`` once the queue is below its low-water mark in frames and, when
         ``paced`` (a stream the hub reads at its own pace: catch-up, ``getExec``), in bytes.
@@ -201,6 +212,25 @@ class SendQueue(Generic[T]):
         if not self._above_low_water(paced=False):
             self._room.set()  # each waiter checks its own marks again (bytes for paced ones)
         return item
+
+    def take(self, max_bytes: int, last: Callable[[T], bool]) -> list[T]:
+        """Remove and return the oldest frames, in order: while they come to less than
+        ``max_bytes`` (as measured by ``size``; at least one), up to and including the first
+        for which ``last`` is true. (The writer's batch: one mark check for all of it.)"""
+        items, taken = self._items, []
+        size = self._size
+        total = 0
+        while items and total < max_bytes:
+            item = items.popleft()
+            taken.append(item)
+            if size is not None:
+                total += size(item)
+            if last(item):
+                break
+        self.bytes -= total
+        if not self._above_low_water(paced=False):
+            self._room.set()
+        return taken
 
     async def get(self) -> T:
         """Remove and return the oldest frame, waiting for one."""

@@ -122,6 +122,7 @@ __all__ = [
     "TokenBucket",
     "UnsubscribeRequest",
     "bearer_token",
+    "encode_ack",
     "encode_event_frame",
     "encode_exec_event_frame",
     "encode_frame",
@@ -350,6 +351,33 @@ def encode_event_frame(workspace: str, stored_event: bytes) -> bytes:
     return _encoder.encode(EventFrame(workspace=workspace, event=msgspec.Raw(stored_event)))
 
 
+def _ack(request: PublishRequest, result: AppendResult) -> Ack:
+    """The ``ack`` of a publish that succeeded (one event: ``seq``/``id``; a batch:
+    ``seqs``/``ids``)."""
+    if request.batch:
+        return Ack(
+            rid=request.rid,
+            workspace=request.workspace,
+            seqs=result.seqs,
+            ids=result.ids,
+            duplicate=result.duplicate,
+        )
+    first = result.events[0]
+    return Ack(
+        rid=request.rid,
+        workspace=request.workspace,
+        seq=first.seq,
+        id=first.id,
+        duplicate=result.duplicate,
+    )
+
+
+def encode_ack(request: PublishRequest, result: AppendResult) -> bytes:
+    """The encoded ``ack`` frame :meth:`ServerSession.completed` answers a publish that
+    succeeded with, built straight to bytes (one per publish: the shell's hot path)."""
+    return _encoder.encode(_ack(request, result))
+
+
 # ---------------------------------------------------------------------------------------------
 # Errors → frames and close codes (the one place; ARCHITECTURE.md principle 5)
 
@@ -517,6 +545,8 @@ def _expired_error() -> Unauthorized:
     return Unauthorized("token has expired", reason="expired")
 
 
+_WRITABLE_KEPT: Final = 64  # workspaces a session remembers as writable (then it forgets)
+
 _READ: Final[Right] = "read"
 _WRITE: Final[Right] = "write"
 _EXEC: Final[Right] = "exec"
@@ -547,6 +577,10 @@ class ServerSession:
         self.hello_traceparent: str | None = None
         """The last accepted ``hello``'s W3C ``traceparent`` (the hub's ``agora.hello`` span)."""
         self.capability: Capability | None = None
+        # The workspaces ``capability`` was found to grant the write right in (named well
+        # and allowed): a connection publishing to one workspace checks it once, not on every
+        # frame. Only for this capability (a new hello clears it), bounded.
+        self._writable: set[str] = set()
         self.subscriptions: set[str] = set()
         self.bad_frames = 0
         self.exec_waits = 0
@@ -621,25 +655,9 @@ class ServerSession:
                 return [Send(Subscribed(rid=rid, workspace=workspace, head=int(result)))]
             case UnsubscribeRequest(rid=rid, workspace=workspace):
                 return [Send(Unsubscribed(rid=rid, workspace=workspace))]
-            case PublishRequest(rid=rid, workspace=workspace, batch=batch):
+            case PublishRequest():
                 assert isinstance(result, AppendResult)
-                if batch:
-                    ack = Ack(
-                        rid=rid,
-                        workspace=workspace,
-                        seqs=result.seqs,
-                        ids=result.ids,
-                        duplicate=result.duplicate,
-                    )
-                else:
-                    ack = Ack(
-                        rid=rid,
-                        workspace=workspace,
-                        seq=result.events[0].seq,
-                        id=result.events[0].id,
-                        duplicate=result.duplicate,
-                    )
-                return [Send(ack)]
+                return [Send(_ack(request, result))]
             case StateRequest(rid=rid, workspace=workspace):
                 state = StateFrame(rid=rid, workspace=workspace, seq=result.seq, state=result)
                 return [Send(state)]
@@ -762,6 +780,7 @@ class ServerSession:
                     )
                 ]
         self.capability = capability
+        self._writable.clear()
         welcome = Welcome(
             rid=rid,
             agent=capability.agent,
@@ -805,6 +824,8 @@ class ServerSession:
 
     def _dispatch(self, frame: AnyClientFrame, capability: Capability) -> list[Action]:
         match frame:
+            case Publish():  # first: the frame nearly every other one is
+                return [self._publish(frame, capability)]
             case Hello(token=token, rid=rid):
                 return self._authenticate(token, rid)
             case Subscribe(rid=rid, workspace=workspace, after_seq=after_seq):
@@ -824,8 +845,6 @@ class ServerSession:
                     raise NotFound(f"not subscribed to {workspace!r}", field="$.workspace")
                 self.subscriptions.discard(workspace)
                 return [UnsubscribeRequest(rid=rid, workspace=workspace)]
-            case Publish():
-                return [self._publish(frame, capability)]
             case GetState(rid=rid, workspace=workspace, at_seq=at_seq):
                 self._check(capability, _READ, workspace)
                 paths = None if frame.paths is None else tuple(frame.paths)
@@ -895,7 +914,12 @@ class ServerSession:
         self.exec_waits += 1
 
     def _publish(self, frame: Publish, capability: Capability) -> PublishRequest:
-        self._check(capability, _WRITE, frame.workspace)
+        writable = self._writable
+        if frame.workspace not in writable:
+            self._check(capability, _WRITE, frame.workspace)
+            if len(writable) >= _WRITABLE_KEPT:
+                writable.clear()
+            writable.add(frame.workspace)
         events: Sequence[Event]
         if frame.event is not None and frame.events is not None:
             raise BadRequest("publish takes event or events, not both", field="$.events")

@@ -25,6 +25,8 @@ from hub.core.events import (
 from hub.core.validation import (
     MAX_PATH_BYTES,
     Limits,
+    check_event_bounds,
+    check_event_size,
     file_content,
     validate_draft,
     validate_id,
@@ -248,3 +250,32 @@ def test_a_payload_nested_deeper_than_the_limit_is_refused() -> None:
         validate_draft(MessagePosted(payload=MessagePayload(data=shallow)), Limits(max_depth=5))
     with pytest.raises(BadRequest):  # an untyped payload (a kind whose payload is Any) too
         validate_draft(NeedWork(payload={"spec": deep}))
+
+
+@pytest.mark.parametrize("depth", [0, 1, 5, 6, 7, 64, 65, 2000])
+def test_event_bounds_are_the_depth_and_size_checks_in_one(depth: int) -> None:
+    # check_event_bounds (one encoding: the event is one level deeper than its payload)
+    # refuses exactly what validate_draft's payload check and check_event_size refuse.
+    data: object = "x"
+    for _ in range(depth):
+        data = [data]
+    for limits in (Limits(max_depth=5), Limits(), Limits(max_event_bytes=1024)):
+        for draft in (
+            MessagePosted(payload=MessagePayload(text="t" * 900, data=data)),
+            NeedWork(payload={"spec": data}),
+            NeedWork(),
+        ):
+            expected: type[Exception] | None = None
+            try:
+                validate_draft(draft, limits)
+                check_event_size(draft, limits)
+            except (BadRequest, TooLarge) as e:
+                expected = type(e)
+                details = e.details
+            validate_draft(draft, limits, depth=False)  # leaves the nesting to the caller
+            if expected is None:
+                check_event_bounds(draft, limits)
+                continue
+            with pytest.raises(expected) as info:
+                check_event_bounds(draft, limits)
+            assert info.value.details == details

@@ -182,6 +182,41 @@ async def test_backpressure_with_a_tiny_queue(tmp_path: Path) -> None:
         assert sorted(r.seqs[0] for r in results) == list(range(1, 61))
 
 
+async def test_append_many_groups_split_across_transactions_and_a_tiny_queue(
+    tmp_path: Path,
+) -> None:
+    # One append_many call is one queue entry sharing one future: a group larger than
+    # batch_max is written across transactions (each request answered in its slot), and
+    # groups wait for room in a full queue like single appends, none overtaking another.
+    async with SqliteEventStore(tmp_path / "a.db", queue_max=1, batch_max=3) as store:
+        sizes: list[int] = []
+        writer = writer_of(store)
+        real = writer.write
+
+        def counting(batch: list[Any]) -> list[Any]:
+            sizes.append(sum(r.size for r in batch))
+            return real(batch)
+
+        writer.write = counting  # type: ignore[method-assign]
+        group = await store.append_many("ws", [([msg(str(i))], None) for i in range(7)])
+        assert [seqs(o) for o in group] == [[i] for i in range(1, 8)]
+        assert sizes == [3, 3, 1]
+        calls = [
+            store.append_many("ws", [([msg(f"{c}.{i}")], None) for i in range(4)]) for c in range(5)
+        ]
+        *groups, alone = await asyncio.gather(*calls, store.append("ws", [msg("alone")]))
+        assert [[seqs(o)[0] for o in g] for g in groups] == [
+            list(range(first, first + 4)) for first in range(8, 28, 4)
+        ]  # in call order, each contiguous
+        assert alone.seqs == [28]
+        assert [e.seq async for e in store.read("ws")] == list(range(1, 29))
+
+
+def seqs(outcome: Any) -> list[int]:
+    assert not isinstance(outcome, Exception), outcome
+    return list(outcome.seqs)
+
+
 async def test_close_while_appends_wait_for_queue_room(tmp_path: Path) -> None:
     store = SqliteEventStore(tmp_path / "a.db", queue_max=1, batch_max=1)
     await store.open()

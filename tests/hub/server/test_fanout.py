@@ -211,6 +211,28 @@ async def test_send_queue_bounds_bytes() -> None:
     assert queue.bytes == 1 and not queue.overflowing
 
 
+async def test_send_queue_push_many_and_take() -> None:
+    """push_many is push of each, in order, counted in bytes; take returns the oldest frames
+    while they come to less than its byte budget (at least one), up to the first its
+    predicate marks as last, and makes room as popleft does."""
+    queue: SendQueue[bytes] = SendQueue(4, max_bytes=100, size=len)
+    queue.push_many([])
+    assert not queue
+    queue.push_many([b"aaaa", b"bb", b"STOP", b"c", b"dd"])
+    assert len(queue) == 5 and queue.bytes == 13
+    room = asyncio.create_task(queue.wait_room(paced=False))
+    await asyncio.sleep(0)
+    assert not room.done()  # 5 frames: above the low-water mark (2)
+    await queue.wait()
+    assert queue.take(100, lambda b: b == b"STOP") == [b"aaaa", b"bb", b"STOP"]
+    assert queue.bytes == 3
+    await asyncio.sleep(0)
+    assert not room.done()  # 2 left: at the mark
+    assert queue.take(1, lambda b: False) == [b"c"]  # one at least, then over the budget
+    await asyncio.wait_for(room, 1)
+    assert queue.take(100, lambda b: False) == [b"dd"] and queue.bytes == 0 and not queue
+
+
 def test_send_queue_one_frame_alone_always_fits() -> None:
     """A frame over max_bytes (but within max_frame_bytes) can still be sent, alone."""
     queue: SendQueue[bytes] = SendQueue(100, max_bytes=10, size=len)

@@ -38,33 +38,41 @@ async def test_send_context_and_protocol_send_text() -> None:
     assert seen.result() == '{"ok":1}'
 
 
-async def test_the_read_ahead_sees_buffered_messages() -> None:
-    """The publish read-ahead (``hub.server.connection._buffered``) reads websockets' assembler
-    queue (``recv_messages.frames.queue``) to know whether a whole message is already buffered.
-    Should that move, reading silently falls back to one message at a time: this names it."""
-    from hub.server.connection import _buffered
+async def test_the_read_ahead_takes_buffered_messages() -> None:
+    """The publish read-ahead (``hub.server.connection._take_buffered``) takes whole messages
+    from websockets' assembler queue (``recv_messages.frames.queue``, ``get_in_progress``,
+    ``maybe_resume``) as ``recv()`` would return them. Should that move, reading silently
+    falls back to one message at a time: this names it."""
+    from hub.server.connection import _take_buffered
 
-    seen: asyncio.Future[list[bool]] = asyncio.get_running_loop().create_future()
+    seen: asyncio.Future[list[object]] = asyncio.get_running_loop().create_future()
 
     async def handler(ws: ServerConnection) -> None:
-        assert hasattr(ws, "recv_messages"), "websockets Connection.recv_messages is gone"
-        assert hasattr(ws.recv_messages, "frames"), "websockets Assembler.frames is gone"
+        messages = getattr(ws, "recv_messages", None)
+        assert messages is not None, "websockets Connection.recv_messages is gone"
+        assert hasattr(messages, "frames"), "websockets Assembler.frames is gone"
+        assert hasattr(messages.frames, "queue"), "websockets SimpleQueue.queue is gone"
+        assert hasattr(messages, "get_in_progress"), "websockets Assembler.get_in_progress is gone"
+        assert callable(getattr(messages, "maybe_resume", None)), "Assembler.maybe_resume is gone"
         first = await ws.recv()
-        for _ in range(100):  # the other two arrived in the same write; let them be parsed
-            if _buffered(ws):
+        for _ in range(100):  # the others arrived in the same write; let them be parsed
+            if len(messages.frames.queue) >= 3:
                 break
             await asyncio.sleep(0.01)
-        states = [_buffered(ws)]
-        await ws.recv()
-        await ws.recv()
-        states.append(_buffered(ws))  # nothing left
-        seen.set_result([first == "a", *states])
+        taken = [_take_buffered(ws), _take_buffered(ws)]
+        # Not UTF-8: left for recv, which fails the connection with 1007 as before.
+        taken.append(_take_buffered(ws))
+        seen.set_result([first, *taken])
         with contextlib.suppress(Exception):
-            await ws.wait_closed()
+            await ws.recv()
 
     async with serve(handler, "127.0.0.1", 0) as server:
         port = next(iter(server.sockets)).getsockname()[1]
         async with connect(f"ws://127.0.0.1:{port}") as client:
-            for text in ("a", "b", "c"):
-                await client.send(text)
-            assert await asyncio.wait_for(seen, 30) == [True, True, False]
+            for data in ("a", "é", b"\x00bin"):
+                await client.send(data)
+            await client.send(b"\xff", text=True)  # invalid UTF-8 in a text frame
+            assert await asyncio.wait_for(seen, 30) == ["a", "é", b"\x00bin", None]
+            with contextlib.suppress(Exception):
+                await client.recv()
+            assert client.close_code == 1007

@@ -37,6 +37,7 @@ from hub.core.wire.session import (
     TokenBucket,
     UnsubscribeRequest,
     bearer_token,
+    encode_ack,
     encode_event_frame,
     encode_frame,
     error_frame,
@@ -301,6 +302,50 @@ def test_ack_frames() -> None:
         json.loads(encode_frame(Ack(workspace="w", seq=1, id="x", duplicate=False)))["duplicate"]
         is False
     )
+
+
+def test_encode_ack_is_the_completed_frame() -> None:
+    # The shell's hot path encodes a publish's ack straight to bytes: the very frame
+    # completed answers with.
+    s, _ = session()
+    [single] = s.receive(frame(op="publish", rid="r1", workspace="w", event=MSG))
+    [batch] = s.receive(frame(op="publish", rid=2, workspace="w", events=[MSG, MSG]))
+    stored = tuple(
+        MessagePosted(id=f"e{i}", workspace="w", seq=i, producer="alice") for i in (5, 6)
+    )
+    for request, result in (
+        (single, AppendResult(workspace="w", events=stored[:1])),
+        (batch, AppendResult(workspace="w", events=stored, duplicate=True)),
+    ):
+        [ack] = s.completed(request, result)
+        assert isinstance(ack, Send)
+        assert encode_ack(request, result) == encode_frame(ack.frame)
+
+
+def test_a_new_token_is_checked_again_before_a_publish() -> None:
+    # The session remembers where its token may write; a refreshed token that may not
+    # write there any more is refused at once.
+    s, _ = session("good")
+    assert isinstance(s.receive(frame(op="publish", workspace="w", event=MSG))[0], PublishRequest)
+    TOKENS["read-only"] = capability("alice", rights=("read",))
+    try:
+        [welcome] = s.receive(frame(op="hello", token="read-only"))
+    finally:
+        del TOKENS["read-only"]
+    assert isinstance(welcome, Send) and isinstance(welcome.frame, Welcome)
+    error = only_error(s.receive(frame(op="publish", workspace="w", event=MSG)))
+    assert error.code == "forbidden" and error.details["right"] == "write"
+
+
+def test_many_workspaces_stay_checked() -> None:
+    # The remembered workspaces are bounded: past the bound each is checked again, and
+    # still refused or accepted as before.
+    s, _ = session("writer")
+    for i in range(150):
+        error = only_error(s.receive(frame(op="publish", workspace=f"w{i}", event=MSG)))
+        assert error.code == "forbidden"
+        [request] = s.receive(frame(op="publish", workspace="w", event=MSG))
+        assert isinstance(request, PublishRequest)
 
 
 @pytest.mark.parametrize(
