@@ -159,10 +159,13 @@ async def test_a_deeply_nested_channel_line_fails_the_run_clearly(
     backend: JavaScriptBackend,
 ) -> None:
     """The attack: the program speaks to the channel socket itself with a ``[[[[…`` line; the
-    run then fails with the reason, whatever it reports after."""
+    run then fails with the reason, whatever it reports after. (The program waits until the
+    host has hung up on that connection: its result travels on another connection, which the
+    host could otherwise read first; a line the host never read cannot fail the run.)"""
     source = f"""
 const c = await Deno.connect({{ transport: "unix", path: "{SOCKET}" }});
 await c.write(new TextEncoder().encode("[".repeat(100000) + "\\n"));
+while ((await c.read(new Uint8Array(16))) !== null) {{}}
 c.close();
 export default () => 1;
 """
