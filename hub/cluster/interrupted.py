@@ -33,7 +33,7 @@ import asyncpg
 import msgspec
 
 from hub.core.errors import AgoraError, Unavailable
-from hub.core.events import Event, ExecFinished, ExecStarted, decode_event
+from hub.core.events import ExecFinished, ExecStarted
 from hub.core.rules.recovery import (
     HUB_PRODUCER,
     OpenExecution,
@@ -41,6 +41,7 @@ from hub.core.rules.recovery import (
     interrupted_drafts,
     node_death_interruption,
 )
+from hub.log.codec import decode_or_skip
 from hub.log.migrations import quote
 from hub.workspaces import Workspaces
 
@@ -70,14 +71,6 @@ class _Sql:
             f"SELECT seq, body FROM {s}.events "
             "WHERE kind = 'execFinished' AND workspace = $1 AND seq > $2 ORDER BY seq"
         )
-
-
-def _decode(body: bytes, seq: int) -> Event | None:
-    try:
-        return decode_event(bytes(body))
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        log.error("stored event at seq %d cannot be decoded; skipped", seq)
-        return None
 
 
 class InterruptedExecutions:
@@ -124,7 +117,7 @@ class InterruptedExecutions:
         needle = b'"node":' + msgspec.json.encode(node)
         running: dict[tuple[str, str], ExecStarted] = {}  # (workspace, execId) -> last start
         for seq, body in await conn.fetch(self._sql.started, needle):
-            event = _decode(body, seq)
+            event = decode_or_skip(body, seq)
             if isinstance(event, ExecStarted) and event.payload.node == node:
                 running[(event.workspace, event.payload.exec_id)] = event
         first: dict[str, int] = {}
@@ -132,7 +125,7 @@ class InterruptedExecutions:
             first[workspace] = min(first.get(workspace, start.seq), start.seq)
         for workspace, after in first.items():
             for seq, body in await conn.fetch(self._sql.finished, workspace, after):
-                event = _decode(body, seq)
+                event = decode_or_skip(body, seq)
                 if isinstance(event, ExecFinished):
                     opened = running.get((workspace, event.payload.exec_id))
                     if opened is not None and opened.seq < event.seq:

@@ -34,8 +34,8 @@ import msgspec
 
 from hub.core.backoff import Backoff
 from hub.core.errors import AgoraError, Conflict, Unavailable
-from hub.core.events import Event, decode_event
 from hub.core.rules.presence import Stranded, departures, stranded
+from hub.log.codec import decode_or_skip
 from hub.log.migrations import quote
 from hub.workspaces import Workspaces
 
@@ -68,14 +68,6 @@ class _Sql:
             f"SELECT node_id FROM {s}.nodes WHERE stopped_at IS NULL AND reaped_by IS NULL "
             "AND reaped_at IS NULL AND last_beat >= now() - make_interval(secs => $1)"
         )
-
-
-def _decode(body: bytes, seq: int) -> Event | None:
-    try:
-        return decode_event(bytes(body))
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        log.error("stored event at seq %d cannot be decoded; skipped", seq)
-        return None
 
 
 class StrandedMembers:
@@ -122,7 +114,7 @@ class StrandedMembers:
         except _DRIVER_ERRORS as e:
             raise Unavailable(f"PostgreSQL unavailable while finding members: {e!r}") from e
         alive.add(self.node_id)
-        decoded = (_decode(body, seq) for seq, body in rows)
+        decoded = (decode_or_skip(body, seq) for seq, body in rows)
         events = [event for event in decoded if event is not None]
         return int(head or 0), stranded(workspace, events, node, alive)
 

@@ -7,6 +7,7 @@ when that fails are the bodies decoded one by one, to name the damaged row.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, Protocol
 
@@ -43,6 +44,19 @@ def decode_body(body: bytes) -> Event:
         return decode_event(body)
     except RecursionError as e:  # belt and braces: the decoder's own recursion guard
         raise TooDeep(f"nested too deep to decode: {e}") from e
+
+
+def decode_or_skip(body: bytes | str, seq: int) -> Event | None:
+    """:func:`decode_body`, for a scan that goes on past a damaged row (a dead node's
+    executions and members): None, logged with its seq, for a row that does not decode or
+    nests too deep."""
+    try:
+        return decode_body(as_bytes(body))
+    except UNDECODABLE as e:
+        logging.getLogger("agora.log").error(
+            "stored event at seq %d cannot be decoded (%s); skipped", seq, e
+        )
+        return None
 
 
 def decode_joined(joined: bytes, *, legacy: bool = True) -> list[Event]:

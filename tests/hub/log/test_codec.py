@@ -8,7 +8,7 @@ import pytest
 from hub.core.errors import IntegrityError
 from hub.core.events import Event, MessagePayload, MessagePosted, encode_event
 from hub.core.records import Head
-from hub.log.codec import as_bytes, decode_page, head_from_row
+from hub.log.codec import READ_MAX_DEPTH, as_bytes, decode_or_skip, decode_page, head_from_row
 from tests.strategies import seal_all
 
 
@@ -48,3 +48,20 @@ def test_a_head_from_a_row() -> None:
     assert head_from_row(row) == Head(
         workspace="ws", seq=7, hash="ab" * 32, timestamp="2026-01-01T00:00:00Z", position=41
     )
+
+
+def test_decode_or_skip_skips_a_damaged_or_too_deep_row_and_decodes_the_rest(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A scan past damaged rows (a dead node's executions and members): a row that does not
+    decode, or nests deeper than readers accept, is None and logged with its seq; a good row
+    (bytes or TEXT) decodes."""
+    (event,) = sealed(1)
+    body = encode_event(event)
+    assert decode_or_skip(body, 1) == event
+    assert decode_or_skip(body.decode(), 1) == event
+    deep = b'{"kind":"messagePosted","payload":{"data":' + b"[" * (READ_MAX_DEPTH + 5)
+    deep += b"]" * (READ_MAX_DEPTH + 5) + b"}}"
+    assert decode_or_skip(deep, 7) is None
+    assert decode_or_skip(b"{not json", 8) is None
+    assert "seq 7" in caplog.text and "seq 8" in caplog.text
