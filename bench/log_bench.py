@@ -400,6 +400,13 @@ def tree_rows(root: Path, n: int, repeats: int) -> None:
         f"    off {fmt(m_off)} appends/s | on {fmt(m_on)} appends/s | on/off {ratio:.2f}  "
         f"target >= {TREE_RATIO_TARGET:g}  {mark}"
     )
+    # Each on run beside the off run just before it: the machine's drift over the runs
+    # cancels in each pair, so the spread of these says how far to trust the ratio above.
+    paired = sorted(a / b for a, b in zip(on, off, strict=True))
+    print(
+        f"    on/off per pair of runs: median {statistics.median(paired):.2f} "
+        f"(range {paired[0]:.2f}-{paired[-1]:.2f})"
+    )
     c_off, c_on = statistics.median(cpu[False]), statistics.median(cpu[True])
     print(f"    CPU per append: off {c_off:.1f} µs | on {c_on:.1f} µs | on/off {c_on / c_off:.2f}")
     w_off, w_on = statistics.median(wrote[False]), statistics.median(wrote[True])

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Self
+from typing import Final, NamedTuple, Self
 
 import msgspec
 
@@ -68,7 +68,7 @@ from hub.core.merkle import (
     tree_hash,
     tree_hash_indexes,
 )
-from hub.log.base import EventStore
+from hub.log.base import EventStore, TreeHead
 
 KEY_FILE: Final = "checkpoint.key"
 _KEY_MODE: Final = 0o600
@@ -280,6 +280,31 @@ async def _first_difference(
 # -- producing checkpoints --------------------------------------------------------------------
 
 
+def _kept_root(record: CheckpointRecord) -> bytes:
+    """The root hash a kept checkpoint signed (empty if its note does not parse: then no
+    tree matches it)."""
+    try:
+        return parse_checkpoint(parse_note(record.note).text).root
+    except NoteError:
+        return b""
+
+
+class _Signed(NamedTuple):
+    """A checkpoint this checkpointer signed or checked, and the lineage
+    (:class:`hub.log.base.TreeHead`) of the store's tree it is on."""
+
+    record: CheckpointRecord
+    root: bytes
+    lineage: int
+
+    def extended_by(self, head: TreeHead) -> bool:
+        """Whether ``head`` is this checkpoint's tree or an extension of it: same lineage
+        (grown in memory from it), not smaller, and the same root at the same size."""
+        if head.lineage != self.lineage or head.size < self.record.size:
+            return False
+        return head.size > self.record.size or head.root == self.root
+
+
 class Checkpointer:
     """Signs and keeps checkpoints of a store's workspaces (see the module docstring).
 
@@ -308,6 +333,9 @@ class Checkpointer:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._locks: dict[str, asyncio.Lock] = {}
+        # workspace -> the last checkpoint signed or checked here, with the store's tree
+        # lineage it is on (see on_demand)
+        self._last: dict[str, _Signed] = {}
 
     @property
     def verifier(self) -> NoteVerifier:
@@ -414,28 +442,60 @@ class Checkpointer:
         """A checkpoint of the workspace's whole log now: signed and kept, or the one kept
         already for that size. Raises :class:`NotFound` for a workspace without events,
         :class:`IntegrityError` when the log no longer extends the last checkpoint kept
-        (the hub does not sign a rewritten history)."""
+        (the hub does not sign a rewritten history).
+
+        Two ways to the same answer. When the store knows the tree it last committed
+        (:meth:`EventStore.tree_head`) and that tree grew in memory from the last one this
+        checkpointer signed or checked (same lineage), it extends that one by construction:
+        sign its root, with nothing read. Otherwise (the first checkpoint after start, a
+        tree the store reloaded: another process wrote, a rebuild, an eviction; PostgreSQL)
+        the tree is read back and checked against the last checkpoint kept."""
         lock = self._locks.setdefault(workspace, asyncio.Lock())
         async with lock:
-            size = await self.store.ensure_hashes(workspace)
-            if size == 0:
-                raise NotFound(f"workspace {workspace!r} has no events", workspace=workspace)
-            kept = await self.store.load_checkpoint(workspace, size)
-            if kept is None:
-                root = await root_hash(self.store, workspace, size)
-                await self._check_extends_last(workspace, size, root)
-                note = sign_checkpoint(
-                    Checkpoint(origin=self.origin(workspace), size=size, root=root), self.signer
-                )
-                record = CheckpointRecord(workspace=workspace, size=size, note=note)
-                if not await self.store.save_checkpoint(record):
-                    record = await self.store.load_checkpoint(workspace, size) or record
-                kept = record
+            known = self.store.tree_head(workspace)
+            last = self._last.get(workspace)
+            if known is not None and last is not None and last.extended_by(known):
+                if known.size > last.record.size:
+                    kept = await self._keep(workspace, known.size, known.root)
+                else:  # the same one: as kept now, with the cosignatures added since
+                    kept = await self.store.load_checkpoint(workspace, known.size) or last.record
+                self._last[workspace] = _Signed(kept, known.root, known.lineage)
+            else:
+                kept, root = await self._checked(workspace)
+                if known is not None and known.size == kept.size and known.root == root:
+                    # The store's tree in memory is the one just checked: later ones of
+                    # its lineage extend it.
+                    self._last[workspace] = _Signed(kept, root, known.lineage)
+            size = kept.size
             self._signed[workspace] = max(size, self._signed.get(workspace, 0))
             pending = self._pending.get(workspace)
             if pending is not None and pending[0] <= size:
                 del self._pending[workspace]
             return kept
+
+    async def _checked(self, workspace: str) -> tuple[CheckpointRecord, bytes]:
+        """The checkpoint of the whole log as read back from the store (its hashes built if
+        missing), after checking it extends the last one kept; and its root."""
+        size = await self.store.ensure_hashes(workspace)
+        if size == 0:
+            raise NotFound(f"workspace {workspace!r} has no events", workspace=workspace)
+        kept = await self.store.load_checkpoint(workspace, size)
+        if kept is not None:
+            return kept, _kept_root(kept)
+        root = await root_hash(self.store, workspace, size)
+        await self._check_extends_last(workspace, size, root)
+        return await self._keep(workspace, size, root), root
+
+    async def _keep(self, workspace: str, size: int, root: bytes) -> CheckpointRecord:
+        """Sign the tree of ``size`` with ``root`` and keep it (or the one another writer
+        kept for that size first)."""
+        note = sign_checkpoint(
+            Checkpoint(origin=self.origin(workspace), size=size, root=root), self.signer
+        )
+        record = CheckpointRecord(workspace=workspace, size=size, note=note)
+        if not await self.store.save_checkpoint(record):
+            record = await self.store.load_checkpoint(workspace, size) or record
+        return record
 
     async def inclusion_proof(
         self, workspace: str, seq: int, size: int | None = None

@@ -37,6 +37,19 @@ CHECK_CHUNK: Final = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
+class TreeHead:
+    """A workspace's tree as the store itself last committed it, known without reading
+    (:meth:`EventStore.tree_head`): its ``size`` (the head seq), its ``root`` hash, and its
+    ``lineage`` (hub.log.writer.TreeTip): two heads of one workspace with the same lineage
+    are a tree and an extension of it, grown in this process's memory with nothing reloaded
+    between them."""
+
+    size: int
+    root: bytes
+    lineage: int
+
+
+@dataclass(frozen=True, slots=True)
 class BlobIntent:
     """A publish's durable note, written before it stores inline content as a blob: event
     ``event_id`` of ``workspace`` will reference blob ``sha256`` (``size`` bytes).
@@ -554,6 +567,15 @@ class EventStore(abc.ABC):
     @abc.abstractmethod
     async def read_hash_map(self, workspace: str, indexes: Sequence[int]) -> dict[int, bytes]:
         """The stored Merkle hashes among ``indexes`` (index → hash; missing ones absent)."""
+
+    def tree_head(self, workspace: str) -> TreeHead | None:
+        """The workspace's tree as this store last committed it, from memory (no I/O), or
+        None when the store does not know it without reading: the default, and PostgreSQL's
+        answer (other nodes append too). A store that caches each workspace's tree between
+        its own commits (SQLite) answers here, so a checkpoint needs no round trip
+        (hub.checkpoints.Checkpointer). What it answers is a tree this store committed, never
+        one it merely read; the head on disk may be ahead of it (another process appended)."""
+        return None
 
     async def read_hashes(self, workspace: str, indexes: Sequence[int]) -> MappingReader:
         """A :class:`hub.core.merkle.HashReader` holding the stored hashes at ``indexes``.

@@ -43,6 +43,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import itertools
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -57,9 +58,15 @@ from hub.core.checkpoint import CheckpointRecord
 from hub.core.decoding import json_too_deep
 from hub.core.errors import AgoraError, IntegrityError, Internal, NotFound, Unavailable
 from hub.core.events import Event
-from hub.core.merkle import HASH_SIZE, frontier_indexes, group_size, stored_hash_leaf
+from hub.core.merkle import (
+    HASH_SIZE,
+    frontier_indexes,
+    frontier_root,
+    group_size,
+    stored_hash_leaf,
+)
 from hub.core.records import AppendResult, Head, JoinedPage, Snapshot
-from hub.log.base import EventStore
+from hub.log.base import EventStore, TreeHead
 from hub.log.blobs import FileBlobStore
 from hub.log.codec import (
     READ_MAX_DEPTH,
@@ -280,7 +287,10 @@ class _Writer:
         self.merkle = merkle
         self.conn: sqlite3.Connection | None = None
         self.heads: dict[str, Tip] = {}
+        # Read from the loop too (EventStore.tree_head): each entry is replaced whole, after
+        # its commit, never mutated.
         self.trees: dict[str, TreeTip] = {}
+        self._lineages = itertools.count(1)  # TreeTip.lineage of each tree loaded or rebuilt
         self.next_position: int | None = None  # None: reload from the database
         self.data_version: int | None = None
         self.last_timestamp = 0
@@ -519,11 +529,11 @@ class _Writer:
     def _load_tree(self, conn: sqlite3.Connection, workspace: str, size: int, head: str) -> TreeTip:
         # (Hashes of events cut from the log behind the store's back went with their rows.)
         if size == 0:
-            return EMPTY_TREE
+            return EMPTY_TREE._replace(lineage=next(self._lineages))
         indexes = frontier_indexes(size)
         found = _read_hashes(conn.execute, workspace, indexes)
         if all(i in found for i in indexes):
-            return TreeTip(size, head, tuple(found[i] for i in indexes))
+            return TreeTip(size, head, tuple(found[i] for i in indexes), next(self._lineages))
         tip = self._rebuild(conn, workspace, size)
         assert tip.head == head, "bad math: rebuilt tree is of another head"
         return tip
@@ -541,7 +551,7 @@ class _Writer:
                 _SET_TREE, [(group, workspace, seq) for group, seq in builder.add_groups(events)]
             )
             after = events[-1].seq
-        return builder.tip
+        return builder.tip._replace(lineage=next(self._lineages))
 
     def rebuild_hashes(self, workspace: str) -> int:
         conn = self.conn
@@ -797,6 +807,17 @@ class SqliteEventStore(EventStore):
             _SELECT_TREES, (workspace, _json.encode(seqs)), "reading Merkle hashes"
         )
         return _hash_map(indexes, places, rows)
+
+    def tree_head(self, workspace: str) -> TreeHead | None:
+        """See :meth:`EventStore.tree_head`: the writer's cached tree of ``workspace``
+        (replaced whole after each commit, so reading it from the loop sees one committed
+        tip), or None when it is not cached (evicted, forgotten after another process wrote,
+        the tree off)."""
+        writer = self._writer
+        tip = None if writer is None else writer.trees.get(workspace)
+        if tip is None or not tip.lineage:
+            return None
+        return TreeHead(tip.size, frontier_root(tip.frontier), tip.lineage)
 
     async def rebuild_hashes(self, workspace: str) -> int:
         """See :meth:`EventStore.rebuild_hashes` (on the writer thread, between batches)."""

@@ -741,11 +741,18 @@ def _import_one(
 
 class TreeTip(NamedTuple):
     """A workspace's tree as of one chain head: its size (= seq), the head's hash, and the
-    frontier (hub.core.merkle.frontier_coordinates) of that size."""
+    frontier (hub.core.merkle.frontier_coordinates) of that size.
+
+    ``lineage``: which cached line of growth this tip is on. A store that caches tips gives a
+    tip it loads or rebuilds from the database a new lineage (positive), and a tip grown from
+    it in memory keeps it: two tips of one workspace with the same lineage are then one tree
+    and its extension, by construction, with nothing read back (what
+    :meth:`hub.log.base.EventStore.tree_head` lets the checkpointer rely on). 0: not tracked."""
 
     size: int
     head: str
     frontier: tuple[bytes, ...]
+    lineage: int = 0
 
     def matches(self, size: int, head: str) -> bool:
         """Whether this is the tree of the chain ending at (``size``, ``head``). The chain
@@ -792,7 +799,7 @@ def grow_trees(
         seq, head = staged[workspace][0], staged[workspace][1]
         assert compact.size == seq, "bad math: the tree and the chain disagree on the size"
         hash_rows.extend(runs(workspace, first, hashes))
-        tips[workspace] = TreeTip(seq, head, compact.frontier())
+        tips[workspace] = TreeTip(seq, head, compact.frontier(), tree.lineage)
     return hash_rows, tips
 
 
@@ -813,7 +820,7 @@ def grow_groups(
         seq, head = staged[workspace][0], staged[workspace][1]
         assert compact.size == seq, "bad math: the tree and the chain disagree on the size"
         groups[workspace] = out
-        tips[workspace] = TreeTip(seq, head, compact.frontier())
+        tips[workspace] = TreeTip(seq, head, compact.frontier(), tree.lineage)
     return groups, tips
 
 

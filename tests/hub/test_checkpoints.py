@@ -7,7 +7,9 @@ import asyncio
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 
 from hub.checkpoints import (
@@ -32,7 +34,7 @@ from hub.core.checkpoint import (
     parse_note,
 )
 from hub.core.errors import ConfigError, IntegrityError, NotFound, Unavailable
-from hub.core.events import MessagePayload, MessagePosted
+from hub.core.events import MessagePayload, MessagePosted, decode_event, encode_event
 from hub.core.merkle import check_consistency, check_inclusion, leaf_hash
 from hub.log.sqlite import SqliteEventStore
 
@@ -163,6 +165,88 @@ async def test_refuses_to_sign_a_history_inconsistent_with_the_last(
         again = Checkpointer(reopened, checkpoints.signer)
         with pytest.raises(IntegrityError, match="truncated"):
             await again.on_demand("ws")
+
+
+
+class Reads:
+    """Counts the store's reads a checkpoint makes (wrapping the store's own methods)."""
+
+    NAMES = ("head", "read_hash_map", "load_checkpoint", "ensure_hashes")
+
+    def __init__(self, store: SqliteEventStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        for name in self.NAMES:
+            real = getattr(store, name)
+
+            async def counted(*args: object, _real: Any = real, **kwargs: object) -> Any:
+                self.count += 1
+                return await _real(*args, **kwargs)
+
+            monkeypatch.setattr(store, name, counted)
+
+
+async def test_a_checkpoint_of_a_tree_grown_in_memory_reads_nothing(
+    store: SqliteEventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After one checked checkpoint, the next ones sign the writer's own tree: no round trip
+    to the store but the save, and the same root the stored hashes give."""
+    signer = generate_signer("agora.t")
+    checkpoints = Checkpointer(store, signer)
+    await store.append("ws", [msg(str(i)) for i in range(5)])
+    await checkpoints.on_demand("ws")  # the first: read back and checked
+    reads = Reads(store, monkeypatch)
+    for n in range(3):
+        await store.append("ws", [msg(f"more {n} {i}") for i in range(n + 2)])
+        record = await checkpoints.on_demand("ws")
+        checkpoint, _ = open_checkpoint(record.note, signer.verifier, origin="agora.t/ws")
+        assert reads.count == 0
+        assert checkpoint.root == await root_hash(store, "ws", checkpoint.size)
+        reads.count = 0
+    assert record.size == 5 + 2 + 3 + 4
+    assert await checkpoints.on_demand("ws") == record  # the one kept, as kept now
+    assert [c.size for c in await store.list_checkpoints("ws")] == [5, 7, 10, 14]
+
+
+@pytest.mark.parametrize("rewrite", ["truncate", "forge"])
+async def test_a_history_rewritten_while_the_hub_runs_is_not_signed(
+    store: SqliteEventStore, tmp_path: Path, rewrite: str
+) -> None:
+    """Another process rewrites the log under a running store; the store's next commit reloads
+    its tree from the file, which the checkpointer then checks rather than trusts."""
+    import sqlite3
+
+    from hub.core.chain import seal
+
+    checkpoints = Checkpointer(store, generate_signer("agora.t"))
+    await store.append("ws", [msg(str(i)) for i in range(6)])
+    await checkpoints.on_demand("ws")
+    with sqlite3.connect(tmp_path / "agora.db") as conn:
+        if rewrite == "truncate":  # cut the last two events (and their hashes)
+            conn.execute("DELETE FROM events WHERE seq > 4")
+        else:  # forge seq 6, re-hashed, with its stored hashes recomputed to match
+            row = conn.execute("SELECT body FROM events WHERE seq = 6").fetchone()
+            event = decode_event(row[0])
+            forged = seal(
+                msgspec.structs.replace(event, payload=MessagePayload(text="forged")),
+                id=event.id,
+                workspace="ws",
+                seq=6,
+                position=event.position,
+                timestamp=event.timestamp,
+                producer=event.producer,
+                prev=event.prev or "",
+            )
+            conn.execute(
+                "UPDATE events SET body = ?, hash = ?, tree = NULL WHERE seq = 6",
+                (encode_event(forged), forged.hash),
+            )
+    conn.close()
+    # Three new events: the tree the store then holds (size 7) is larger than the one signed.
+    await store.append("ws", [msg(f"after {i}") for i in range(3)])
+    if rewrite == "forge":
+        await store.rebuild_hashes("ws")  # the forger's tree, consistent with the forged row
+    with pytest.raises(IntegrityError, match=r"truncated|no longer contains"):
+        await checkpoints.on_demand("ws")
 
 
 # -- cosignatures and proofs ------------------------------------------------------------------
