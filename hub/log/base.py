@@ -14,6 +14,7 @@ import hashlib
 import os
 import stat
 import uuid
+from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -284,6 +285,10 @@ def _retrieved(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
+_MAX_RANGE_SEQ: Final = 2**63 - 1
+"""The end of an unbounded range walk (:func:`read_ranges`): beyond any seq."""
+
+
 def _joined_count(page: JoinedPage) -> int:
     return page.count
 
@@ -321,6 +326,72 @@ async def _read_ahead(
         if not ahead.done():
             ahead.cancel()
             await asyncio.wait([ahead])
+
+
+async def read_ranges(
+    fetch_range: Callable[[int, int, int], Awaitable[JoinedPage]],
+    fetch: Callable[[int], Awaitable[JoinedPage]],
+    after_seq: int,
+    until_seq: int | None,
+    batch: int,
+    slots: int,
+) -> AsyncGenerator[JoinedPage, None]:
+    """:func:`_read_ahead` over ``slots`` readers at once: page *i* is the range of seqs
+    (``after_seq + i·batch``, ``+ batch``], fetched by ``fetch_range(lo, hi, slot)`` while
+    the caller works on the pages before it, ``slots`` of them in flight (seqs are gapless, so
+    a range holds exactly ``batch`` events until the head). The first range that holds fewer
+    ends the walk, after one ``fetch(hi)`` (seq > hi, ``batch`` at most) finds nothing past
+    it; if it does find events (a gap: a damaged log, which the caller's checks name), the
+    walk goes on as :func:`_read_ahead` from there, so every stored event is still read."""
+    if batch < 1:
+        raise ValueError("batch must be >= 1")
+    end = _MAX_RANGE_SEQ if until_seq is None else until_seq
+    ranges: deque[tuple[int, asyncio.Future[JoinedPage]]] = deque()
+    next_lo, slot = after_seq, 0
+
+    def start() -> None:
+        nonlocal next_lo, slot
+        if next_lo < end:
+            hi = min(next_lo + batch, end)
+            ranges.append((hi, asyncio.ensure_future(fetch_range(next_lo, hi, slot))))
+            slot = (slot + 1) % slots
+            next_lo = hi
+
+    try:
+        for _ in range(slots):
+            start()
+        lo = after_seq
+        while ranges:
+            hi, future = ranges.popleft()
+            page = await future
+            if page.count == hi - lo:  # the whole range: read the next one ahead
+                start()
+                await asyncio.sleep(0)  # let it start before the caller works
+                yield page
+                lo = hi
+                continue
+            yield page
+            if hi == end:
+                return
+            tail = await fetch(hi)
+            if tail.count:
+                yield tail
+                if tail.count == batch:
+                    async with contextlib.aclosing(
+                        _read_ahead(fetch, tail.last_seq, batch, _joined_count, _joined_last)
+                    ) as rest:
+                        async for more in rest:
+                            yield more
+            return
+    finally:
+        # Ranges nobody needed: their failures are nobody's, and they are waited for so no
+        # task outlives the walk.
+        waiting = [f for _, f in ranges]
+        for f in waiting:
+            f.add_done_callback(_retrieved)
+            f.cancel()
+        if waiting:
+            await asyncio.wait(waiting)
 
 
 class EventStore(abc.ABC):

@@ -45,7 +45,7 @@ import concurrent.futures
 import contextlib
 import itertools
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final, TypeAlias
@@ -66,7 +66,7 @@ from hub.core.merkle import (
     stored_hash_leaf,
 )
 from hub.core.records import AppendResult, Head, JoinedPage, Snapshot
-from hub.log.base import EventStore, TreeHead
+from hub.log.base import EventStore, TreeHead, read_ranges
 from hub.log.blobs import FileBlobStore
 from hub.log.codec import (
     READ_MAX_DEPTH,
@@ -275,6 +275,22 @@ def _translate(e: sqlite3.Error, doing: str) -> AgoraError:
     if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
         return IntegrityError(f"database is damaged while {doing}: {e}", sqlite=name)
     return Unavailable(f"database error while {doing}: {e}", sqlite=name)
+
+
+WALKERS: Final = 2
+"""Reader connections for long walks (:meth:`SqliteEventStore.joined_pages`): one per core of
+the machines measured (docs/events.md, "Replay")."""
+
+
+async def _open_reader(path: Path) -> aiosqlite.Connection:
+    conn = await aiosqlite.connect(path, isolation_level=None)
+    try:
+        await conn.execute("PRAGMA query_only=1")
+        await conn.execute("PRAGMA cache_size=-32768")  # 32 MiB for replays
+    except BaseException:
+        await conn.close()
+        raise
+    return conn
 
 
 class _Writer:
@@ -657,6 +673,9 @@ class SqliteEventStore(EventStore):
         self.legacy_depth = True  # until opened: check (see _LEGACY_DEPTH)
         self._executor: ThreadPoolExecutor | None = None
         self._reader: aiosqlite.Connection | None = None
+        # More connections for long walks (joined_pages), each on its own thread: SQLite
+        # steps a query with the GIL released, so two ranges of a replay are read at once.
+        self._walkers: tuple[aiosqlite.Connection, ...] = ()
         self._commits = GroupCommit(batch_max=batch_max, queue_max=queue_max)
         self._opening = asyncio.Lock()
         self._committing = False  # a batch is on the writer thread (or about to be)
@@ -680,15 +699,17 @@ class SqliteEventStore(EventStore):
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agora-sqlite-writer")
         writer = _Writer(self.path, self.busy_timeout, self.merkle)
         reader: aiosqlite.Connection | None = None
+        walkers: list[aiosqlite.Connection] = []
         try:
             await loop.run_in_executor(executor, writer.open)
             await asyncio.to_thread(self.blob_root.mkdir, parents=True, exist_ok=True)
-            reader = await aiosqlite.connect(self.path, isolation_level=None)
-            await reader.execute("PRAGMA query_only=1")
-            await reader.execute("PRAGMA cache_size=-32768")  # 32 MiB for replays
+            reader = await _open_reader(self.path)
+            for _ in range(WALKERS):
+                walkers.append(await _open_reader(self.path))
         except BaseException as e:
-            if reader is not None:
-                await reader.close()
+            for conn in (reader, *walkers):
+                if conn is not None:
+                    await conn.close()
             await loop.run_in_executor(executor, writer.close)
             executor.shutdown(wait=False)
             if isinstance(e, sqlite3.Error):
@@ -697,6 +718,7 @@ class SqliteEventStore(EventStore):
                 raise Unavailable(f"cannot open {self.path}: {e}") from e
             raise
         self._writer, self._executor, self._reader = writer, executor, reader
+        self._walkers = tuple(walkers)
         self.legacy_depth = writer.legacy_depth
         self._commits.start(self._commit, name=f"agora-writer:{self.path}")
 
@@ -709,9 +731,11 @@ class SqliteEventStore(EventStore):
 
     async def _release(self) -> None:
         loop = asyncio.get_running_loop()
-        if self._reader is not None:
-            with contextlib.suppress(sqlite3.Error, ValueError):
-                await self._reader.close()
+        for conn in (self._reader, *self._walkers):
+            if conn is not None:
+                with contextlib.suppress(sqlite3.Error, ValueError):
+                    await conn.close()
+        self._walkers = ()
         if self._writer is not None and self._executor is not None:
             # Runs after any hop still in flight (one thread, FIFO).
             await loop.run_in_executor(self._executor, self._writer.close)
@@ -887,8 +911,14 @@ class SqliteEventStore(EventStore):
 
     # -- reading ----------------------------------------------------------------------------
 
-    async def _fetch(self, sql: str, params: Sequence[Any], doing: str) -> list[Any]:
-        reader = self._reader
+    async def _fetch(
+        self,
+        sql: str,
+        params: Sequence[Any],
+        doing: str,
+        reader: aiosqlite.Connection | None = None,
+    ) -> list[Any]:
+        reader = reader or self._reader
         if reader is None:
             raise Unavailable("the store is not open")
         try:
@@ -947,12 +977,46 @@ class SqliteEventStore(EventStore):
     ) -> JoinedPage:
         """See :meth:`EventStore.read_joined`: the concatenating query's bytes as they are.
         Raises ``IntegrityError`` for a row nested too deep, ``Unavailable``."""
+        return await self._read_joined(workspace, after_seq, until_seq, limit, None)
+
+    def joined_pages(
+        self,
+        workspace: str,
+        *,
+        after_seq: int = 0,
+        until_seq: int | None = None,
+        batch: int = 5000,
+    ) -> AsyncGenerator[JoinedPage, None]:
+        """See :meth:`EventStore.joined_pages`: ranges of seqs read by the walker
+        connections at once (hub.log.base.read_ranges), the same pages in the same order."""
+        walkers = self._walkers
+        if not walkers:
+            return super().joined_pages(
+                workspace, after_seq=after_seq, until_seq=until_seq, batch=batch
+            )
+
+        def fetch_range(lo: int, hi: int, slot: int) -> Awaitable[JoinedPage]:
+            return self._read_joined(workspace, lo, hi, hi - lo, walkers[slot])
+
+        def fetch(after: int) -> Awaitable[JoinedPage]:
+            return self._read_joined(workspace, after, until_seq, batch, walkers[0])
+
+        return read_ranges(fetch_range, fetch, after_seq, until_seq, batch, len(walkers))
+
+    async def _read_joined(
+        self,
+        workspace: str,
+        after_seq: int,
+        until_seq: int | None,
+        limit: int,
+        reader: aiosqlite.Connection | None,
+    ) -> JoinedPage:
         if limit <= 0:
             return JoinedPage(body=b"[]", count=0, last_seq=after_seq)
         until = _MAX_SEQ if until_seq is None else until_seq
         params = (workspace, after_seq, until, limit)
         try:
-            rows = await self._fetch(_CONCAT_RANGE, params, "reading events")
+            rows = await self._fetch(_CONCAT_RANGE, params, "reading events", reader)
         except Unavailable as e:
             if e.details.get("sqlite") != "SQLITE_TOOBIG":
                 raise
@@ -965,7 +1029,7 @@ class SqliteEventStore(EventStore):
             if not (self.legacy_depth and json_too_deep(body, READ_MAX_DEPTH + 1)):
                 return JoinedPage(body=body, count=count, last_seq=last)
         # A page of huge events, or one too deep: row by row (which names a deep row).
-        rows = await self._fetch(_SELECT_RANGE, params, "reading events")
+        rows = await self._fetch(_SELECT_RANGE, params, "reading events", reader)
         return JoinedPage(
             body=join_bodies([r[1] for r in rows], [r[0] for r in rows], "seq"),
             count=len(rows),
