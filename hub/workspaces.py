@@ -71,6 +71,7 @@ from hub.core.validation import (
     validate_workspace,
 )
 from hub.log.base import EventStore
+from hub.log.codec import UNDECODABLE, decode_joined
 from hub.log.ids import mint_id
 from hub.log.intents import BlobStaging, sweep_intents
 from hub.log.loading import load_state, save_snapshot_if_due
@@ -202,6 +203,23 @@ class _BlobIndex:
 
 
 _NO_SPAN: Final = contextlib.nullcontext()
+
+
+def _carried_events(workspace: str, joined: bytes) -> tuple[Event, ...] | None:
+    """The events a notification carried (``[body,…]``), decoded as a read of the store is
+    (the same depth limit), or None unless they are events of ``workspace`` with
+    consecutive seqs."""
+    try:
+        events = decode_joined(joined)
+    except UNDECODABLE:
+        return None
+    if not events:
+        return None
+    first = events[0].seq
+    for offset, event in enumerate(events):
+        if event.workspace != workspace or event.seq != first + offset:
+            return None
+    return tuple(events)
 
 
 class Workspaces:
@@ -901,15 +919,21 @@ class Workspaces:
         finally:
             live.resyncing -= 1
 
-    async def catch_up(self, workspace: str, seq: int | None = None) -> int:
+    async def catch_up(
+        self, workspace: str, seq: int | None = None, carried: Sequence[bytes] = ()
+    ) -> int:
         """Fold and announce the events other writers (hub nodes sharing the store) committed.
 
         Reads the log after the committed head (when ``seq``, the head a notification
         announced, is given: only if the head is below it) and runs the events through the
         committed path, so listeners get them in seq order and never twice; events this node
-        committed itself are skipped. A workspace that is not open here is left alone (it is
-        read from the log when opened). Returns how many events were folded. Raises
-        ``Unavailable`` and ``IntegrityError`` from the store.
+        committed itself are skipped. ``carried``: the events notifications carried
+        (:meth:`EventStore.follow`), each ``[body,…]``, in the order heard: those that
+        continue the committed head are folded without reading them back, and the log is
+        read only for what they leave out (a page that does not decode, or does not
+        continue the head, is left to that read). A workspace that is not open here is left
+        alone (it is read from the log when opened). Returns how many events were folded.
+        Raises ``Unavailable`` and ``IntegrityError`` from the store.
         """
         live = self._live.get(workspace)
         if live is None:
@@ -927,7 +951,12 @@ class Workspaces:
         if seq is not None and live.committed.seq >= seq:
             return 0
         before = live.committed.seq
-        while True:
+        for joined in carried:
+            events = _carried_events(workspace, joined)
+            if events is None or events[0].seq > live.committed.seq + 1:
+                break  # undecodable, or after a gap: the read below covers the rest
+            self._committed(live, events)
+        while seq is None or live.committed.seq < seq:
             page = await self.store.read_batch(
                 workspace, after_seq=live.committed.seq, limit=CATCH_UP_PAGE
             )

@@ -19,7 +19,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ClassVar, Final, Self, TypeVar
+from typing import Any, ClassVar, Final, Protocol, Self, TypeVar
 
 from hub.core.chain import ChainWalk
 from hub.core.checkpoint import CheckpointRecord
@@ -35,6 +35,12 @@ CommitObserver = Callable[[int, float, bool], None]
 
 CHECK_CHUNK: Final = 1024 * 1024
 """Bytes read at a time while a blob's hash is checked."""
+
+
+class CommitHint(Protocol):
+    """What :meth:`EventStore.follow` calls after each commit of another writer."""
+
+    def __call__(self, workspace: str, head: int, carried: bytes | None = None, /) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -601,15 +607,17 @@ class EventStore(abc.ABC):
 
     # -- following other writers ------------------------------------------------------------
 
-    async def follow(
-        self, notify: Callable[[str, int], None], *, resumed: Callable[[], None]
-    ) -> None:
+    async def follow(self, notify: CommitHint, *, resumed: Callable[[], None]) -> None:
         """Report appends committed by every writer of this log until cancelled.
 
-        ``notify(workspace, head)`` is called (synchronously, from the event loop) after each
-        commit, with the workspace's new head: a hint to read the log after what the caller
-        has, never the events. ``resumed()`` is called whenever following (re)starts; hints
-        may have been missed before it, so the caller re-reads every workspace it serves.
+        ``notify(workspace, head, carried)`` is called (synchronously, from the event loop)
+        after each commit, with the workspace's new head: a hint to read the log after what
+        the caller has. ``carried``, when not None, is that commit's events of the workspace
+        as stored, ``[body,…]`` (the seqs up to ``head``, in order), so the caller need not
+        read them back; it is a convenience, never the only way: decode it as a read of the
+        store (it may be absent, and a caller that cannot use it reads the log).
+        ``resumed()`` is called whenever following (re)starts; hints may have been missed
+        before it, so the caller re-reads every workspace it serves.
         Connection loss is retried, never raised. The default, for a store no other process
         writes (:attr:`shared` false), has nothing to report and returns at once.
         """

@@ -32,10 +32,13 @@ writers, each a hub node with its own store instance:
   finds nothing. Minted ids are uuid4 (SQLite mints time-ordered ones).
 * **Heads are read inside the transaction** (never cached across transactions) because other
   nodes write too; ``heads`` is a table maintained in the same transaction as the events.
-* **NOTIFY.** Each committing transaction calls ``pg_notify(channel, '<workspace>:<seq>')``
-  once per workspace it wrote, with that workspace's new head. PostgreSQL delivers
-  notifications only on COMMIT, in commit order, so a listener never hears of an event it
-  cannot read. The payload is a hint ("read after your last seq"), never the events.
+* **NOTIFY.** Each committing transaction calls ``pg_notify(channel, payload)`` once per
+  workspace it wrote (:func:`notifications`): ``<workspace>:<seq>``, the workspace's new
+  head, followed by ``:[body,…]``, that commit's events of the workspace as stored, when
+  they fit in a notification (:data:`CARRY_MAX`). PostgreSQL delivers notifications only on
+  COMMIT, in commit order, so a listener never hears of an event it cannot read; the events
+  carried spare the other nodes reading them back (hub.cluster.follower), and without them
+  the payload is a hint ("read after your last seq").
 * **Schema** is created and migrated by the store (:mod:`hub.log.migrations`); ``open`` refuses
   a schema newer than this code knows.
 
@@ -73,7 +76,7 @@ from hub.core.events import Event
 from hub.core.merkle import HASH_SIZE, frontier_indexes, stored_hash_count
 from hub.core.records import AppendResult, Head, JoinedPage, Snapshot
 from hub.core.validation import SHA256_RE
-from hub.log.base import BlobIntent, BlobStore, EventStore, stamp_before
+from hub.log.base import BlobIntent, BlobStore, CommitHint, EventStore, stamp_before
 from hub.log.blobs import DEFAULT_MAX_BLOB_BYTES
 from hub.log.codec import decode_page, head_from_row, join_bodies
 from hub.log.migrations import Conn, check_version, migrate, quote, validate_schema
@@ -803,6 +806,44 @@ def parse_url(url: str) -> tuple[str, dict[str, str]]:
     return dsn, options
 
 
+CARRY_MAX: Final = 7900
+"""Bytes of a notification's payload, at most, including the events it carries. PostgreSQL
+refuses payloads of 8000 bytes or more (its default build); a commit whose events of one
+workspace do not fit sends the bare hint, and the listeners read them back."""
+
+
+def notifications(
+    rows: Sequence[tuple[Event, bytes]], workspaces: Sequence[str], tips: Sequence[Tip]
+) -> list[str]:
+    """One payload per workspace written (see the module docstring, "NOTIFY"): each
+    ``<workspace>:<seq>``, with ``:[body,…]`` when the commit's events of it fit."""
+    bodies: dict[str, list[bytes]] = {}
+    for event, body in rows:
+        bodies.setdefault(event.workspace, []).append(body)
+    payloads: list[str] = []
+    for workspace, tip in zip(workspaces, tips, strict=True):
+        hint = f"{workspace}:{tip[0]}"
+        carried = bodies.get(workspace)
+        if carried:
+            size = len(hint) + 3 + sum(len(b) + 1 for b in carried)
+            if size <= CARRY_MAX:
+                # Stored bodies are UTF-8 JSON (encode_event): text as they are.
+                hint += ":[" + b",".join(carried).decode() + "]"
+        payloads.append(hint)
+    return payloads
+
+
+def parse_notification(payload: str) -> tuple[str, int, bytes | None] | None:
+    """(workspace, head, carried events or None) of a payload of :func:`notifications`, or
+    None for one that is not (ignored: another program's NOTIFY on the channel). A
+    workspace name holds no ``:``, so the first two separate the parts."""
+    workspace, sep, rest = payload.partition(":")
+    seq, more, carried = rest.partition(":")
+    if not sep or not seq.isdigit():
+        return None
+    return workspace, int(seq), carried.encode() if more and carried else None
+
+
 class PostgresEventStore(EventStore):
     """The PostgreSQL :class:`EventStore` (see the module docstring for the design).
 
@@ -952,9 +993,7 @@ class PostgresEventStore(EventStore):
 
     # -- following other nodes --------------------------------------------------------------
 
-    async def follow(
-        self, notify: Callable[[str, int], None], *, resumed: Callable[[], None]
-    ) -> None:
+    async def follow(self, notify: CommitHint, *, resumed: Callable[[], None]) -> None:
         """See :meth:`EventStore.follow`: LISTEN on :attr:`channel` over a dedicated
         connection (not one of the pool's, so a busy pool never delays the hints).
 
@@ -966,9 +1005,9 @@ class PostgresEventStore(EventStore):
         failures = 0
 
         def hint(_conn: object, _pid: int, _channel: str, payload: object) -> None:
-            workspace, sep, seq = str(payload).rpartition(":")
-            if sep and seq.isdigit():
-                notify(workspace, int(seq))
+            parsed = parse_notification(str(payload))
+            if parsed is not None:
+                notify(*parsed)
 
         while True:
             conn: asyncpg.Connection[asyncpg.Record] | None = None
@@ -1138,7 +1177,7 @@ class PostgresEventStore(EventStore):
             [t[2] for t in tips],
             [t[3] for t in tips],
             self.channel,
-            [f"{w}:{t[0]}" for w, t in zip(workspaces, tips, strict=True)],
+            notifications(rows, workspaces, tips),
             [r[0] for r in hash_rows],
             [r[1] for r in hash_rows],
             [r[2] for r in hash_rows],

@@ -10,13 +10,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 import pytest
 
 from hub.cluster.follower import NodeFollower
-from hub.core.events import Event, MessagePayload, MessagePosted
-from hub.log.postgres import PostgresEventStore
+from hub.core.events import Event, MessagePayload, MessagePosted, encode_event
+from hub.log.postgres import (
+    CARRY_MAX,
+    PostgresEventStore,
+    notifications,
+    parse_notification,
+)
 from hub.workspaces import Workspaces
 from tests.support.postgres import POSTGRES_DSN
 from tests.support.waiting import wait_for
@@ -145,3 +151,104 @@ async def test_lost_listen_connection_loses_nothing(
     full = await log_of(a.store)
     await wait_for(lambda: b.recorder.seen.get(W) == full)
     assert b.follower.resumes > resumes
+
+
+class Reads:
+    """Counts a store's read_batch calls (the catch-up's reads back)."""
+
+    def __init__(self, store: PostgresEventStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        real = store.read_batch
+
+        async def counted(*args: Any, **kwargs: Any) -> list[Event]:
+            self.count += 1
+            return await real(*args, **kwargs)
+
+        monkeypatch.setattr(store, "read_batch", counted)
+
+
+async def test_events_carried_by_the_notification_are_not_read_back(
+    nodes: tuple[Node, Node], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = nodes
+    await b.workspaces.head(W)
+    reads = Reads(b.store, monkeypatch)
+    for i in range(30):
+        await a.workspaces.publish(W, [message(f"a{i}")] * (1 + i % 3), producer="alice")
+    full = await log_of(a.store)
+    await wait_for(lambda: b.recorder.seen.get(W) == full)
+    assert b.follower.carried >= 1 and b.follower.carried_events == len(full)
+    assert reads.count == 0
+
+
+async def test_a_commit_too_big_to_carry_is_read_back(
+    nodes: tuple[Node, Node], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = nodes
+    await b.workspaces.head(W)
+    reads = Reads(b.store, monkeypatch)
+    # Three events of 3,000 bytes of text: more than CARRY_MAX in one notification.
+    await a.workspaces.publish(W, [message("x" * 3000)] * 3, producer="alice")
+    full = await log_of(a.store)
+    await wait_for(lambda: b.recorder.seen.get(W) == full)
+    assert b.follower.carried == 0 and reads.count >= 1
+
+
+async def test_a_commit_just_under_the_payload_limit_is_carried(
+    nodes: tuple[Node, Node], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL takes the largest payload notifications() builds (it refuses 8000 bytes)."""
+    a, b = nodes
+    await b.workspaces.head(W)
+    reads = Reads(b.store, monkeypatch)
+    await a.workspaces.publish(W, [message("")], producer="alice")
+    probe = (await a.workspaces.publish(W, [message("")], producer="alice")).events[0]
+    await wait_for(lambda: len(b.recorder.seen.get(W, [])) == 2)
+    reads.count = 0
+    carried_before = b.follower.carried
+    # The payload of one event is "demo:3:[" + body + "]": pad the text to just fit (the
+    # probe, seq 2, has a prev as seq 3 will).
+    overhead = len(f"{W}:3:[]") + len(encode_event(probe))
+    text = "y" * (CARRY_MAX - overhead - 8)
+    await a.workspaces.publish(W, [message(text)], producer="alice")
+    full = await log_of(a.store)
+    await wait_for(lambda: b.recorder.seen.get(W) == full)
+    assert b.follower.carried == carried_before + 1 and reads.count == 0
+
+
+async def test_carried_events_that_do_not_continue_the_head_are_read_instead(
+    nodes: tuple[Node, Node],
+) -> None:
+    """A catch-up folds carried events only when they decode as events of the workspace
+    continuing its head; anything else (garbage, another workspace's, a gap) is read back."""
+    a, b = nodes
+    await b.workspaces.head(W)
+    written = (
+        await a.workspaces.publish(W, [message(str(i)) for i in range(4)], producer="alice")
+    ).events
+    other = (await a.workspaces.publish("other", [message("o")], producer="alice")).events
+    bodies = [encode_event(e) for e in written]
+    garbage = [b"[not json", b"[" + encode_event(other[0]) + b"]", b"[" + bodies[3] + b"]"]
+    for carried in garbage:
+        assert await b.workspaces.catch_up(W, 4, [carried]) in (0, 4)
+    assert b.recorder.seen.get(W) == [(e.seq, e.id) for e in written]
+    assert b.workspaces.open_head(W) == 4
+
+
+def test_notifications_carry_what_fits_and_parse_back() -> None:
+    events = [
+        MessagePosted(
+            id=f"e{i}", workspace=W, seq=i + 1, position=i + 1, payload=MessagePayload(text="t")
+        )
+        for i in range(3)
+    ]
+    rows = [(e, encode_event(e)) for e in events]
+    tip = (3, "h", 3, 0)
+    (payload,) = notifications(rows, [W], [tip])
+    assert payload == f"{W}:3:[" + b",".join(b for _, b in rows).decode() + "]"
+    assert parse_notification(payload) == (W, 3, payload.split(":", 2)[2].encode())
+    big = [(e, b"x" * 4000) for e in events]
+    assert notifications(big, [W], [tip]) == [f"{W}:3"]
+    assert parse_notification(f"{W}:3") == (W, 3, None)
+    assert parse_notification("someone else's") is None
+    assert parse_notification(f"{W}:x:[]") is None
