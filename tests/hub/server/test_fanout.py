@@ -376,3 +376,24 @@ def test_a_batch_with_a_hole_closes_the_subscriber() -> None:
     sub.go_live()
     fanout("w", events(1, 3))  # (Workspaces never announces one: checked once per batch)
     assert outlet.seqs() == [] and outlet.overflows == 1
+
+
+async def test_an_idle_publishers_acks_are_written_at_once(inproc_hub: Any) -> None:
+    """The acks of a connection whose writer is idle are written by the publish that produced
+    them, not queued for its writer task (they leave in the iteration their commit was heard
+    in); they still arrive, one per publish."""
+    async with peer(inproc_hub.url, mint("w")) as writer:
+        await writer.call("publish", workspace="acks", events=[message("warm")])
+        (conn,) = inproc_hub.connections
+        pushed: list[int] = []
+        push_many = conn.queue.push_many
+
+        def record(items: Any) -> None:
+            pushed.append(len(items))
+            push_many(items)
+
+        conn.queue.push_many = record
+        for text in ("a", "b", "c"):
+            ack = await writer.call("publish", workspace="acks", events=[message(text)])
+            assert ack["op"] == "ack"
+        assert pushed == []
