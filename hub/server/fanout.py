@@ -4,11 +4,14 @@
 synchronously, in seq order, with each committed batch; it encodes each event's ``event`` frame
 **once per workspace** (the stored JSON embedded with ``msgspec.Raw``) and offers the same
 ``bytes`` object to every subscription of that workspace. A server's WebSocket frame is never
-masked, so the whole frame (header + payload, :class:`WireText`) is built once as well: a
-connection without extensions writes those very bytes, coalesced with whatever else it has
-queued, and frames nothing per subscriber. Offering only enqueues: a connection
-whose bounded :class:`SendQueue` is full is told to :meth:`Outlet.overflow` (the server closes
-it with 4408) and the others, and the writer, never wait for it.
+masked, so the whole frame (header + payload, :class:`WireText`) is built once as well, and so
+are the batch's frames joined (:class:`LiveFrames`, one offer per subscriber per batch, not one
+per event): a connection without extensions whose writer is idle writes those very bytes at
+once, in the listener call (one ``transport.write`` per subscriber per batch, no wake-up of its
+writer task, no loop iteration before the socket); a busy one queues them behind what it has
+queued, and its writer coalesces them. Offering never waits: a connection whose bounded
+:class:`SendQueue` is full is told to :meth:`Outlet.overflow` (the server closes it with 4408)
+and the others, and the writer, never wait for it.
 
 A :class:`FanoutSubscription` starts *buffering*: it is registered before the subscriber's head is
 read, so every event committed from then on reaches it; the server sends the catch-up from the
@@ -35,6 +38,7 @@ from hub.core.wire.session import encode_event_frame
 __all__ = [
     "Fanout",
     "FanoutSubscription",
+    "LiveFrames",
     "Outgoing",
     "Outlet",
     "SendQueue",
@@ -80,6 +84,31 @@ class WireText(bytes):
         self = super().__new__(cls, payload)
         self.wire = text_frame(payload)
         return self
+
+
+class LiveFrames:
+    """One committed batch of one workspace as the fan-out offers it to every subscriber, built
+    once per batch: ``items`` the queue items (one per event, in seq order), ``wire`` their
+    WebSocket frames joined (what an idle connection writes as it is), ``nbytes`` what the
+    items cost against a :class:`SendQueue`'s ``max_bytes`` (their JSON), ``first``/``last``
+    their seqs. ``contiguous``: the seqs have no hole (Workspaces announces a workspace's events
+    contiguously; checked once here rather than per event per subscriber)."""
+
+    __slots__ = ("contiguous", "first", "frames", "items", "last", "nbytes", "wire", "workspace")
+
+    def __init__(self, workspace: str, frames: Sequence[tuple[int, WireText]]) -> None:
+        self.workspace = workspace
+        self.frames = frames
+        self.items: list[Outgoing] = [(data, workspace, seq) for seq, data in frames]
+        self.first, self.last = frames[0][0], frames[-1][0]
+        self.contiguous = self.last - self.first + 1 == len(frames)
+        self.nbytes = sum(len(data) for _, data in frames)
+        self.wire = frames[0][1].wire if len(frames) == 1 else b"".join(d.wire for _, d in frames)
+
+    def after(self, seq: int) -> LiveFrames | None:
+        """The frames past ``seq`` (a subscriber's catch-up sent the rest), None if none."""
+        rest = [frame for frame in self.frames if frame[0] > seq]
+        return LiveFrames(self.workspace, rest) if rest else None
 
 
 T = TypeVar("T")
@@ -155,6 +184,26 @@ class SendQueue(Generic[T]):
         ):
             return False  # (into an empty queue any one frame fits: see overflowing)
         self._append(item)
+        return True
+
+    def offer_many(self, items: Sequence[T], nbytes: int) -> bool:
+        """:meth:`offer` ``items`` (``nbytes`` as ``size`` measures them all) all or none: a
+        refused offer closes the connection (4408) whichever frame it stopped at, and the
+        frames queued before it would never be written."""
+        queued = len(self._items)
+        if queued + len(items) > self.maxsize:
+            return False
+        if (
+            self.max_bytes is not None
+            and (queued or len(items) > 1)  # (into an empty queue one frame fits, as offer)
+            and self.bytes + nbytes > self.max_bytes
+        ):
+            return False
+        self._items.extend(items)
+        self.bytes += nbytes
+        self._not_empty.set()
+        if self._above_low_water(paced=False):
+            self._room.clear()
         return True
 
     def push(self, item: T) -> None:
@@ -248,8 +297,8 @@ class SendQueue(Generic[T]):
 class Outlet(Protocol):
     """The connection end of a subscription (implemented by the server's connection)."""
 
-    def offer(self, item: Outgoing) -> bool:
-        """Queue ``item`` without waiting; False when the send queue is full."""
+    def offer(self, frames: LiveFrames) -> bool:
+        """Send or queue ``frames`` without waiting; False when the send queue is full."""
         ...
 
     def overflow(self) -> None:
@@ -273,6 +322,7 @@ class FanoutSubscription:
         "live",
         "outlet",
         "pending",
+        "pending_events",
         "pending_limit",
         "workspace",
     )
@@ -285,39 +335,45 @@ class FanoutSubscription:
         self.live = False
         self.closed = False
         self.cursor = SeqCursor()
-        self.pending: list[tuple[int, bytes]] = []
+        self.pending: list[LiveFrames] = []
+        self.pending_events = 0
 
-    def deliver(self, frames: Sequence[tuple[int, bytes]]) -> None:
-        """Offer committed events (seq, frame bytes) in seq order; never waits."""
+    def deliver(self, frames: LiveFrames) -> None:
+        """Offer a committed batch (in seq order after the previous one); never waits. One
+        cursor step and one offer for the whole batch: the per-subscriber work of a batch."""
         if self.closed:
             return
         if not self.live:
-            self.pending.extend(frames)
-            if len(self.pending) > self.pending_limit:
+            self.pending.append(frames)
+            self.pending_events += len(frames.items)
+            if self.pending_events > self.pending_limit:
                 self._overflow()
             return
         cursor = self.cursor
-        for seq, data in frames:
-            step = cursor.step(seq)
-            if step is DUPLICATE:
-                continue  # already sent by the catch-up
-            # A gap cannot come from Workspaces (it announces a workspace's events contiguously);
-            # were there one, closing (4408 names the cursor) sends the client back to the log.
-            if step is not NEXT or not self.outlet.offer((data, self.workspace, seq)):
-                self._overflow()
+        step = cursor.step(frames.first)
+        if step is DUPLICATE:  # (some of) it was sent by the catch-up
+            rest = frames.after(cursor.last)
+            if rest is None:
                 return
-            cursor.advance(seq)
+            frames, step = rest, cursor.step(rest.first)
+        # A gap cannot come from Workspaces (it announces a workspace's events contiguously);
+        # were there one, closing (4408 names the cursor) sends the client back to the log.
+        if step is not NEXT or not frames.contiguous or not self.outlet.offer(frames):
+            self._overflow()
+            return
+        cursor.advance(frames.last)
 
     def go_live(self) -> None:
         """The catch-up has queued every event up to the cursor: queue the buffered events
         after it and deliver directly from now on."""
-        pending, self.pending = self.pending, []
+        pending, self.pending, self.pending_events = self.pending, [], 0
         self.live = True
-        self.deliver(pending)
+        for frames in pending:
+            self.deliver(frames)
 
     def _overflow(self) -> None:
         self.closed = True
-        self.pending = []
+        self.pending, self.pending_events = [], 0
         self.outlet.overflow()
 
 
@@ -347,13 +403,14 @@ class Fanout:
         return len(self._subscriptions.get(workspace, ()))
 
     def __call__(self, workspace: str, batch: Sequence[Event]) -> None:
-        """The listener: encode each event frame once, offer it to every subscriber."""
+        """The listener: encode each event frame once, offer the batch to every subscriber."""
         subs = self._subscriptions.get(workspace)
-        if not subs:
+        if not subs or not batch:
             return
-        frames = [
-            (ev.seq, WireText(encode_event_frame(workspace, encode_event(ev)))) for ev in batch
-        ]
-        self.frames_encoded += len(frames)
+        frames = LiveFrames(
+            workspace,
+            [(ev.seq, WireText(encode_event_frame(workspace, encode_event(ev)))) for ev in batch],
+        )
+        self.frames_encoded += len(batch)
         for subscription in tuple(subs.values()):
             subscription.deliver(frames)

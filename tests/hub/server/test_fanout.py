@@ -14,12 +14,13 @@ from hub.core.events import MessagePosted
 from hub.server.fanout import (
     Fanout,
     FanoutSubscription,
+    LiveFrames,
     Outgoing,
     SendQueue,
     WireText,
     text_frame,
 )
-from tests.support.peer import message, of_kind, peer
+from tests.support.peer import Peer, message, of_kind, peer
 from tests.support.tokens import mint
 
 
@@ -29,10 +30,10 @@ class Outlet:
         self.items: list[Outgoing] = []
         self.overflows = 0
 
-    def offer(self, item: Outgoing) -> bool:
-        if len(self.items) >= self.room:
+    def offer(self, frames: LiveFrames) -> bool:
+        if len(self.items) + len(frames.items) > self.room:
             return False
-        self.items.append(item)
+        self.items.extend(frames.items)
         return True
 
     def overflow(self) -> None:
@@ -90,14 +91,14 @@ def test_text_frame_is_what_websockets_writes(size: int) -> None:
 
 def test_full_queue_overflows_that_subscriber_only() -> None:
     fanout = Fanout()
-    slow, fast = Outlet(room=1), Outlet()
+    slow, fast = Outlet(room=3), Outlet()
     for o in (slow, fast):
         sub = FanoutSubscription(o, "w", "a", pending_limit=10)
         fanout.add(sub)
         sub.go_live()
-    fanout("w", events(1, 2, 3))
+    fanout("w", events(1, 2, 3))  # (a batch is offered whole: one offer per subscriber)
     fanout("w", events(4))
-    assert slow.seqs() == [1] and slow.overflows == 1
+    assert slow.seqs() == [1, 2, 3] and slow.overflows == 1
     assert fast.seqs() == [1, 2, 3, 4] and fast.overflows == 0
 
 
@@ -263,3 +264,136 @@ async def test_frames_reach_a_client_with_and_without_deflate(start_hub: Any) ->
             texts = [e["payload"]["text"] for e in of_kind(got, "messagePosted")]
             assert texts == ["a" * 300] * 3 + ["b"]
         assert ack["seqs"][-1] < ack2["seqs"][0]
+
+
+async def _settle(writer: Peer, reader: Peer, workspace: str) -> None:
+    """Publish a message and read until it and the reader's own ``memberJoined`` have come:
+    then nothing more is on its way to the reader, and its connection's writer is idle."""
+    await writer.call("publish", workspace=workspace, events=[message("settle")])
+    kinds: set[str] = set()
+    while not {"memberJoined", "messagePosted"} <= kinds:
+        frame = await reader.recv()
+        if frame["op"] == "event":
+            kinds.add(frame["event"]["kind"])
+
+
+async def test_an_idle_subscriber_gets_a_commit_in_the_listener_call(inproc_hub: Any) -> None:
+    """A subscriber whose writer is idle is written to by the fan-out itself: by the time the
+    listeners after it hear of the commit, nothing waits in that connection's send queue and
+    the batch's last seq is recorded as sent (no writer wake-up, no loop iteration before the
+    socket). The client gets the events once, in order."""
+    url = inproc_hub.url
+    async with contextlib.AsyncExitStack() as stack:
+        writer = await stack.enter_async_context(peer(url, mint("w")))
+        reader = await stack.enter_async_context(peer(url, mint("r")))
+        await reader.call("subscribe", workspace="direct")
+        await _settle(writer, reader, "direct")
+        conn = next(c for c in inproc_hub.connections if "direct" in c.subscriptions)
+        seen: list[tuple[int, int | None, int]] = []
+
+        def probe(workspace: str, batch: Any) -> None:  # called right after the fan-out
+            if workspace == "direct":
+                seen.append((len(conn.queue), conn.last_sent.get("direct"), batch[-1].seq))
+
+        inproc_hub.workspaces.add_listener(probe)
+        try:
+            ack = await writer.call("publish", workspace="direct", events=[message("b")] * 3)
+        finally:
+            inproc_hub.workspaces.remove_listener(probe)
+        last = ack["seqs"][-1]
+        assert seen == [(0, last, last)]
+        got = await reader.events("direct", last)
+        assert [e["seq"] for e in got] == ack["seqs"]
+
+
+async def test_a_busy_subscriber_queues_a_commit_behind_what_it_has_queued(
+    inproc_hub: Any,
+) -> None:
+    """While something waits in a connection's send queue, a committed batch goes in behind
+    it (never written past it): the client gets the frames in the order they were produced."""
+    url = inproc_hub.url
+    async with contextlib.AsyncExitStack() as stack:
+        writer = await stack.enter_async_context(peer(url, mint("w")))
+        reader = await stack.enter_async_context(peer(url, mint("r")))
+        await reader.call("subscribe", workspace="busy")
+        await _settle(writer, reader, "busy")
+        conn = next(c for c in inproc_hub.connections if "busy" in c.subscriptions)
+        queued: list[int] = []
+
+        def first(workspace: str, batch: Any) -> None:  # runs before the fan-out
+            if workspace == "busy" and not queued:
+                conn.queue.push((b'{"op":"marker"}', None, 0))
+                queued.append(len(conn.queue))
+
+        listeners = inproc_hub.workspaces._listeners
+        listeners.insert(0, first)
+        try:
+            ack = await writer.call("publish", workspace="busy", events=[message("c")])
+        finally:
+            listeners.remove(first)
+        assert queued == [1]
+        ops: list[str] = []
+        while True:
+            frame = await reader.recv()
+            ops.append(frame["op"])
+            if frame["op"] == "event" and frame["event"]["seq"] == ack["seqs"][-1]:
+                break
+        assert ops[-2:] == ["marker", "event"]
+
+
+def test_send_queue_offer_many_is_all_or_none() -> None:
+    """A batch is offered whole: it goes in if every frame fits (in frames and in bytes, one
+    frame alone into an empty queue always does), else none of it does."""
+    queue: SendQueue[bytes] = SendQueue(4, max_bytes=10, size=len)
+    assert queue.offer_many([b"x" * 50], 50) and len(queue) == 1  # alone: fits
+    assert not queue.offer_many([b"y"], 1)  # 51 > 10
+    queue.popleft()
+    assert not queue.offer_many([b"123456", b"12345"], 11) and not queue  # over the bytes
+    assert not queue.offer_many([b"1"] * 5, 5) and not queue  # over the frames
+    assert queue.offer_many([b"123", b"4567"], 7) and queue.bytes == 7 and len(queue) == 2
+    assert not queue.offer_many([b"8", b"9", b"0"], 3)  # 2 + 3 frames > 4
+    assert queue.offer_many([b"8", b"9"], 2) and queue.bytes == 9 and len(queue) == 4
+    assert [queue.popleft() for _ in range(4)] == [b"123", b"4567", b"8", b"9"]
+
+
+def test_a_batch_partly_sent_by_the_catch_up_delivers_the_rest_once() -> None:
+    fanout, outlet = Fanout(), Outlet()
+    sub = FanoutSubscription(outlet, "w", "a", pending_limit=10)
+    fanout.add(sub)
+    fanout("w", events(3, 4, 5))  # committed while the catch-up runs
+    sub.cursor.advance(4)  # the catch-up read up to 4
+    sub.go_live()
+    fanout("w", events(6, 7))
+    assert outlet.seqs() == [5, 6, 7] and outlet.overflows == 0
+    fanout("w", events(9))  # a hole: the subscriber goes back to the log (4408)
+    assert outlet.seqs() == [5, 6, 7] and outlet.overflows == 1
+
+
+def test_a_batch_with_a_hole_closes_the_subscriber() -> None:
+    fanout, outlet = Fanout(), Outlet()
+    sub = FanoutSubscription(outlet, "w", "a", pending_limit=10)
+    fanout.add(sub)
+    sub.go_live()
+    fanout("w", events(1, 3))  # (Workspaces never announces one: checked once per batch)
+    assert outlet.seqs() == [] and outlet.overflows == 1
+
+
+async def test_an_idle_publishers_acks_are_written_at_once(inproc_hub: Any) -> None:
+    """The acks of a connection whose writer is idle are written by the publish that produced
+    them, not queued for its writer task (they leave in the iteration their commit was heard
+    in); they still arrive, one per publish."""
+    async with peer(inproc_hub.url, mint("w")) as writer:
+        await writer.call("publish", workspace="acks", events=[message("warm")])
+        (conn,) = inproc_hub.connections
+        pushed: list[int] = []
+        push_many = conn.queue.push_many
+
+        def record(items: Any) -> None:
+            pushed.append(len(items))
+            push_many(items)
+
+        conn.queue.push_many = record
+        for text in ("a", "b", "c"):
+            ack = await writer.call("publish", workspace="acks", events=[message(text)])
+            assert ack["op"] == "ack"
+        assert pushed == []
