@@ -43,6 +43,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import logging
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -52,6 +53,7 @@ from typing import Any, Final, TypeAlias
 import aiosqlite
 import msgspec
 
+from hub.core.backoff import Backoff
 from hub.core.chain import GENESIS
 from hub.core.checkpoint import CheckpointRecord
 from hub.core.decoding import json_too_deep
@@ -268,6 +270,40 @@ def _translate(e: sqlite3.Error, doing: str) -> AgoraError:
     if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
         return IntegrityError(f"database is damaged while {doing}: {e}", sqlite=name)
     return Unavailable(f"database error while {doing}: {e}", sqlite=name)
+
+
+_follow_log = logging.getLogger("agora.log")
+
+FOLLOW_RETRY: Final = Backoff(initial=0.05, maximum=5.0, give_up_after=None)
+"""Between failed polls of :meth:`SqliteEventStore.follow`: retried until the file is back."""
+
+_FOLLOW_MOVED: Final = (
+    "SELECT workspace, MAX(seq), MAX(position) FROM events WHERE position > ? GROUP BY workspace"
+)
+
+
+def _follow_start(conn: sqlite3.Connection) -> tuple[int, int]:
+    """The file's data version and last position now (what following starts after)."""
+    version = int(conn.execute("PRAGMA data_version").fetchone()[0])
+    row = conn.execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()
+    return version, int(row[0])
+
+
+def _follow_poll(
+    conn: sqlite3.Connection, version: int, position: int
+) -> tuple[int, int, list[tuple[str, int]]] | None:
+    """None when nothing was committed since ``version``; else the new version, the new last
+    position and each moved workspace's head (one read of the rows past ``position``)."""
+    now = int(conn.execute("PRAGMA data_version").fetchone()[0])
+    if now == version:
+        return None
+    heads: list[tuple[str, int]] = []
+    last = position
+    # One read transaction: the heads and the last position are of the same snapshot.
+    for workspace, head, top in conn.execute(_FOLLOW_MOVED, (position,)).fetchall():
+        heads.append((str(workspace), int(head)))
+        last = max(last, int(top))
+    return now, last, heads
 
 
 class _Writer:
@@ -650,6 +686,7 @@ class SqliteEventStore(EventStore):
         self._commits = GroupCommit(batch_max=batch_max, queue_max=queue_max)
         self._opening = asyncio.Lock()
         self._committing = False  # a batch is on the writer thread (or about to be)
+        self._follow_every: float | None = None  # see follow_other_writers
 
     def __repr__(self) -> str:
         return f"SqliteEventStore({str(self.path)!r})"
@@ -863,6 +900,60 @@ class SqliteEventStore(EventStore):
         # A plain await (no shield): a cancelled caller just stops waiting; the job itself
         # runs to completion on the writer thread.
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    # -- following other processes' commits -----------------------------------------------
+
+    def follow_other_writers(self, every_s: float) -> None:
+        """Make :meth:`follow` report what other processes commit to the file, looking every
+        ``every_s`` seconds (``agora serve --workers``: several processes share the file).
+        Without it, :meth:`follow` returns at once: the store is the file's only writer."""
+        if every_s <= 0:
+            raise ValueError("every_s must be > 0")
+        self._follow_every = every_s
+
+    async def follow(
+        self, notify: Callable[[str, int], None], *, resumed: Callable[[], None]
+    ) -> None:
+        """Report commits to the file (this process's too) until cancelled; see
+        :meth:`EventStore.follow`. Polls on a connection of its own: ``PRAGMA data_version``
+        (it changes when ANY other connection committed), and when it moved, every
+        workspace's highest seq among the rows past the last position seen. SQLite
+        serializes writers and positions are assigned under the write lock, so positions
+        grow in commit order: a position seen means every lower one is committed. A
+        failed poll is logged, the connection reopened and ``resumed`` called again."""
+        every = self._follow_every
+        if every is None:
+            return
+        failures = 0
+        while True:
+            conn: sqlite3.Connection | None = None
+            try:
+                conn = await asyncio.to_thread(self._follow_connect)
+                version, position = await asyncio.to_thread(_follow_start, conn)
+                resumed()
+                failures = 0
+                while True:
+                    await asyncio.sleep(every)
+                    moved = await asyncio.to_thread(_follow_poll, conn, version, position)
+                    if moved is None:
+                        continue
+                    version, position, heads = moved
+                    for workspace, head in heads:
+                        notify(workspace, head)
+            except (sqlite3.Error, OSError) as e:
+                _follow_log.warning("following %s failed: %s; retrying", self.path, e)
+                await asyncio.sleep(FOLLOW_RETRY.delay(failures))
+                failures += 1
+            finally:
+                if conn is not None:
+                    conn.close()
+
+    def _follow_connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+        )
+        conn.execute("PRAGMA query_only=1")
+        return conn
 
     # -- reading ----------------------------------------------------------------------------
 
