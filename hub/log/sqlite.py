@@ -213,6 +213,7 @@ _SELECT_SNAPSHOT: Final = (
 _SELECT_TREES: Final = (
     "SELECT seq, tree FROM events WHERE workspace = ? AND seq IN (SELECT value FROM json_each(?))"
 )
+_SELECT_MOVED: Final = "SELECT DISTINCT workspace FROM events WHERE position >= ?"
 _SET_TREE: Final = "UPDATE events SET tree = ? WHERE workspace = ? AND seq = ?"
 _INSERT_CHECKPOINT: Final = (
     "INSERT OR IGNORE INTO checkpoints (workspace, size, note, cosignatures) VALUES (?, ?, ?, ?)"
@@ -277,8 +278,8 @@ _follow_log = logging.getLogger("agora.log")
 FOLLOW_RETRY: Final = Backoff(initial=0.05, maximum=5.0, give_up_after=None)
 """Between failed polls of :meth:`SqliteEventStore.follow`: retried until the file is back."""
 
-_FOLLOW_MOVED: Final = (
-    "SELECT workspace, MAX(seq), MAX(position) FROM events WHERE position > ? GROUP BY workspace"
+_FOLLOW_ROWS: Final = (
+    "SELECT position, workspace, seq FROM events WHERE position > ? ORDER BY position"
 )
 
 
@@ -290,20 +291,29 @@ def _follow_start(conn: sqlite3.Connection) -> tuple[int, int]:
 
 
 def _follow_poll(
-    conn: sqlite3.Connection, version: int, position: int
+    conn: sqlite3.Connection, version: int, position: int, own: collections.deque[tuple[int, int]]
 ) -> tuple[int, int, list[tuple[str, int]]] | None:
     """None when nothing was committed since ``version``; else the new version, the new last
-    position and each moved workspace's head (one read of the rows past ``position``)."""
+    position and the head of each workspace other writers moved past ``position``. The rows
+    of ``own`` (position ranges this process's writer committed, in commit order) are left
+    out: the process folds its own appends, and a hint for each would cost a read. Only
+    the small columns are read, never the bodies."""
     now = int(conn.execute("PRAGMA data_version").fetchone()[0])
     if now == version:
         return None
-    heads: list[tuple[str, int]] = []
-    last = position
-    # One read transaction: the heads and the last position are of the same snapshot.
-    for workspace, head, top in conn.execute(_FOLLOW_MOVED, (position,)).fetchall():
-        heads.append((str(workspace), int(head)))
-        last = max(last, int(top))
-    return now, last, heads
+    ranges = list(own)  # (the writer may append meanwhile: those come at the next poll)
+    heads: dict[str, int] = {}
+    last, i = position, 0
+    for row_position, workspace, seq in conn.execute(_FOLLOW_ROWS, (position,)):
+        last = row_position
+        while i < len(ranges) and ranges[i][1] < row_position:
+            i += 1
+        if i < len(ranges) and ranges[i][0] <= row_position:
+            continue  # this process's own commit
+        heads[workspace] = seq  # rows come in position order: a workspace's seqs grow
+    while own and own[0][1] <= last:
+        own.popleft()
+    return now, last, list(heads.items())
 
 
 class _Writer:
@@ -320,6 +330,9 @@ class _Writer:
         self.next_position: int | None = None  # None: reload from the database
         self.data_version: int | None = None
         self.last_timestamp = 0
+        # While follow() runs: the position ranges this writer committed (deque: appended
+        # here, taken by follow's poll on another thread).
+        self.own: collections.deque[tuple[int, int]] | None = None
         # Riders (see _Rider) queued from the loop; taken on this thread (deque: thread-safe
         # append and popleft).
         self.riders: collections.deque[_Rider] = collections.deque()
@@ -398,6 +411,21 @@ class _Writer:
         self.trees.clear()
         self.next_position = None
 
+    def _forget_others(self, conn: sqlite3.Connection) -> None:
+        """Drop what is cached of the workspaces another connection appended to. Event rows
+        are only ever added, at positions past every committed one (under the write lock),
+        so the rows from our next position on are exactly the others' (``agora serve
+        --workers``: several processes append to one file, each to its own workspaces
+        mostly, and each would otherwise reload every head after every commit of another)."""
+        if self.next_position is None:
+            self._forget()
+            return
+        moved = conn.execute(_SELECT_MOVED, (self.next_position,)).fetchall()
+        for (workspace,) in moved:
+            self.heads.pop(workspace, None)
+            self.trees.pop(workspace, None)
+        self.next_position = None
+
     def _tip(self, workspace: str) -> Tip:
         """The workspace's tip: cached, else read (in the batch's transaction)."""
         tip = self.heads.get(workspace)
@@ -449,6 +477,9 @@ class _Writer:
             self.trees.clear()
         self.heads.update(decision.staged)
         self.trees.update(trees)
+        if self.own is not None and decision.rows:
+            # (first, last) position this writer committed, for follow() to skip.
+            self.own.append((decision.rows[0][0].position, decision.rows[-1][0].position))
         self.next_position = decision.position
         self.last_timestamp = now
         return decision.outcomes
@@ -503,9 +534,9 @@ class _Writer:
         written yet. Returns the decision and the batch's timestamp."""
         version = conn.execute("PRAGMA data_version").fetchone()[0]
         if version != self.data_version:
-            # Another connection committed: our cached heads may be stale.
+            # Another connection committed: the heads it moved are stale here.
             self.data_version = version
-            self._forget()
+            self._forget_others(conn)
         if self.next_position is None:
             self._load_position()
         assert self.next_position is not None
@@ -927,14 +958,17 @@ class SqliteEventStore(EventStore):
         failures = 0
         while True:
             conn: sqlite3.Connection | None = None
+            own: collections.deque[tuple[int, int]] = collections.deque()
             try:
                 conn = await asyncio.to_thread(self._follow_connect)
                 version, position = await asyncio.to_thread(_follow_start, conn)
+                if self._writer is not None:
+                    self._writer.own = own  # its commits from now on are not reported
                 resumed()
                 failures = 0
                 while True:
                     await asyncio.sleep(every)
-                    moved = await asyncio.to_thread(_follow_poll, conn, version, position)
+                    moved = await asyncio.to_thread(_follow_poll, conn, version, position, own)
                     if moved is None:
                         continue
                     version, position, heads = moved
@@ -945,6 +979,8 @@ class SqliteEventStore(EventStore):
                 await asyncio.sleep(FOLLOW_RETRY.delay(failures))
                 failures += 1
             finally:
+                if self._writer is not None and self._writer.own is own:
+                    self._writer.own = None
                 if conn is not None:
                     conn.close()
 
