@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -42,6 +43,9 @@ CLUSTER_ENV: Final = {
 }
 """Environment variables that override ``[cluster]`` keys (docs/operations.md); an empty one
 counts as unset."""
+
+ORPHAN_CHECK_S: Final = 1.0
+"""How often a worker of ``--workers`` checks that its supervisor still runs."""
 
 TRACE_EXPORTERS: Final = ("none", "console", "otlp")
 """``--traces`` (:data:`hub.observe.tracing.EXPORTERS`, not imported: ``agora --help`` does not
@@ -207,6 +211,8 @@ async def serve_command(args: argparse.Namespace) -> int:
 
     def ready(url: str) -> None:
         print(f"agora serving {url} (data {data_dir})", flush=True)
+        if role is not None:
+            hub.spawn(_until_orphaned(os.getppid(), stop), name="agora-parent-watch")
         if not args.no_http:  # the HTTP port, same loop, same Workspaces (hub.http)
             hub.spawn(
                 _serve_http(hub, signer, config, stop, a2a=not args.no_a2a), name="agora-http"
@@ -272,6 +278,18 @@ async def _supervise(
             loop.remove_signal_handler(sig)
     logging.getLogger("agora.server").info("stopped")
     return code
+
+
+async def _until_orphaned(parent: int, stop: asyncio.Event) -> None:
+    """A worker stops when its supervisor is gone (killed with SIGKILL, it could not stop
+    its workers): it would otherwise serve on, holding the port, with nobody restarting it."""
+    while not stop.is_set():
+        if os.getppid() != parent:
+            logging.getLogger("agora.server").warning("the supervisor is gone; stopping")
+            stop.set()
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), ORPHAN_CHECK_S)
 
 
 def with_cluster_env(config: HubConfig, env: Mapping[str, str]) -> HubConfig:

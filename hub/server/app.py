@@ -25,6 +25,12 @@ On a store several nodes share (PostgreSQL), the hub is a cluster node (:mod:`hu
 it registers in the ``nodes`` table before accepting connections, and the same TaskGroup runs
 its follower (other nodes' events to this node's subscribers) and heartbeat until the server
 and the runtime have stopped; the node is then marked stopped in the table.
+
+As one worker of ``agora serve --workers N`` (``worker``, :mod:`hub.server.workers`), the hub
+skips the start-up recovery (its supervisor ran it once: :meth:`Hub.recover_for_workers`),
+binds the shared port with ``SO_REUSEPORT``, serves the other workers' upstreams on its
+internal unix socket, and runs the follower over the SQLite file's cross-process
+``follow()`` so that its subscribers hear of commits other processes made.
 """
 
 from __future__ import annotations
@@ -313,11 +319,12 @@ class Hub:
                 # The other workers' upstreams (hub.server.workers): bound before the shared
                 # port, so a worker that takes connections can already be reached.
                 path = self.worker.socket(self.worker.index)
-                path.unlink(missing_ok=True)  # a killed predecessor's
+                await asyncio.to_thread(path.unlink, missing_ok=True)  # a killed predecessor's
                 await stack.enter_async_context(
                     unix_serve(self._handle_internal, str(path), **options)
                 )
-                path.chmod(0o600)
+                # (In a 0700 directory from the start: the mode is a second fence.)
+                await asyncio.to_thread(path.chmod, 0o600)
             server = await stack.enter_async_context(
                 serve(
                     self._handle,

@@ -29,6 +29,10 @@ The writer takes every frame queued at once and writes them with one ``transport
 (RFC 6455 frames, one syscall for many). Without extensions it frames them itself (an event
 comes framed from the fan-out, built once for every subscriber: ``WireText``); with
 permessage-deflate the ``websockets`` protocol object frames and compresses each one.
+
+On a worker of ``agora serve --workers N``, a frame for a workspace another worker owns goes
+to that worker instead of the session (:class:`hub.server.workers.Forwarder`), and what the
+owner answers comes back through this connection's send queue.
 """
 
 from __future__ import annotations

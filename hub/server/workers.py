@@ -112,6 +112,7 @@ class Forwarder:
         self.upstreams: dict[int, ClientConnection] = {}
         self._hello: str | bytes | None = None  # the client's last hello (its token)
         self._opening: dict[int, asyncio.Lock] = {}
+        self._gone = False  # an owner was unreachable: the connection is closing (1013)
 
     async def route(self, data: str | bytes) -> bool:
         """Relay ``data`` (one text frame of the client) when another worker owns its
@@ -135,6 +136,8 @@ class Forwarder:
         owner = owner_of(route.workspace, self.role.count)
         if owner == self.role.index:
             return False
+        if self._gone:
+            return True  # (dropped: the close is queued)
         upstream: ClientConnection | None = self.upstreams.get(owner)
         if upstream is None:
             upstream = await self._open(owner)
@@ -168,6 +171,7 @@ class Forwarder:
                     await upstream.send(self._hello)
             except (OSError, InvalidHandshake, ConnectionClosed, TimeoutError) as e:
                 log.warning("worker %d unreachable: %s", owner, e)
+                self._gone = True
                 self.connection.queue.push(Close(int(OWNER_GONE), "workspace owner unavailable"))
                 return None
             self.upstreams[owner] = upstream
