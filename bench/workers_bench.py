@@ -14,6 +14,10 @@ N-worker hub:
 - ``on owner``: each publisher reconnects until its connection is on its workspace's owner
   (the welcome's ``server`` names the worker), as a client that knows the layout could.
 
+With ``--ceiling``, two more: N independent ``agora serve`` processes (no workers, no relay)
+on N separate files, and on one shared file: what N processes can give on this machine, and
+what sharing one SQLite file costs them.
+
 Medians of ``--repeats``; the ratio against one worker is printed beside the issue's target
 (1.7x). The load generator (this process) shares the machine's cores with the hubs, so the
 CPU each used per acknowledged event is printed too: the hub's processes (supervisor and
@@ -26,6 +30,7 @@ import argparse
 import asyncio
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -52,7 +57,8 @@ TARGET = 1.7
 WORKER_PID = re.compile(r"worker (\d+) started pid=(\d+)")
 
 
-def start(workers: int) -> Target:
+def start(workers: int, data: Path | None = None) -> Target:
+    """``agora serve --workers N`` on a fresh data directory (or on ``data``)."""
     from hub.auth import TokenSigner
 
     base = Path("/var/tmp") if Path("/var/tmp").is_dir() else None
@@ -63,7 +69,7 @@ def start(workers: int) -> Target:
         "max_connections_per_agent = 1024\n"
     )
     argv = [sys.executable, "-m", "hub", "serve", "--host", "127.0.0.1", "--port", "0"]
-    argv += ["--no-a2a", "--no-http", "--data", str(workdir / "data")]
+    argv += ["--no-a2a", "--no-http", "--data", str(data or workdir / "data")]
     argv += ["--config", str(workdir / "agora.toml"), "--workers", str(workers)]
     env = dict(os.environ, AGORA_SECRET=SECRET, PYTHONPATH=str(ROOT))
     env.pop("PYTHONASYNCIODEBUG", None)
@@ -74,6 +80,12 @@ def start(workers: int) -> Target:
         "bench", ["*"], ["read", "write"], ttl_seconds=24 * 3600
     )
     return Target(f"workers{workers}", port, proc, token, workdir)
+
+
+def _scratch(prefix: str) -> Path:
+    """A fresh directory on the real disk (appends are durable, as in production)."""
+    base = Path("/var/tmp") if Path("/var/tmp").is_dir() else None
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
 
 
 def hub_pids(target: Target) -> list[int]:
@@ -104,14 +116,18 @@ async def open_on_owner(target: Target, workspace: str, workers: int) -> Peer:
 
 
 async def ingest(
-    target: Target, workers: int, seconds: float, window: int, *, on_owner: bool
+    targets: list[Target], workers: int, seconds: float, window: int, *, on_owner: bool
 ) -> tuple[float, float, float]:
-    """(acked events/s, hub CPU µs per event, generator CPU µs per event)."""
-    workspaces = [target.workspace() for _ in range(PUBLISHERS)]
+    """(acked events/s, hub CPU µs per event, generator CPU µs per event); the publishers
+    are spread over ``targets`` (several: independent hubs, the ``--ceiling`` runs)."""
+    spread = [targets[i % len(targets)] for i in range(PUBLISHERS)]
+    workspaces = [t.workspace() for t in spread]
     if on_owner:
-        peers = [await open_on_owner(target, w, workers) for w in workspaces]
+        peers = [
+            await open_on_owner(t, w, workers) for t, w in zip(spread, workspaces, strict=True)
+        ]
     else:
-        peers = list(await asyncio.gather(*(Peer.open(target) for _ in workspaces)))
+        peers = list(await asyncio.gather(*(Peer.open(t) for t in spread)))
     acked = [0]
     stop = False
 
@@ -132,7 +148,7 @@ async def ingest(
     tasks = [asyncio.create_task(run(p, w)) for p, w in zip(peers, workspaces, strict=True)]
     try:
         await asyncio.sleep(min(1.0, seconds / 3))  # warm up (and the first memberJoined…)
-        pids = hub_pids(target)
+        pids = [pid for target in targets for pid in hub_pids(target)]
         hub_before, me_before = cpu_of(pids), sum(thread_cpu(os.getpid()).values())
         before, started = acked[0], time.perf_counter()
         await asyncio.sleep(seconds)
@@ -161,18 +177,33 @@ def stop(target: Target) -> None:
 
 async def drive(args: argparse.Namespace) -> None:
     one, many = start(1), start(args.workers)
+    hubs = [one, many]
+    n = args.workers
+    runs: list[tuple[str, list[Target], int, bool]] = [
+        ("1 worker", [one], 1, False),
+        (f"{n} workers, as landed", [many], n, False),
+        (f"{n} workers, on owner", [many], n, True),
+    ]
+    if args.ceiling:
+        # What N processes give with nothing shared but the machine (N files), and with one
+        # shared file: independent `agora serve`s, each publisher on one of them.
+        separate = [start(1) for _ in range(n)]
+        shared_dir = _scratch("agora-shared-")
+        shared = [start(1, shared_dir / "data") for _ in range(n)]
+        hubs += separate + shared
+        runs.append((f"{n} processes, {n} files", separate, 1, False))
+        runs.append((f"{n} processes, 1 file", shared, 1, False))
     try:
-        for target in (one, many):
+        for target in hubs:
             for pid in hub_pids(target):
                 await settle(pid)
         results: dict[str, list[tuple[float, float, float]]] = {}
-        runs = [("1 worker", one, False), (f"{args.workers} workers, as landed", many, False)]
-        runs.append((f"{args.workers} workers, on owner", many, True))
         for repeat in range(args.repeats):
             order = runs if repeat % 2 == 0 else runs[::-1]
-            for name, target, on_owner in order:
-                workers = 1 if target is one else args.workers
-                result = await ingest(target, workers, args.seconds, args.window, on_owner=on_owner)
+            for name, targets, workers, on_owner in order:
+                result = await ingest(
+                    targets, workers, args.seconds, args.window, on_owner=on_owner
+                )
                 results.setdefault(name, []).append(result)
                 print(
                     f"  repeat {repeat + 1} {name}: {result[0]:,.0f} events/s "
@@ -194,8 +225,10 @@ async def drive(args: argparse.Namespace) -> None:
             )
         print(f"  target: >= {TARGET}x one worker")
     finally:
-        stop(one)
-        stop(many)
+        for target in hubs:
+            stop(target)
+        if args.ceiling:
+            shutil.rmtree(shared_dir, ignore_errors=True)
 
 
 def main() -> None:
@@ -204,6 +237,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--window", type=int, default=8, help="publishes in flight per publisher")
+    parser.add_argument(
+        "--ceiling",
+        action="store_true",
+        help="also N independent hubs on N files and on one shared file (what is possible)",
+    )
     args = parser.parse_args()
     started = time.monotonic()
     asyncio.run(drive(args))

@@ -956,19 +956,26 @@ class SqliteEventStore(EventStore):
         if every is None:
             return
         failures = 0
+        loop = asyncio.get_running_loop()
         while True:
             conn: sqlite3.Connection | None = None
             own: collections.deque[tuple[int, int]] = collections.deque()
+            # One thread owns the connection: a poll still running when this task is
+            # cancelled finishes before the close queued behind it (closing a connection
+            # another thread is using crashes the process).
+            thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agora-sqlite-follow")
             try:
-                conn = await asyncio.to_thread(self._follow_connect)
-                version, position = await asyncio.to_thread(_follow_start, conn)
+                conn = await loop.run_in_executor(thread, self._follow_connect)
+                version, position = await loop.run_in_executor(thread, _follow_start, conn)
                 if self._writer is not None:
                     self._writer.own = own  # its commits from now on are not reported
                 resumed()
                 failures = 0
                 while True:
                     await asyncio.sleep(every)
-                    moved = await asyncio.to_thread(_follow_poll, conn, version, position, own)
+                    moved = await loop.run_in_executor(
+                        thread, _follow_poll, conn, version, position, own
+                    )
                     if moved is None:
                         continue
                     version, position, heads = moved
@@ -982,7 +989,8 @@ class SqliteEventStore(EventStore):
                 if self._writer is not None and self._writer.own is own:
                     self._writer.own = None
                 if conn is not None:
-                    conn.close()
+                    thread.submit(conn.close)
+                thread.shutdown(wait=False)
 
     def _follow_connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
