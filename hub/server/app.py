@@ -266,8 +266,12 @@ class Hub:
         """The start-up recovery of ``agora serve --workers`` (hub.server.supervisor), once,
         before any worker starts: open the store (migrations), close the executions and the
         presence a previous run left open — scanning every workspace, as workers keep no
-        recovery index — and mark the stored index stale for whatever start comes next."""
+        recovery index — and mark the stored index stale for whatever start comes next. On a
+        shared store (PostgreSQL) only the migrations: the other nodes may be running what
+        the log shows open, and the cluster recovers dead nodes (each worker is a node)."""
         async with self.store:
+            if self.store.shared:
+                return
             try:
                 index = self.recovery_index
                 await index.open()

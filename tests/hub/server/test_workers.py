@@ -27,6 +27,7 @@ from typing import Any
 from hub.core.sharding import owner_of
 from tests.support.hub import HubProcess, HubStarter
 from tests.support.peer import Peer, message, open_peer
+from tests.support.postgres import drop_schemas, need_postgres, new_schema, url_for
 from tests.support.tokens import SECRET, mint
 from tests.support.waiting import wait_for
 
@@ -279,3 +280,34 @@ async def test_workers_stop_when_the_supervisor_is_killed(tmp_path: Path) -> Non
         await wait_for(lambda: not any(_alive(p) for p in pids), 15)
     finally:
         starter.close()
+
+
+async def test_on_a_shared_store_the_supervisor_leaves_live_nodes_alone(tmp_path: Path) -> None:
+    """On PostgreSQL another node may hold what the log shows open: a ``--workers 2`` start
+    must not record its present member as gone (the cluster recovers dead nodes only), and
+    its workers serve the same log."""
+    need_postgres()
+    schema = new_schema("workers")
+    url = url_for(schema)
+    starter = HubStarter(tmp_path)
+    try:
+        node = starter.start(args=["--store", url])
+        async with open_peer(Peer, node.url, mint("bob")) as bob:
+            assert (await bob.call("subscribe", workspace="kept"))["op"] == "subscribed"
+
+            async def joined() -> bool:
+                return await bob.head("kept") >= 1
+
+            await wait_for(joined)
+            hub = starter.start(args=["--store", url, "--workers", str(WORKERS)])
+            async with on_worker(hub.url, 1 - owner_of("kept", WORKERS)) as reader:
+                ack = await reader.publish("kept", message("through the relay"))
+                assert ack["op"] == "ack", ack
+                reply = await reader.call("subscribe", workspace="kept", afterSeq=0)
+                events = await reader.events("kept", ack["seq"])
+            kinds = [e["kind"] for e in events]
+            assert "memberLeft" not in kinds, kinds
+            assert (await bob.head("kept")) >= reply["head"]  # the live node sees it too
+    finally:
+        starter.close()
+        drop_schemas([schema])
