@@ -244,6 +244,7 @@ class Peer:
         self.client: RawClient | None = None
         self.replies: asyncio.Queue[bytes] = asyncio.Queue()
         self.handler: Callable[[bytes], None] | None = None
+        self.welcome = b""  # (names the worker with --workers: bench/workers_bench.py)
 
     def on_frame(self, data: bytes) -> None:
         if self.handler is not None and data.startswith(b'{"op":"event"'):
@@ -263,6 +264,7 @@ class Peer:
         reply = await asyncio.wait_for(peer.replies.get(), 10)
         if b'"welcome"' not in reply:
             raise RuntimeError(f"no welcome: {reply[:200]!r}")
+        peer.welcome = reply
         return peer
 
     async def subscribe(self, workspace: str, handler: Callable[[bytes], None]) -> None:

@@ -84,6 +84,13 @@ class ServerConfig(_Section, frozen=True):
     # A subscriber that reconnects within this many seconds keeps its presence: no
     # memberLeft/memberJoined pair per reconnect (0: record every leave at once).
     presence_grace_s: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 5.0
+    # Worker processes of `agora serve` (docs/operations.md, "Workers"): 1 is one process, as
+    # before; N > 1 is a supervisor and N workers on the same port, each owning a share of the
+    # workspaces (hub.core.sharding).
+    workers: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
+    # With workers: how often each worker looks whether another process committed to the
+    # SQLite file (PRAGMA data_version), so its subscribers hear of writes made elsewhere.
+    worker_poll_s: Annotated[float, msgspec.Meta(gt=0, le=10)] = 0.02
 
     @property
     def a2a_port(self) -> int:
@@ -261,6 +268,7 @@ class HubConfig(_Section, frozen=True):
         host: str | None = None,
         port: int | None = None,
         http_port: int | None = None,
+        workers: int | None = None,
         data: str | Path | None = None,
         store: str | None = None,
         node_id: str | None = None,
@@ -274,12 +282,13 @@ class HubConfig(_Section, frozen=True):
         server = self.server
         storage = self.storage
         cluster = self.cluster
-        if host is not None or port is not None or http_port is not None:
+        if host is not None or port is not None or http_port is not None or workers is not None:
             server = msgspec.structs.replace(
                 server,
                 host=server.host if host is None else host,
                 port=server.port if port is None else port,
                 http_port=server.http_port if http_port is None else http_port,
+                workers=server.workers if workers is None else workers,
             )
         if data is not None or store is not None:
             storage = msgspec.structs.replace(

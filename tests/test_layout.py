@@ -30,6 +30,9 @@ _SHIM = "re-export shim of a public import path (the module moved to hub/core/)"
 
 COVERED_ELSEWHERE: Final[dict[str, str]] = {
     # -- added this round: covered by the tests of their package or door ---------------------
+    "hub/server/supervisor.py": "`agora serve --workers 2` as a real process (start, "
+    "banner, a killed worker restarted, recovery once, SIGTERM exit 0): "
+    "tests/hub/server/test_workers.py",
     "hub/server/blob_ops.py": "the blob ops over real hubs (SQLite, PostgreSQL): "
     "tests/hub/client/test_blobs.py",
     "a2a_adapter/inline.py": "small artifacts inline, forged URL parts not: "

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -32,6 +34,7 @@ from hub.observe.logs import configure as configure_logging
 if TYPE_CHECKING:
     from hub.config import HubConfig
     from hub.server.app import Hub
+    from hub.server.workers import WorkerRole
 
 CLUSTER_ENV: Final = {
     "AGORA_NODE_ID": "node_id",
@@ -40,6 +43,9 @@ CLUSTER_ENV: Final = {
 }
 """Environment variables that override ``[cluster]`` keys (docs/operations.md); an empty one
 counts as unset."""
+
+ORPHAN_CHECK_S: Final = 1.0
+"""How often a worker of ``--workers`` checks that its supervisor still runs."""
 
 TRACE_EXPORTERS: Final = ("none", "console", "otlp")
 """``--traces`` (:data:`hub.observe.tracing.EXPORTERS`, not imported: ``agora --help`` does not
@@ -105,6 +111,16 @@ def register(subparsers: Any) -> None:
         help="executions running at once on this hub; more are refused busy "
         "(default: 24, or the config's [runtime] max_executions)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes on the one port, each owning a share of the workspaces "
+        '(default: 1, or the config\'s [server] workers; docs/operations.md, "Workers")',
+    )
+    # Set by the supervisor of --workers on the command line of each worker it starts.
+    parser.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     add_data_args(parser)
     add_config_arg(parser)
     parser.set_defaults(func=serve_command)
@@ -116,6 +132,8 @@ async def serve_command(args: argparse.Namespace) -> int:
     from hub.log.factory import open_store
     from hub.observe.tracing import Tracing, provider_for
     from hub.server.app import Hub
+    from hub.server.supervisor import socket_dir
+    from hub.server.workers import WorkerRole
 
     configure_logging(args.log_format)
     try:
@@ -127,8 +145,11 @@ async def serve_command(args: argparse.Namespace) -> int:
         if args.a2a_grpc_port is not None:  # the A2A gRPC binding (docs/a2a.md)
             grpc_a2a = msgspec.structs.replace(config.a2a, grpc_port=args.a2a_grpc_port)
             config = msgspec.structs.replace(config, a2a=grpc_a2a)
+        if args.workers is not None:
+            config = config.with_overrides(source="--workers", workers=args.workers)
         data_dir = config.storage.data_dir
         secret = load_or_create_secret(data_dir, os.environ)
+        given_secret = os.environ.get(SECRET_ENV)  # for the workers (see _supervise)
         # Read once: gone from the environment, so no child (a backend's program, a compiler,
         # the Docker CLI) can inherit it.
         os.environ.pop(SECRET_ENV, None)
@@ -153,12 +174,35 @@ async def serve_command(args: argparse.Namespace) -> int:
         max_executions=args.max_executions or settings.max_executions,
         rust=settings.rust.resolved(os.environ),
     )
+    workers = config.server.workers
+    role: WorkerRole | None = None
     try:
+        if workers > 1:
+            directory = socket_dir(data_dir, workers)
+            if args.worker_index is None:
+                directory.mkdir(mode=0o700, exist_ok=True)
+            else:
+                if not 0 <= args.worker_index < workers:
+                    return fail("serve", "--worker-index must be below --workers")
+                role = WorkerRole(index=args.worker_index, count=workers, socket_dir=directory)
         hub = Hub(
-            config, store, signer, runtime=runtime, checkpoint_key=checkpoint_key, tracing=tracing
+            config,
+            store,
+            signer,
+            runtime=runtime,
+            checkpoint_key=checkpoint_key,
+            tracing=tracing,
+            worker=role,
         )
     except AgoraError as e:
         return fail("serve", e)
+    except OSError as e:
+        return fail("serve", f"cannot use the data directory: {e}")
+    if workers > 1 and role is None:
+        try:
+            return await _supervise(hub, config, args, given_secret)
+        finally:
+            await tracing.aclose()
     if not args.no_http:
         from hub.http.serve import serve_http  # noqa: F401  (load it now, not on the loop)
 
@@ -167,6 +211,8 @@ async def serve_command(args: argparse.Namespace) -> int:
 
     def ready(url: str) -> None:
         print(f"agora serving {url} (data {data_dir})", flush=True)
+        if role is not None:
+            hub.spawn(_until_orphaned(os.getppid(), stop), name="agora-parent-watch")
         if not args.no_http:  # the HTTP port, same loop, same Workspaces (hub.http)
             hub.spawn(
                 _serve_http(hub, signer, config, stop, a2a=not args.no_a2a), name="agora-http"
@@ -189,6 +235,61 @@ async def serve_command(args: argparse.Namespace) -> int:
         await tracing.aclose()
     logging.getLogger("agora.server").info("stopped")
     return 0
+
+
+async def _supervise(
+    hub: Hub, config: HubConfig, args: argparse.Namespace, given_secret: str | None
+) -> int:
+    """``--workers N``: recover once, reserve the port, run the workers (hub.server.supervisor)."""
+    from hub.server.supervisor import Supervisor, reserve_port
+
+    server = config.server
+    try:
+        await hub.recover_for_workers()
+    except AgoraError as e:
+        return fail("serve", e)
+    try:
+        reserved = reserve_port(server.host, server.port)
+    except OSError as e:
+        return fail("serve", f"cannot listen on {server.host}:{server.port}: {e}")
+    env = dict(os.environ)
+    if given_secret is not None:
+        env[SECRET_ENV] = given_secret  # only in the workers' environment (they remove it)
+    argv = sys.argv[sys.argv.index("serve") + 1 :] if "serve" in sys.argv else []
+    supervisor = Supervisor(
+        count=server.workers,
+        argv=argv,
+        env=env,
+        host=server.host,
+        port=reserved.getsockname()[1],
+        http=not args.no_http,
+        banner_data=config.storage.data_dir,
+    )
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        with reserved:
+            code = await supervisor.run(stop)
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+    logging.getLogger("agora.server").info("stopped")
+    return code
+
+
+async def _until_orphaned(parent: int, stop: asyncio.Event) -> None:
+    """A worker stops when its supervisor is gone (killed with SIGKILL, it could not stop
+    its workers): it would otherwise serve on, holding the port, with nobody restarting it."""
+    while not stop.is_set():
+        if os.getppid() != parent:
+            logging.getLogger("agora.server").warning("the supervisor is gone; stopping")
+            stop.set()
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), ORPHAN_CHECK_S)
 
 
 def with_cluster_env(config: HubConfig, env: Mapping[str, str]) -> HubConfig:

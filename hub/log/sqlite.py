@@ -44,6 +44,7 @@ import collections
 import concurrent.futures
 import contextlib
 import itertools
+import logging
 import sqlite3
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -53,6 +54,7 @@ from typing import Any, Final, TypeAlias
 import aiosqlite
 import msgspec
 
+from hub.core.backoff import Backoff
 from hub.core.chain import GENESIS
 from hub.core.checkpoint import CheckpointRecord
 from hub.core.decoding import json_too_deep
@@ -218,6 +220,7 @@ _SELECT_SNAPSHOT: Final = (
 _SELECT_TREES: Final = (
     "SELECT seq, tree FROM events WHERE workspace = ? AND seq IN (SELECT value FROM json_each(?))"
 )
+_SELECT_MOVED: Final = "SELECT DISTINCT workspace FROM events WHERE position >= ?"
 _SET_TREE: Final = "UPDATE events SET tree = ? WHERE workspace = ? AND seq = ?"
 _INSERT_CHECKPOINT: Final = (
     "INSERT OR IGNORE INTO checkpoints (workspace, size, note, cosignatures) VALUES (?, ?, ?, ?)"
@@ -293,6 +296,49 @@ async def _open_reader(path: Path) -> aiosqlite.Connection:
     return conn
 
 
+_follow_log = logging.getLogger("agora.log")
+
+FOLLOW_RETRY: Final = Backoff(initial=0.05, maximum=5.0, give_up_after=None)
+"""Between failed polls of :meth:`SqliteEventStore.follow`: retried until the file is back."""
+
+_FOLLOW_ROWS: Final = (
+    "SELECT position, workspace, seq FROM events WHERE position > ? ORDER BY position"
+)
+
+
+def _follow_start(conn: sqlite3.Connection) -> tuple[int, int]:
+    """The file's data version and last position now (what following starts after)."""
+    version = int(conn.execute("PRAGMA data_version").fetchone()[0])
+    row = conn.execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()
+    return version, int(row[0])
+
+
+def _follow_poll(
+    conn: sqlite3.Connection, version: int, position: int, own: collections.deque[tuple[int, int]]
+) -> tuple[int, int, list[tuple[str, int]]] | None:
+    """None when nothing was committed since ``version``; else the new version, the new last
+    position and the head of each workspace other writers moved past ``position``. The rows
+    of ``own`` (position ranges this process's writer committed, in commit order) are left
+    out: the process folds its own appends, and a hint for each would cost a read. Only
+    the small columns are read, never the bodies."""
+    now = int(conn.execute("PRAGMA data_version").fetchone()[0])
+    if now == version:
+        return None
+    ranges = list(own)  # (the writer may append meanwhile: those come at the next poll)
+    heads: dict[str, int] = {}
+    last, i = position, 0
+    for row_position, workspace, seq in conn.execute(_FOLLOW_ROWS, (position,)):
+        last = row_position
+        while i < len(ranges) and ranges[i][1] < row_position:
+            i += 1
+        if i < len(ranges) and ranges[i][0] <= row_position:
+            continue  # this process's own commit
+        heads[workspace] = seq  # rows come in position order: a workspace's seqs grow
+    while own and own[0][1] <= last:
+        own.popleft()
+    return now, last, list(heads.items())
+
+
 class _Writer:
     """The writing side. Every method runs on the store's single writer thread."""
 
@@ -310,6 +356,9 @@ class _Writer:
         self.next_position: int | None = None  # None: reload from the database
         self.data_version: int | None = None
         self.last_timestamp = 0
+        # While follow() runs: the position ranges this writer committed (deque: appended
+        # here, taken by follow's poll on another thread).
+        self.own: collections.deque[tuple[int, int]] | None = None
         # Riders (see _Rider) queued from the loop; taken on this thread (deque: thread-safe
         # append and popleft).
         self.riders: collections.deque[_Rider] = collections.deque()
@@ -388,6 +437,37 @@ class _Writer:
         self.trees.clear()
         self.next_position = None
 
+    def _forget_others(self, conn: sqlite3.Connection) -> None:
+        """Drop what is cached of the workspaces another connection appended to. Event rows
+        are only ever added, at positions past every committed one (under the write lock),
+        so the rows from our next position on are exactly the others' (``agora serve
+        --workers``: several processes append to one file, each to its own workspaces
+        mostly, and each would otherwise reload every head after every commit of another)."""
+        if self.next_position is None:
+            self._forget()
+            return
+        moved = conn.execute(_SELECT_MOVED, (self.next_position,)).fetchall()
+        for (workspace,) in moved:
+            self.heads.pop(workspace, None)
+            self.trees.pop(workspace, None)
+        self.next_position = None
+
+    def _check_cached(self, conn: sqlite3.Connection, batch: list[WriteRequest]) -> None:
+        """After another connection committed: drop the cached head (and tree) of each
+        workspace of ``batch`` whose last row is no longer the one cached. Appends past our
+        position are :meth:`_forget_others`'; this catches the rest, a log cut or its last
+        event rewritten behind the store's back, so the batch chains onto what the file holds
+        and the tree is loaded again (a new lineage: the next checkpoint checks it against
+        the last one signed, hub.checkpoints). One indexed lookup per cached workspace."""
+        for workspace in {req.workspace for req in batch}:
+            tip = self.heads.get(workspace)
+            if tip is None:
+                continue
+            row = conn.execute(_SELECT_TIP, (workspace,)).fetchone()
+            if row is None or (row[0], row[1]) != (tip[0], tip[1]):
+                self.heads.pop(workspace, None)
+                self.trees.pop(workspace, None)
+
     def _tip(self, workspace: str) -> Tip:
         """The workspace's tip: cached, else read (in the batch's transaction)."""
         tip = self.heads.get(workspace)
@@ -439,6 +519,9 @@ class _Writer:
             self.trees.clear()
         self.heads.update(decision.staged)
         self.trees.update(trees)
+        if self.own is not None and decision.rows:
+            # (first, last) position this writer committed, for follow() to skip.
+            self.own.append((decision.rows[0][0].position, decision.rows[-1][0].position))
         self.next_position = decision.position
         self.last_timestamp = now
         return decision.outcomes
@@ -493,9 +576,10 @@ class _Writer:
         written yet. Returns the decision and the batch's timestamp."""
         version = conn.execute("PRAGMA data_version").fetchone()[0]
         if version != self.data_version:
-            # Another connection committed: our cached heads may be stale.
+            # Another connection committed: the heads it moved are stale here.
             self.data_version = version
-            self._forget()
+            self._forget_others(conn)
+            self._check_cached(conn, batch)
         if self.next_position is None:
             self._load_position()
         assert self.next_position is not None
@@ -679,6 +763,7 @@ class SqliteEventStore(EventStore):
         self._commits = GroupCommit(batch_max=batch_max, queue_max=queue_max)
         self._opening = asyncio.Lock()
         self._committing = False  # a batch is on the writer thread (or about to be)
+        self._follow_every: float | None = None  # see follow_other_writers
 
     def __repr__(self) -> str:
         return f"SqliteEventStore({str(self.path)!r})"
@@ -908,6 +993,73 @@ class SqliteEventStore(EventStore):
         # A plain await (no shield): a cancelled caller just stops waiting; the job itself
         # runs to completion on the writer thread.
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    # -- following other processes' commits -----------------------------------------------
+
+    def follow_other_writers(self, every_s: float) -> None:
+        """Make :meth:`follow` report what other processes commit to the file, looking every
+        ``every_s`` seconds (``agora serve --workers``: several processes share the file).
+        Without it, :meth:`follow` returns at once: the store is the file's only writer."""
+        if every_s <= 0:
+            raise ValueError("every_s must be > 0")
+        self._follow_every = every_s
+
+    async def follow(
+        self, notify: Callable[[str, int], None], *, resumed: Callable[[], None]
+    ) -> None:
+        """Report commits to the file (this process's too) until cancelled; see
+        :meth:`EventStore.follow`. Polls on a connection of its own: ``PRAGMA data_version``
+        (it changes when ANY other connection committed), and when it moved, every
+        workspace's highest seq among the rows past the last position seen. SQLite
+        serializes writers and positions are assigned under the write lock, so positions
+        grow in commit order: a position seen means every lower one is committed. A
+        failed poll is logged, the connection reopened and ``resumed`` called again."""
+        every = self._follow_every
+        if every is None:
+            return
+        failures = 0
+        loop = asyncio.get_running_loop()
+        while True:
+            conn: sqlite3.Connection | None = None
+            own: collections.deque[tuple[int, int]] = collections.deque()
+            # One thread owns the connection: a poll still running when this task is
+            # cancelled finishes before the close queued behind it (closing a connection
+            # another thread is using crashes the process).
+            thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agora-sqlite-follow")
+            try:
+                conn = await loop.run_in_executor(thread, self._follow_connect)
+                version, position = await loop.run_in_executor(thread, _follow_start, conn)
+                if self._writer is not None:
+                    self._writer.own = own  # its commits from now on are not reported
+                resumed()
+                failures = 0
+                while True:
+                    await asyncio.sleep(every)
+                    moved = await loop.run_in_executor(
+                        thread, _follow_poll, conn, version, position, own
+                    )
+                    if moved is None:
+                        continue
+                    version, position, heads = moved
+                    for workspace, head in heads:
+                        notify(workspace, head)
+            except (sqlite3.Error, OSError) as e:
+                _follow_log.warning("following %s failed: %s; retrying", self.path, e)
+                await asyncio.sleep(FOLLOW_RETRY.delay(failures))
+                failures += 1
+            finally:
+                if self._writer is not None and self._writer.own is own:
+                    self._writer.own = None
+                if conn is not None:
+                    thread.submit(conn.close)
+                thread.shutdown(wait=False)
+
+    def _follow_connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+        )
+        conn.execute("PRAGMA query_only=1")
+        return conn
 
     # -- reading ----------------------------------------------------------------------------
 

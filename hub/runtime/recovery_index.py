@@ -45,6 +45,10 @@ class _Body(msgspec.Struct, frozen=True, kw_only=True):
     executions: list[tuple[str, str]] = []
     members: list[tuple[str, str]] = []
     quarantined: dict[str, str] = {}
+    # Written by `agora serve --workers` after its start-up recovery: its workers keep no
+    # index (one snapshot row cannot be kept by several processes), so the next start of
+    # any kind must scan.
+    stale: bool = False
 
 
 async def _load(store: EventStore) -> _Body | None:
@@ -52,10 +56,11 @@ async def _load(store: EventStore) -> _Body | None:
     if snapshot is None:
         return None
     try:
-        return msgspec.json.decode(snapshot.body, type=_Body)
+        body = msgspec.json.decode(snapshot.body, type=_Body)
     except msgspec.DecodeError:
         log.warning("the recovery index is unreadable; recovery scans every workspace")
         return None
+    return None if body.stale else body
 
 
 async def load_quarantined(store: EventStore) -> dict[str, str]:
@@ -112,6 +117,22 @@ class RecoveryIndex:
                 body=msgspec.json.encode(body),
             )
             await self.store.save_snapshot(snapshot)
+
+    async def invalidate(self) -> None:
+        """Mark the stored index as not to be trusted (the next start scans every workspace)
+        and stop keeping it: processes that do not keep it are about to write."""
+        if not self.enabled:
+            return
+        async with self._lock:
+            snapshot = Snapshot(
+                workspace=SYSTEM_WORKSPACE,
+                name=INDEX_NAME,
+                version=INDEX_VERSION,
+                seq=_SEQ,
+                body=msgspec.json.encode(_Body(stale=True)),
+            )
+            await self.store.save_snapshot(snapshot)
+            self.enabled = False
 
     async def opening(self, table: set[tuple[str, str]], key: tuple[str, str]) -> None:
         """Record ``key`` before the event that opens it is written."""

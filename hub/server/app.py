@@ -25,6 +25,12 @@ On a store several nodes share (PostgreSQL), the hub is a cluster node (:mod:`hu
 it registers in the ``nodes`` table before accepting connections, and the same TaskGroup runs
 its follower (other nodes' events to this node's subscribers) and heartbeat until the server
 and the runtime have stopped; the node is then marked stopped in the table.
+
+As one worker of ``agora serve --workers N`` (``worker``, :mod:`hub.server.workers`), the hub
+skips the start-up recovery (its supervisor ran it once: :meth:`Hub.recover_for_workers`),
+binds the shared port with ``SO_REUSEPORT``, serves the other workers' upstreams on its
+internal unix socket, and runs the follower over the SQLite file's cross-process
+``follow()`` so that its subscribers hear of commits other processes made.
 """
 
 from __future__ import annotations
@@ -37,12 +43,13 @@ from collections.abc import Callable, Coroutine, Sequence
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
-from websockets.asyncio.server import ServerConnection, serve
+from websockets.asyncio.server import ServerConnection, serve, unix_serve
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
 from hub.auth import TokenSigner
 from hub.checkpoints import Checkpointer
+from hub.cluster.follower import NodeFollower
 from hub.cluster.settings import resolve_node_id
 from hub.config import HubConfig
 from hub.core.checkpoint import NoteSigner, generate_signer, key_name_for
@@ -51,6 +58,7 @@ from hub.core.wire.frames import SUBPROTOCOL
 from hub.core.wire.session import SERVER_NAME
 from hub.log.base import EventStore
 from hub.log.intents import ORPHAN_GRACE_S
+from hub.log.sqlite import SqliteEventStore
 from hub.observe.metrics import HubMetrics
 from hub.observe.tracing import Tracing
 from hub.revocations import Revocations
@@ -63,6 +71,7 @@ from hub.server.connection import Connection
 from hub.server.fanout import Fanout
 from hub.server.presence import Presence
 from hub.server.tasks import OwnedTasks
+from hub.server.workers import WorkerRole
 from hub.workspaces import Workspaces
 
 if TYPE_CHECKING:
@@ -118,8 +127,12 @@ class Hub:
         runtime: RuntimeSettings | None = None,
         checkpoint_key: NoteSigner | None = None,
         tracing: Tracing | None = None,
+        worker: WorkerRole | None = None,
     ) -> None:
         self.config = config
+        # One of `agora serve --workers N` (hub.server.workers), or None: the only process.
+        self.worker = worker
+        self.server_name = SERVER_NAME if worker is None else f"{SERVER_NAME} worker/{worker.index}"
         # Traces (hub.observe.tracing): off (a no-op per span) unless a provider is given.
         self.tracing = tracing or Tracing()
         self.store = store
@@ -152,6 +165,10 @@ class Hub:
         self.blob_ops = BlobOps(self.workspaces, limits)
         self.workspaces.add_listener(self._committed)
         self.node_id = resolve_node_id(config.cluster)
+        if worker is not None and config.cluster.node_id:
+            self.node_id = f"{self.node_id}-w{worker.index}"  # one node per worker process
+        # With workers on SQLite: the other workers' commits, to this worker's subscribers.
+        self.follower: NodeFollower | None = None
         # Revoked tokens (hub.revocations): refused at hello, and they end live connections.
         self.revocations = Revocations(self.workspaces, clock=clock)
         self.cluster: ClusterNode | None = None
@@ -207,10 +224,16 @@ class Hub:
                 if self.cluster.heartbeat is not None:
                     self.cluster.heartbeat.on_lags = self.metrics.heartbeats
                 await self.cluster.start()
+            elif self.worker is not None:
+                if isinstance(self.store, SqliteEventStore):
+                    self.store.follow_other_writers(self.config.server.worker_poll_s)
+                self.follower = NodeFollower(self.store, self.workspaces)
             try:
                 await self.revocations.load()  # before the first connection is accepted
                 began = time.monotonic()
-                if not self.store.shared:  # shared: the cluster closes dead nodes' executions
+                # Shared: the cluster closes dead nodes' executions; a worker: the supervisor
+                # recovered before starting any (hub.server.supervisor).
+                if not self.store.shared and self.worker is None:
                     await self.recovery_index.open()
                     await self.runtime.recover()
                     await self.presence.recover()
@@ -220,7 +243,10 @@ class Hub:
                     self.tasks.attach(tg)
                     tg.create_task(self.revocations.run(stop), name="agora-revocations")
                     tg.create_task(self.checkpointer.run(stop), name="agora-checkpoints")
-                    tg.create_task(self._sweep_orphans(stop), name="agora-orphan-sweep")
+                    if self.worker is None or self.worker.index == 0:  # one sweeper a file
+                        tg.create_task(self._sweep_orphans(stop), name="agora-orphan-sweep")
+                    if self.follower is not None:
+                        tg.create_task(self._follow(stop), name="agora-follower")
                     runtime = tg.create_task(self.runtime.run(stop), name="agora-runtime")
                     server = tg.create_task(self._serve(stop, on_ready), name="agora-server")
                     if self.cluster is not None:
@@ -234,6 +260,26 @@ class Hub:
             finally:
                 self.store_open = False
                 self.tasks.detach()
+                await self.workspaces.aclose()
+
+    async def recover_for_workers(self) -> None:
+        """The start-up recovery of ``agora serve --workers`` (hub.server.supervisor), once,
+        before any worker starts: open the store (migrations), close the executions and the
+        presence a previous run left open — scanning every workspace, as workers keep no
+        recovery index — and mark the stored index stale for whatever start comes next. On a
+        shared store (PostgreSQL) only the migrations: the other nodes may be running what
+        the log shows open, and the cluster recovers dead nodes (each worker is a node)."""
+        async with self.store:
+            if self.store.shared:
+                return
+            try:
+                index = self.recovery_index
+                await index.open()
+                index.complete = False
+                await self.runtime.recover()
+                await self.presence.recover()
+                await index.invalidate()
+            finally:
                 await self.workspaces.aclose()
 
     async def _sweep_orphans(self, stop: asyncio.Event) -> None:
@@ -251,6 +297,14 @@ class Hub:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), ORPHAN_GRACE_S)
 
+    async def _follow(self, stop: asyncio.Event) -> None:
+        """Run the follower until ``stop`` (its tasks only read and deliver)."""
+        assert self.follower is not None
+        async with asyncio.TaskGroup() as tg:
+            follower = tg.create_task(self.follower.run(), name="agora-follower:run")
+            await stop.wait()
+            follower.cancel()
+
     def readiness(self) -> dict[str, bool]:
         """The readiness checks (``GET /readyz``): the store is open, the previous run's
         executions and presence are recovered (on a shared store: the cluster node started),
@@ -264,9 +318,27 @@ class Hub:
     async def _serve(self, stop: asyncio.Event, on_ready: Callable[[str], None] | None) -> None:
         host, port = self.config.server.host, self.config.server.port
         options = server_options(self.config)
-        async with serve(
-            self._handle, host, port, process_request=self._admit, **options
-        ) as server:
+        async with contextlib.AsyncExitStack() as stack:
+            if self.worker is not None:
+                # The other workers' upstreams (hub.server.workers): bound before the shared
+                # port, so a worker that takes connections can already be reached.
+                path = self.worker.socket(self.worker.index)
+                await asyncio.to_thread(path.unlink, missing_ok=True)  # a killed predecessor's
+                await stack.enter_async_context(
+                    unix_serve(self._handle_internal, str(path), **options)
+                )
+                # (In a 0700 directory from the start: the mode is a second fence.)
+                await asyncio.to_thread(path.chmod, 0o600)
+            server = await stack.enter_async_context(
+                serve(
+                    self._handle,
+                    host,
+                    port,
+                    process_request=self._admit,
+                    reuse_port=self.worker is not None,  # every worker on the one port
+                    **options,
+                )
+            )
             bound = server.sockets[0].getsockname()[1] if server.sockets else port
             shown = f"[{host}]" if ":" in host else host
             self.url = f"ws://{shown}:{bound}"
@@ -305,3 +377,12 @@ class Hub:
         finally:
             self.connections.discard(connection)
             self.admission.disconnected()
+
+    async def _handle_internal(self, ws: ServerConnection) -> None:
+        """An upstream of another worker: counted and admitted where the client connected."""
+        connection = Connection(self, ws, internal=True)
+        self.connections.add(connection)
+        try:
+            await connection.run()
+        finally:
+            self.connections.discard(connection)

@@ -36,6 +36,10 @@ written at once by whoever produced them (:meth:`Connection._write_now`): no wak
 writer task and no loop iteration between the commit and the socket. Anything else, and
 everything while the writer or the socket is busy, goes through the queue, so frames still
 leave in the order they were produced and a slow reader still meets the bounded queue (4408).
+
+On a worker of ``agora serve --workers N``, a frame for a workspace another worker owns goes
+to that worker instead of the session (:class:`hub.server.workers.Forwarder`), and what the
+owner answers comes back through this connection's send queue.
 """
 
 from __future__ import annotations
@@ -99,6 +103,7 @@ from hub.server.fanout import (
     text_frame,
 )
 from hub.server.tasks import InFlight
+from hub.server.workers import Forwarder
 
 if TYPE_CHECKING:
     from hub.server.app import Hub
@@ -130,10 +135,11 @@ class Connection:
     ``hub``: the composition root, for the services the connection uses (signer, fan-out,
     presence, workspaces, runtime, the owned tasks) and the settings built there."""
 
-    def __init__(self, hub: Hub, ws: ServerConnection) -> None:
+    def __init__(self, hub: Hub, ws: ServerConnection, *, internal: bool = False) -> None:
         self.hub = hub
         self.ws = ws
-        self.peer = _peer(ws)
+        self.internal = internal  # an upstream of another worker (hub.server.workers)
+        self.peer = "internal" if internal else _peer(ws)
         self.session = ServerSession(
             hub.revocations.verifier(hub.signer.verify),
             limits=hub.config.limits,
@@ -141,6 +147,7 @@ class Connection:
             monotonic=hub.monotonic,
             default_backend=hub.runtime.default_backend,
             on_error=hub.metrics.request_failed,
+            server=hub.server_name,
         )
         limits = hub.config.limits
         self.queue: SendQueue[Outgoing | Close] = SendQueue(
@@ -163,6 +170,13 @@ class Connection:
         self._announced = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._tg: asyncio.TaskGroup | None = None
+        self.authorization: str | None = None  # the handshake's Authorization header
+        # With workers: frames for workspaces another worker owns go to it (not on an
+        # upstream: its frames are this worker's own).
+        role = hub.worker
+        self.forwarder: Forwarder | None = (
+            Forwarder(self, role, limits.max_depth) if role is not None and not internal else None
+        )
 
     # -- Outlet (called synchronously by the fan-out) ------------------------------------------
 
@@ -222,6 +236,20 @@ class Connection:
             return False
         return True
 
+    # -- for the relay to the owner of other workspaces (hub.server.workers) -------------------
+
+    @property
+    def authenticated(self) -> bool:
+        return self._announced
+
+    def spawn_task(self, coro: Coroutine[Any, Any, None], role: str) -> asyncio.Task[None] | None:
+        """Run ``coro`` as a task of the connection (cancelled when it stops)."""
+        return self._spawn(coro, role)
+
+    async def relay(self, item: Outgoing) -> bool:
+        """Queue a frame another worker sent for this client (paced); False as :meth:`_put`."""
+        return await self._put(item, paced=True)
+
     # -- lifecycle ------------------------------------------------------------------------------
 
     def stop(self, code: int | None, reason: str = "") -> None:
@@ -266,6 +294,8 @@ class Connection:
 
     async def _teardown(self) -> None:
         self._stopping = True
+        if self.forwarder is not None:
+            await self.forwarder.aclose()
         if self._admitted is not None:
             self.hub.admission.release_agent(self._admitted)
             self._admitted = None
@@ -304,6 +334,8 @@ class Connection:
     async def _read(self) -> None:
         request = self.ws.request
         authorization = request.headers.get("Authorization") if request is not None else None
+        self.authorization = authorization
+        forwarder = self.forwarder
         actions = self.session.open(authorization)
         limits = self.hub.config.limits
         hello_by = asyncio.get_running_loop().time() + limits.hello_timeout_s
@@ -314,7 +346,8 @@ class Connection:
                 return
             if not self._announced and self.session.agent is not None:
                 self._announced = True
-                if not await self._traced_admit(self.session.agent):
+                # An upstream was admitted where the client connected (hub.server.workers).
+                if not self.internal and not await self._traced_admit(self.session.agent):
                     return
                 log.info(
                     "open agent=%s peer=%s",
@@ -339,6 +372,9 @@ class Connection:
                     log.info("hello timeout peer=%s", self.peer)
                     await self._perform(self.session.failed(None, late))
                     return
+            if forwarder is not None and isinstance(data, str) and await forwarder.route(data):
+                actions = []  # relayed to the workspace's owner
+                continue
             actions = self._receive(data)
             # Pipelined frames already buffered (websockets parsed them from the same reads)
             # are taken now, without waiting: a run of publishes then reaches the workspace
@@ -349,6 +385,13 @@ class Connection:
                 buffered = _take_buffered(self.ws)
                 if buffered is None:
                     break
+                if (
+                    forwarder is not None
+                    and isinstance(buffered, str)
+                    and await forwarder.route(buffered)
+                ):
+                    taken += 1
+                    continue
                 received = self._receive(buffered)
                 actions.extend(received)
                 taken, more = taken + 1, _publishes_only(received)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import shutil
 import sqlite3
 import threading
@@ -619,3 +620,53 @@ async def test_a_walk_over_parallel_ranges_reads_past_a_gap(tmp_path: Path) -> N
         assert await seqs(batch=3, after_seq=2) == kept[2:]
         assert await seqs(batch=4, until_seq=15) == [s for s in kept if s <= 15]
         assert await seqs(batch=100) == kept
+
+
+async def test_two_stores_on_one_file_keep_each_other_s_heads(tmp_path: Path) -> None:
+    """Two writers of one file (``agora serve --workers``), interleaved: each keeps its own
+    cached heads, reloads only those the other moved, and neither forks a chain."""
+    db = tmp_path / "shared.db"
+    async with SqliteEventStore(db) as a, SqliteEventStore(db) as b:
+        for i in range(5):
+            await a.append("mine-a", [msg(f"a{i}")])
+            await b.append("mine-b", [msg(f"b{i}")])
+            # Both write one workspace too: the other's append must be noticed each time.
+            await (a if i % 2 else b).append("both", [msg(f"both{i}")])
+        for store in (a, b):
+            assert [h.seq for h in await store.heads() if h.workspace == "both"] == [5]
+        events = await a.read_batch("both")
+        assert [e.seq for e in events] == [1, 2, 3, 4, 5]
+        assert all(e.prev == p.hash for p, e in itertools.pairwise(events))
+        positions = [e.position for e in await a.read_all(limit=100)]
+        assert positions == sorted(set(positions))
+
+
+async def test_follow_reports_other_processes_commits(tmp_path: Path) -> None:
+    db = tmp_path / "followed.db"
+    seen: list[tuple[str, int]] = []
+    resumed: list[bool] = []
+    async with SqliteEventStore(db) as follower, SqliteEventStore(db) as other:
+        follower.follow_other_writers(0.01)
+        task = asyncio.create_task(
+            follower.follow(lambda w, s: seen.append((w, s)), resumed=lambda: resumed.append(True))
+        )
+        try:
+            await wait_for(lambda: resumed)
+            await follower.append("own", [msg("mine")])  # its own: not reported
+            await other.append("x", [msg("1"), msg("2")])
+            await other.append("y", [msg("1")])
+            await follower.append("x", [msg("3")], expected_seq=2)
+            await wait_for(lambda: ("x", 2) in seen and ("y", 1) in seen)
+            await other.append("z", [msg("1")])  # a later poll: the "x" 3 row was seen
+            await wait_for(lambda: ("z", 1) in seen)
+            assert not [w for w, _ in seen if w == "own"], seen
+            assert ("x", 3) not in seen, seen
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def test_follow_without_other_writers_returns_at_once(tmp_path: Path) -> None:
+    async with SqliteEventStore(tmp_path / "alone.db") as store:
+        await asyncio.wait_for(store.follow(lambda w, s: None, resumed=lambda: None), 1)

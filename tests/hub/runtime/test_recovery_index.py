@@ -216,3 +216,23 @@ async def test_on_postgresql_a_poisoned_workspace_is_refused_with_a_reason(
         if hub is not None and hub.proc is not None and hub.proc.poll() is None:
             hub.terminate()
         drop_schemas([schema])
+
+
+async def test_an_invalidated_index_makes_the_next_start_scan(tmp_path: Path) -> None:
+    """``agora serve --workers`` keeps no index while its workers run: it marks the stored
+    one stale after its own recovery, so whatever start comes next scans every workspace
+    instead of trusting an index that missed what the workers opened."""
+    async with open_store(None, tmp_path / "data") as store:
+        index = RecoveryIndex(store)
+        await index.open()
+        index.members.add(("w", "alice"))
+        await index.save()
+        again = RecoveryIndex(store)
+        await again.open()
+        assert again.complete and again.members == {("w", "alice")}
+        await again.invalidate()
+        assert not again.enabled
+        await again.save()  # no longer kept: a no-op, the stale mark stays
+        after = RecoveryIndex(store)
+        await after.open()
+        assert not after.complete and after.members == set()

@@ -1,0 +1,208 @@
+"""One worker of ``agora serve --workers N``: its role, its internal socket, and forwarding.
+
+Every workspace has one owner among the workers (:func:`hub.core.sharding.owner_of`); the
+kernel spreads client connections over the workers (``SO_REUSEPORT``), so a connection often
+reaches a worker that does not own the workspace a frame names. That worker then relays the
+frame, verbatim, to the owner over an *upstream* connection — the same WebSocket protocol, on
+the owner's internal unix socket (:func:`internal_socket`, mode 0600 under the data
+directory), authenticated with the client's own token — and relays what the owner answers
+(acks with their ``rid``, events, errors) back into the client's own send queue. Hence every
+subscriber of a workspace is on its owner: live delivery, presence and claims are decided by
+one process, and the order, resume and limits are the owner's, as if the client were on it.
+
+:class:`Forwarder` is that relay for one client connection: at most one upstream per other
+worker, opened at the first frame for one of its workspaces, closed with the client
+connection (and an upstream the owner closes closes the client connection with the same code
+and reason, queued behind what the owner sent before it: a ``4408`` reason still names the
+last seq the client gets). Frames that name no workspace (``hello``) are answered locally; a
+refreshing ``hello`` also goes to every upstream (their ``welcome`` is dropped), so the token
+each upstream acts with is the client's current one.
+
+Back-pressure: the relay puts each frame of the owner into the client's queue ``paced`` (it
+waits for room), and stops reading the upstream meanwhile; the owner then sees a slow reader
+and applies its own ``send_queue`` limits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import msgspec
+from websockets.asyncio.client import ClientConnection, unix_connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
+from websockets.typing import Subprotocol
+
+from hub.core.decoding import json_too_deep
+from hub.core.errors import CloseCode
+from hub.core.sharding import owner_of
+from hub.core.wire.frames import SUBPROTOCOL
+from hub.core.wire.session import Close
+from hub.server.fanout import NOT_AN_EVENT
+
+if TYPE_CHECKING:
+    from hub.server.connection import Connection
+
+__all__ = ["Forwarder", "WorkerRole", "internal_socket"]
+
+log = logging.getLogger("agora.server")
+
+SOCKET_DIR: Final = "workers"
+"""Under the data directory: the workers' internal sockets (``<index>.sock``)."""
+
+UNIX_PATH_MAX: Final = 107
+"""The longest unix socket path Linux accepts (``sun_path`` is 108 bytes with the NUL)."""
+
+_WELCOME: Final = b'"welcome"'
+"""In every ``welcome`` (a cheap test before decoding the frame's ``op``): an upstream's
+welcomes answer the hellos the relay sent, not the client's, and are dropped."""
+
+OWNER_GONE: Final = CloseCode.TRY_AGAIN
+"""The close a client gets when the owner of a workspace it uses cannot be reached or went
+away without a close frame (a worker restarting): 1013, try again later (and resume)."""
+
+
+class WorkerRole(msgspec.Struct, frozen=True, kw_only=True):
+    """This process is worker ``index`` of ``count``; internal sockets live in ``socket_dir``."""
+
+    index: int
+    count: int
+    socket_dir: Path
+
+    def owns(self, workspace: str) -> bool:
+        return owner_of(workspace, self.count) == self.index
+
+    def socket(self, index: int) -> Path:
+        return internal_socket(self.socket_dir, index)
+
+
+def internal_socket(socket_dir: Path, index: int) -> Path:
+    """The internal socket of worker ``index`` (checked against the unix path limit by the
+    supervisor before any worker starts)."""
+    return socket_dir / f"{index}.sock"
+
+
+class _Route(msgspec.Struct):
+    """The two fields a frame is routed by; the rest is skipped, not decoded."""
+
+    op: str | None = None
+    workspace: str | None = None
+
+
+_route = msgspec.json.Decoder(_Route)
+
+
+def _is_welcome(data: bytes) -> bool:
+    try:
+        return _route.decode(data).op == "welcome"
+    except msgspec.MsgspecError:
+        return False
+
+
+class Forwarder:
+    """The relay of one client connection to the owners of its workspaces (module doc)."""
+
+    def __init__(self, connection: Connection, role: WorkerRole, max_depth: int) -> None:
+        self.connection = connection
+        self.role = role
+        self.max_depth = max_depth
+        self.upstreams: dict[int, ClientConnection] = {}
+        self._hello: str | bytes | None = None  # the client's last hello (its token)
+        self._opening: dict[int, asyncio.Lock] = {}
+        self._gone = False  # an owner was unreachable: the connection is closing (1013)
+
+    async def route(self, data: str | bytes) -> bool:
+        """Relay ``data`` (one text frame of the client) when another worker owns its
+        workspace; True when relayed. False: the connection handles it (including every
+        frame that does not decode here; the session then answers it as it would)."""
+        if json_too_deep(data, self.max_depth):
+            return False
+        try:
+            route = _route.decode(data)
+        except msgspec.MsgspecError:
+            return False
+        if route.workspace is None:
+            if route.op == "hello":
+                self._hello = data
+                for other in list(self.upstreams.values()):
+                    with contextlib.suppress(ConnectionClosed):
+                        await other.send(data)
+            return False
+        if not self.connection.authenticated:
+            return False
+        owner = owner_of(route.workspace, self.role.count)
+        if owner == self.role.index:
+            return False
+        if self._gone:
+            return True  # (dropped: the close is queued)
+        upstream: ClientConnection | None = self.upstreams.get(owner)
+        if upstream is None:
+            upstream = await self._open(owner)
+        if upstream is None:
+            return True  # the connection is closing (1013, see _open)
+        # Closed: the pump closes the client connection with what the owner said.
+        with contextlib.suppress(ConnectionClosed):
+            await upstream.send(data)
+        return True
+
+    async def _open(self, owner: int) -> ClientConnection | None:
+        lock = self._opening.setdefault(owner, asyncio.Lock())
+        async with lock:
+            if owner in self.upstreams:
+                return self.upstreams[owner]
+            headers = {}
+            authorization = self.connection.authorization
+            if authorization is not None:
+                headers["Authorization"] = authorization
+            try:
+                upstream = await unix_connect(
+                    str(self.role.socket(owner)),
+                    uri="ws://localhost/",
+                    additional_headers=headers,
+                    subprotocols=[Subprotocol(SUBPROTOCOL)],
+                    max_size=None,  # the owner bounds its frames; this is not a client
+                    compression=None,
+                    ping_interval=None,  # a local socket: no keepalive needed
+                )
+                if authorization is None and self._hello is not None:
+                    await upstream.send(self._hello)
+            except (OSError, InvalidHandshake, ConnectionClosed, TimeoutError) as e:
+                log.warning("worker %d unreachable: %s", owner, e)
+                self._gone = True
+                self.connection.queue.push(Close(int(OWNER_GONE), "workspace owner unavailable"))
+                return None
+            self.upstreams[owner] = upstream
+            if self.connection.spawn_task(self._pump(owner, upstream), f"upstream:{owner}") is None:
+                await upstream.close()
+                return None
+            return upstream
+
+    async def _pump(self, owner: int, upstream: ClientConnection) -> None:
+        """The owner's frames into the client's queue, until either side closes."""
+        connection = self.connection
+        try:
+            while True:
+                data = await upstream.recv(decode=False)
+                if _WELCOME in data and _is_welcome(data):
+                    continue
+                if not await connection.relay((data, None, NOT_AN_EVENT)):
+                    return
+        except ConnectionClosed:
+            received = upstream.protocol.close_rcvd
+            if received is not None and received.code != 1000:
+                code, reason = received.code, received.reason
+            else:
+                code, reason = int(OWNER_GONE), "workspace owner went away"
+            connection.queue.push(Close(code, reason))
+        finally:
+            self.upstreams.pop(owner, None)
+
+    async def aclose(self) -> None:
+        """Close every upstream (the client connection ended)."""
+        upstreams, self.upstreams = list(self.upstreams.values()), {}
+        for upstream in upstreams:
+            with contextlib.suppress(Exception):
+                await upstream.close()
