@@ -587,8 +587,12 @@ async def test_fork_bomb_is_bounded(hostile: Hostile, targets: Targets) -> None:
         await watcher
     # Bounded: never more processes than the limit, and gone with the run. Usually the bomb
     # fizzles and the program goes on to print the marker; on a loaded machine it may still be
-    # forking at the timeout, which then kills it all.
-    assert result.reason == "timeout" or targets.marker.encode() in result.stdout, result
+    # forking at the timeout, which then kills it all, or still hold every pid when the shell
+    # forks its own `sleep`, which the limit then refuses the shell itself (it exits 2).
+    refused = result.reason == "exit" and b"can't fork" in result.stderr
+    assert result.reason == "timeout" or refused or targets.marker.encode() in result.stdout, (
+        result
+    )
     assert peak <= HOSTILE_PIDS
     assert await hostile.leftovers(targets, hostile.last_ids) == []
 
