@@ -53,7 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -502,6 +502,24 @@ async def settle(pid: int, *, quiet: float = 0.1, within: float = 30.0) -> None:
         last = now
 
 
+async def publish_closed_loop(
+    peer: Peer, data: bytes, window: int, acked: list[int], stopping: Callable[[], bool]
+) -> None:
+    """One publisher of an ingest run: ``window`` publishes of ``data`` in flight, the next
+    sent as each is acknowledged (counted in ``acked[0]``), until ``stopping()``."""
+    assert peer.client is not None
+    for _ in range(window):
+        peer.client.send(data)
+    while True:
+        reply = await peer.replies.get()
+        if not reply.startswith(b'{"op":"ack"'):
+            raise RuntimeError(f"publish failed: {reply[:300]!r}")
+        acked[0] += 1
+        if stopping():
+            return
+        peer.client.send(data)
+
+
 async def measure_ingest(
     target: Target, publishers: int, seconds: float, window: int, cpu: list[float] | None = None
 ) -> float:
@@ -514,19 +532,9 @@ async def measure_ingest(
     stop = False
     start = 0.0
 
-    async def run(peer: Peer) -> None:
-        assert peer.client is not None
+    def run(peer: Peer) -> Awaitable[None]:
         data = publish_for(target, workspace, 0, peer)
-        for _ in range(window):
-            peer.client.send(data)
-        while True:
-            reply = await peer.replies.get()
-            if not reply.startswith(b'{"op":"ack"'):
-                raise RuntimeError(f"publish failed: {reply[:300]!r}")
-            acked[0] += 1
-            if stop:
-                return
-            peer.client.send(data)
+        return publish_closed_loop(peer, data, window, acked, lambda: stop)
 
     tasks = [asyncio.create_task(run(p)) for p in peers]
     try:

@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -47,6 +48,7 @@ from hub_bench import (
     Peer,
     Target,
     _wait_banner,
+    publish_closed_loop,
     publish_frame,
     settle,
     thread_cpu,
@@ -131,19 +133,9 @@ async def ingest(
     acked = [0]
     stop = False
 
-    async def run(peer: Peer, workspace: str) -> None:
-        assert peer.client is not None
+    def run(peer: Peer, workspace: str) -> Awaitable[None]:
         data = publish_frame(workspace, 0)
-        for _ in range(window):
-            peer.client.send(data)
-        while True:
-            reply = await peer.replies.get()
-            if not reply.startswith(b'{"op":"ack"'):
-                raise RuntimeError(f"publish failed: {reply[:300]!r}")
-            acked[0] += 1
-            if stop:
-                return
-            peer.client.send(data)
+        return publish_closed_loop(peer, data, window, acked, lambda: stop)
 
     tasks = [asyncio.create_task(run(p, w)) for p, w in zip(peers, workspaces, strict=True)]
     try:

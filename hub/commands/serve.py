@@ -19,7 +19,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -218,20 +218,14 @@ async def serve_command(args: argparse.Namespace) -> int:
                 _serve_http(hub, signer, config, stop, a2a=not args.no_a2a), name="agora-http"
             )
 
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    signals = (signal.SIGTERM, signal.SIGINT)
-    for sig in signals:
-        loop.add_signal_handler(sig, stop.set)
     try:
-        await hub.run(stop, on_ready=ready)
+        with _stopped_by_signals() as stop:
+            await hub.run(stop, on_ready=ready)
     except AgoraError as e:
         return fail("serve", e)
     except OSError as e:
         return fail("serve", f"cannot listen on {config.server.host}:{config.server.port}: {e}")
     finally:
-        for sig in signals:
-            loop.remove_signal_handler(sig)
         await tracing.aclose()
     logging.getLogger("agora.server").info("stopped")
     return 0
@@ -265,19 +259,26 @@ async def _supervise(
         http=not args.no_http,
         banner_data=config.storage.data_dir,
     )
+    with _stopped_by_signals() as stop, reserved:
+        code = await supervisor.run(stop)
+    logging.getLogger("agora.server").info("stopped")
+    return code
+
+
+@contextlib.contextmanager
+def _stopped_by_signals() -> Iterator[asyncio.Event]:
+    """An event that SIGTERM and SIGINT set while inside (their handlers go on the way out):
+    what stops a hub, a worker and a supervisor alike."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     signals = (signal.SIGTERM, signal.SIGINT)
     for sig in signals:
         loop.add_signal_handler(sig, stop.set)
     try:
-        with reserved:
-            code = await supervisor.run(stop)
+        yield stop
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
-    logging.getLogger("agora.server").info("stopped")
-    return code
 
 
 async def _until_orphaned(parent: int, stop: asyncio.Event) -> None:
