@@ -220,19 +220,34 @@ async def test_carried_events_that_do_not_continue_the_head_are_read_instead(
     nodes: tuple[Node, Node],
 ) -> None:
     """A catch-up folds carried events only when they decode as events of the workspace
-    continuing its head; anything else (garbage, another workspace's, a gap) is read back."""
+    continuing its head; anything else is read back from the log. Each case has a workspace
+    of its own, open at head 0 on a Workspaces of B's store that no follower feeds (so only
+    this catch-up folds), and what its listener gets shows which was folded."""
     a, b = nodes
-    await b.workspaces.head(W)
-    written = (
-        await a.workspaces.publish(W, [message(str(i)) for i in range(4)], producer="alice")
-    ).events
-    other = (await a.workspaces.publish("other", [message("o")], producer="alice")).events
-    bodies = [encode_event(e) for e in written]
-    garbage = [b"[not json", b"[" + encode_event(other[0]) + b"]", b"[" + bodies[3] + b"]"]
-    for carried in garbage:
-        assert await b.workspaces.catch_up(W, 4, [carried]) in (0, 4)
-    assert b.recorder.seen.get(W) == [(e.seq, e.id) for e in written]
-    assert b.workspaces.open_head(W) == 4
+    here = Workspaces(b.store, snapshot_every=0)
+    recorder = Recorder()
+    here.add_listener(recorder)
+    other = (await a.workspaces.publish("other", [message("o")], producer="alice")).events[0]
+    cases = {
+        "garbage": lambda events: b"[not json",
+        # seq 1, but of another workspace: folded, it would stand in for this one's seq 1
+        "foreign": lambda events: b"[" + encode_event(other) + b"]",
+        # after a gap (seq 2..4 while the head is 0): left to the read
+        "gap": lambda events: b"[" + b",".join(encode_event(e) for e in events[1:]) + b"]",
+    }
+    for name, carried in cases.items():
+        await here.head(name)  # open before A writes
+        written = (
+            await a.workspaces.publish(name, [message(str(i)) for i in range(4)], producer="a")
+        ).events
+        assert await here.catch_up(name, 4, [carried(written)]) == 4
+        assert recorder.seen.get(name) == [(e.seq, e.id) for e in written], name
+    await here.head("valid")
+    written = (await a.workspaces.publish("valid", [message("v")], producer="a")).events
+    valid = b"[" + encode_event(written[0]) + b"]"
+    assert await here.catch_up("valid", 1, [valid]) == 1  # the control: used as carried
+    assert recorder.seen.get("valid") == [(1, written[0].id)]
+    await here.aclose()
 
 
 def test_notifications_carry_what_fits_and_parse_back() -> None:
