@@ -39,7 +39,7 @@ from hub.core.errors import IntegrityError
 
 HASH_SIZE: Final = 32
 EMPTY_ROOT: Final = hashlib.sha256(b"").digest()
-_LEAF: Final = b"\x00"
+LEAF_PREFIX: Final = b"\x00"  # RFC 9162 §2.1.1: a leaf hash is SHA-256(0x00 ‖ data)
 _NODE: Final = b"\x01"
 
 
@@ -74,7 +74,7 @@ class MappingReader:
 
 def leaf_hash(data: bytes) -> bytes:
     """SHA-256(0x00 || data): the hash of one leaf."""
-    return hashlib.sha256(_LEAF + data).digest()
+    return hashlib.sha256(LEAF_PREFIX + data).digest()
 
 
 def node_hash(left: bytes, right: bytes) -> bytes:
@@ -228,57 +228,63 @@ class CompactRange:
         self.size += 1
         self.stored += added
 
-    def extend(self, records: Iterable[bytes], out: list[bytes]) -> None:
-        """Add a leaf for each of ``records`` (leaf data: its hash is
-        :func:`leaf_hash` of it), adding every new stored hash to ``out`` in stored order.
-        One tight loop: the writer runs it for every event it commits."""
+    def extend(self, leaves: Iterable[bytes], out: list[bytes]) -> None:
+        """Add each of ``leaves`` (leaf hashes: :func:`leaf_hash` of each record), adding
+        every new stored hash to ``out`` in stored order. One tight loop, every callee bound
+        once: the writer runs it for every event it commits."""
         stack = self.hashes
+        pop = stack.pop
+        push = stack.append
         append = out.append
         n = self.size
         sha256 = hashlib.sha256
+        node = _NODE
         start = len(out)
-        for data in records:
-            current = sha256(_LEAF + data).digest()
+        for current in leaves:
             append(current)
             m = n
             while m & 1:
-                current = sha256(_NODE + stack.pop() + current).digest()
+                current = sha256(node + pop() + current).digest()
                 append(current)
                 m >>= 1
-            stack.append(current)
+            push(current)
             n += 1
         self.size = n
         self.stored += len(out) - start
 
-    def extend_groups(self, records: Iterable[bytes], out: list[bytes]) -> None:
+    def extend_groups(self, leaves: Iterable[bytes], out: list[bytes]) -> None:
         """:meth:`extend`, but adding one item per leaf to ``out``: the group of hashes
         that leaf stores (its own hash, then each subtree it completes: see
         :func:`stored_hash_leaf`), concatenated. For a store that keeps each group beside
-        its event (no row or index entry of its own)."""
+        its event (no row or index entry of its own).
+
+        The leaves come hashed (the writer hashes each while it seals the event, with its
+        canonical bytes at hand), and every callee is bound to a local: under the GIL, inside
+        every commit, the lookups were a third of this loop's time beside its SHA-256 calls."""
         stack = self.hashes
+        pop = stack.pop
+        push = stack.append
         append = out.append
         n = self.size
         sha256 = hashlib.sha256
-        # The leaves first, in one comprehension (it runs inside every commit, under the GIL:
-        # measured 10% less than hashing each leaf inside the loop below).
-        leaves = [sha256(_LEAF + data).digest() for data in records]
-        added = len(leaves)
+        node = _NODE
+        added = 0
         for current in leaves:
-            if n & 1:
+            if n & 1:  # completes at least one subtree: the leaf's hash, then each node
                 group = current
                 m = n
                 while m & 1:
-                    current = sha256(_NODE + stack.pop() + current).digest()
+                    current = sha256(node + pop() + current).digest()
                     group += current
                     added += 1
                     m >>= 1
                 append(group)
             else:
                 append(current)
-            stack.append(current)
+            push(current)
             n += 1
+        self.stored += added + n - self.size
         self.size = n
-        self.stored += added
 
     def frontier(self) -> tuple[bytes, ...]:
         return tuple(self.hashes)
@@ -551,6 +557,7 @@ def check_consistency(
 __all__ = [
     "EMPTY_ROOT",
     "HASH_SIZE",
+    "LEAF_PREFIX",
     "CompactRange",
     "HashReader",
     "MappingReader",

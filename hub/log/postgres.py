@@ -1070,8 +1070,8 @@ class PostgresEventStore(EventStore):
                 trees: dict[str, TreeTip] = {}
                 if decision.rows:
                     hash_rows, trees = grow_trees(
-                        decision.records,
-                        await self._trees_of(conn, decision.records),
+                        decision.growth,
+                        await self._trees_of(conn, decision.growth),
                         decision.staged,
                     )
                     await self._write(conn, decision.rows, decision.staged, hash_rows)
@@ -1201,6 +1201,7 @@ class PostgresEventStore(EventStore):
             position=int(found[0]["last"]) + 1,
             now=now,
             mint=_mint_ids,
+            tree=True,
         )
         return decision, now
 

@@ -491,7 +491,7 @@ class _Writer:
             trees: dict[str, TreeTip] = {}
             if decision.rows and self.merkle:
                 groups, trees = grow_groups(
-                    decision.records, self._trees(conn, decision.records), decision.staged
+                    decision.growth, self._trees(conn, decision.growth), decision.staged
                 )
                 # Each workspace's groups are in seq order, as its rows are.
                 nexts = {w: iter(g).__next__ for w, g in groups.items()}
@@ -591,6 +591,7 @@ class _Writer:
             position=self.next_position,
             now=now,
             mint=mint_ids,
+            tree=self.merkle,
         )
         return decision, now
 
@@ -613,16 +614,14 @@ class _Writer:
 
     # -- the Merkle tree ---------------------------------------------------------------------
 
-    def _trees(
-        self, conn: sqlite3.Connection, records: dict[str, TreeGrowth]
-    ) -> dict[str, TreeTip]:
+    def _trees(self, conn: sqlite3.Connection, growth: dict[str, TreeGrowth]) -> dict[str, TreeTip]:
         """The tree each written workspace grows from: cached, else its frontier read back,
         else rebuilt from the events (in the batch's transaction)."""
         trees: dict[str, TreeTip] = {}
-        for workspace, growth in records.items():
+        for workspace, grown in growth.items():
             tree = self.trees.get(workspace)
-            if tree is None or not tree.matches(growth.size, growth.head):
-                tree = self._load_tree(conn, workspace, growth.size, growth.head)
+            if tree is None or not tree.matches(grown.size, grown.head):
+                tree = self._load_tree(conn, workspace, grown.size, grown.head)
             trees[workspace] = tree
         return trees
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import hashlib
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, NamedTuple, TypeAlias
@@ -52,7 +53,7 @@ from hub.core.errors import (
     Unavailable,
 )
 from hub.core.events import EVENT_TYPES, Event, encode_event
-from hub.core.merkle import CompactRange, stored_hash_count
+from hub.core.merkle import LEAF_PREFIX, CompactRange, leaf_hash, stored_hash_count
 from hub.core.records import AppendResult
 from hub.core.validation import validate_workspace
 from hub.log.base import CommitObserver
@@ -538,19 +539,20 @@ def _fail(requests: Iterable[WriteRequest], why: str) -> None:
 
 class TreeGrowth(NamedTuple):
     """How one workspace's tree grows in a batch: from the tree of ``size`` whose chain
-    head is ``head``, by a leaf per entry of ``records`` (canonical event bytes)."""
+    head is ``head``, by ``leaves``: the leaf hash (hub.core.merkle.leaf_hash) of each new
+    event's canonical bytes, in seq order."""
 
     size: int
     head: str
-    records: list[bytes]
+    leaves: list[bytes]
 
 
-def _grow(records: dict[str, TreeGrowth], workspace: str, current: Tip) -> list[bytes]:
-    """The list collecting ``workspace``'s new canonical bytes in this batch."""
-    growth = records.get(workspace)
-    if growth is None:
-        growth = records[workspace] = TreeGrowth(current[0], current[1], [])
-    return growth.records
+def _grow(growth: dict[str, TreeGrowth], workspace: str, current: Tip) -> list[bytes]:
+    """The list collecting ``workspace``'s new leaf hashes in this batch."""
+    grown = growth.get(workspace)
+    if grown is None:
+        grown = growth[workspace] = TreeGrowth(current[0], current[1], [])
+    return grown.leaves
 
 
 class Decision(NamedTuple):
@@ -564,10 +566,10 @@ class Decision(NamedTuple):
     """The new tip of every workspace written: the truth once the transaction commits."""
     position: int
     """The next free position once the transaction commits."""
-    records: dict[str, TreeGrowth]
-    """Per workspace written: where its tree grows from and the canonical bytes
-    (hub.core.chain) of its new events in seq order, what their Merkle leaves cover
-    (:func:`grow_trees`)."""
+    growth: dict[str, TreeGrowth]
+    """Per workspace written: where its tree grows from and the leaf hashes of its new
+    events in seq order (:func:`grow_trees`); empty when the batch was decided with
+    ``tree=False``."""
 
 
 def batch_timestamp(last: int) -> int:
@@ -585,14 +587,16 @@ def decide_batch(
     position: int,
     now: int,
     mint: Callable[[int, int], list[str]],
+    tree: bool,
 ) -> Decision:
     """Check and seal every request of ``batch`` in memory; nothing is written.
 
     ``tip(workspace)``: the workspace's stored tip (:data:`EMPTY_TIP` when it has no
     events). ``known``: the batch's client-chosen ids already stored, ``(workspace, id)`` →
     ``(seq, body)``. ``position``: the first free position. ``now``: the batch's timestamp.
-    ``mint(now, count)``: ``count`` new event ids. A request fails alone, with
-    :class:`Conflict` (stale ``expected_seq``, ids partly written before, import into a
+    ``mint(now, count)``: ``count`` new event ids. ``tree``: hash each new event's Merkle
+    leaf (:attr:`Decision.growth`) while its canonical bytes are at hand. A request fails
+    alone, with :class:`Conflict` (stale ``expected_seq``, ids partly written before, import into a
     non-empty workspace), :class:`BadRequest` (an event that cannot be encoded) or
     :class:`IntegrityError` (a retried batch whose stored events cannot be decoded); errors
     of ``tip`` propagate and fail the whole batch.
@@ -600,7 +604,7 @@ def decide_batch(
     staged: dict[str, Tip] = {}
     written: dict[tuple[str, str], Event] = {}
     rows: list[tuple[Event, bytes]] = []
-    records: dict[str, TreeGrowth] = {}
+    growth: dict[str, TreeGrowth] | None = {} if tree else None
     outcomes: list[WriteOutcome] = []
     minted = iter(
         mint(now, sum(r.size - len(r.client_ids) for r in batch if isinstance(r, Append)))
@@ -609,15 +613,15 @@ def decide_batch(
         try:
             if isinstance(req, Append):
                 result, position = _append_one(
-                    req, tip, staged, written, known, minted, rows, records, position, now
+                    req, tip, staged, written, known, minted, rows, growth, position, now
                 )
                 outcomes.append(result)
             else:
-                outcomes.append(_import_one(req, tip, staged, rows, records, position))
+                outcomes.append(_import_one(req, tip, staged, rows, growth, position))
                 position += req.size
         except AgoraError as e:
             outcomes.append(e)
-    return Decision(outcomes, rows, staged, position, records)
+    return Decision(outcomes, rows, staged, position, {} if growth is None else growth)
 
 
 def _append_one(
@@ -628,7 +632,7 @@ def _append_one(
     known: Mapping[tuple[str, str], tuple[int, bytes]],
     minted: Iterator[str],
     rows: list[tuple[Event, bytes]],
-    records: dict[str, TreeGrowth],
+    growth: dict[str, TreeGrowth] | None,
     position: int,
     now: int,
 ) -> tuple[AppendResult, int]:
@@ -652,7 +656,9 @@ def _append_one(
             expected=req.expected_seq,
         )
     new_rows: list[tuple[Event, bytes]] = []
-    new_canonical: list[bytes] = []
+    leaves: list[bytes] = []
+    hashing = growth is not None
+    sha256 = hashlib.sha256
     try:
         for draft in req.drafts:
             seq += 1
@@ -667,14 +673,16 @@ def _append_one(
                 prev=prev,
             )
             new_rows.append((event, encode_event(event)))  # fails here, before anything is staged
-            new_canonical.append(encoded)
+            if hashing:  # hub.core.merkle.leaf_hash, inlined: once per event
+                leaves.append(sha256(LEAF_PREFIX + encoded).digest())
             prev = event.hash or GENESIS
             position += 1
     except (TypeError, ValueError, msgspec.EncodeError) as e:
         index = len(new_rows)
         raise BadRequest(f"event {index} cannot be encoded: {e}", index=index) from e
     rows.extend(new_rows)
-    _grow(records, workspace, current).extend(new_canonical)
+    if growth is not None:
+        _grow(growth, workspace, current).extend(leaves)
     sealed = tuple(event for event, _ in new_rows)
     if req.client_ids:  # minted ids are new by construction: only client ids can repeat
         for event in sealed:
@@ -706,7 +714,7 @@ def _import_one(
     tip: Callable[[str], Tip],
     staged: dict[str, Tip],
     rows: list[tuple[Event, bytes]],
-    records: dict[str, TreeGrowth],
+    growth: dict[str, TreeGrowth] | None,
     position: int,
 ) -> int:
     workspace = req.workspace
@@ -716,13 +724,15 @@ def _import_one(
             f"workspace {workspace!r} is not empty (head {current[0]}); import needs an empty one",
             head=current[0],
         )
-    grown = _grow(records, workspace, current)
     for event in req.events:
         # Positions belong to this store; everything hashed stays verbatim.
         stored = msgspec.structs.replace(event, position=position)
         rows.append((stored, encode_event(stored)))
-        grown.append(canonical_bytes(event))
         position += 1
+    if growth is not None:
+        _grow(growth, workspace, current).extend(
+            leaf_hash(canonical_bytes(event)) for event in req.events
+        )
     last = req.events[-1]
     staged[workspace] = (last.seq, last.hash or GENESIS, position - 1, last.timestamp)
     return len(req.events)
@@ -781,21 +791,21 @@ def runs(workspace: str, first: int, hashes: list[bytes]) -> list[HashRow]:
 
 
 def grow_trees(
-    records: Mapping[str, TreeGrowth], trees: Mapping[str, TreeTip], staged: Mapping[str, Tip]
+    growth: Mapping[str, TreeGrowth], trees: Mapping[str, TreeTip], staged: Mapping[str, Tip]
 ) -> tuple[list[HashRow], dict[str, TreeTip]]:
     """The stored hashes a batch adds (one run per workspace), and each written workspace's
-    new tree tip. ``records``: :attr:`Decision.records`; ``trees``: each written workspace's
+    new tree tip. ``growth``: :attr:`Decision.growth`; ``trees``: each written workspace's
     tree as of the batch's start (its :class:`TreeGrowth` size and head); ``staged``: the
-    new chain tips. Each workspace's leaves are hashed and added in one tight loop
+    new chain tips. Each workspace's leaves are added in one tight loop
     (hub.core.merkle.CompactRange.extend): this runs inside every commit."""
     hash_rows: list[HashRow] = []
     tips: dict[str, TreeTip] = {}
-    for workspace, growth in records.items():
+    for workspace, grown in growth.items():
         tree = trees[workspace]
         compact = CompactRange(tree.size, tree.frontier)
         first = compact.stored
         hashes: list[bytes] = []
-        compact.extend(growth.records, hashes)
+        compact.extend(grown.leaves, hashes)
         seq, head = staged[workspace][0], staged[workspace][1]
         assert compact.size == seq, "bad math: the tree and the chain disagree on the size"
         hash_rows.extend(runs(workspace, first, hashes))
@@ -804,7 +814,7 @@ def grow_trees(
 
 
 def grow_groups(
-    records: Mapping[str, TreeGrowth], trees: Mapping[str, TreeTip], staged: Mapping[str, Tip]
+    growth: Mapping[str, TreeGrowth], trees: Mapping[str, TreeTip], staged: Mapping[str, Tip]
 ) -> tuple[dict[str, list[bytes]], dict[str, TreeTip]]:
     """:func:`grow_trees` for a store that keeps each event's stored hashes in the event's
     own row: per written workspace, one group per new event in seq order (the hashes that
@@ -812,11 +822,11 @@ def grow_groups(
     workspace's new tree tip."""
     groups: dict[str, list[bytes]] = {}
     tips: dict[str, TreeTip] = {}
-    for workspace, growth in records.items():
+    for workspace, grown in growth.items():
         tree = trees[workspace]
         compact = CompactRange(tree.size, tree.frontier)
         out: list[bytes] = []
-        compact.extend_groups(growth.records, out)
+        compact.extend_groups(grown.leaves, out)
         seq, head = staged[workspace][0], staged[workspace][1]
         assert compact.size == seq, "bad math: the tree and the chain disagree on the size"
         groups[workspace] = out
@@ -854,18 +864,18 @@ class TreeBuilder:
         tip = self.tip
         compact = CompactRange(tip.size, tip.frontier)
         head = tip.head
-        records: list[bytes] = []
+        leaves: list[bytes] = []
         for event in events:
-            if event.seq != compact.size + len(records) + 1 or event.workspace != self.workspace:
+            if event.seq != compact.size + len(leaves) + 1 or event.workspace != self.workspace:
                 raise IntegrityError(
                     f"cannot build the tree of {self.workspace!r}: expected seq "
-                    f"{compact.size + len(records) + 1}, got seq {event.seq}",
-                    seq=compact.size + len(records) + 1,
+                    f"{compact.size + len(leaves) + 1}, got seq {event.seq}",
+                    seq=compact.size + len(leaves) + 1,
                 )
-            records.append(canonical_bytes(event))
+            leaves.append(leaf_hash(canonical_bytes(event)))
             head = event.hash or GENESIS
         if grouped:
-            compact.extend_groups(records, out)
+            compact.extend_groups(leaves, out)
         else:
-            compact.extend(records, out)
+            compact.extend(leaves, out)
         self.tip = TreeTip(compact.size, head, compact.frontier())

@@ -173,13 +173,16 @@ def test_stored_hash_leaf_inverts_the_index_into_leaf_groups() -> None:
 
 @given(data=st.lists(st.binary(max_size=8), max_size=70), cut=st.integers(0, 70))
 def test_extend_groups_stores_the_same_hashes_per_leaf(data: list[bytes], cut: int) -> None:
+    leaves = [leaf_hash(d) for d in data]
     flat: list[bytes] = []
-    merkle.CompactRange().extend(data, flat)
+    merkle.CompactRange().extend(leaves, flat)
+    assert flat == append_leaves((), 0, leaves)[1]  # the one-leaf-at-a-time reference
     first = merkle.CompactRange()
     groups: list[bytes] = []
-    first.extend_groups(data[:cut], groups)
+    first.extend_groups(leaves[:cut], groups)
     second = merkle.CompactRange(first.size, first.frontier())  # as the next batch
-    second.extend_groups(data[cut:], groups)
+    second.extend_groups(leaves[cut:], groups)
+    assert second.frontier() == append_leaves((), 0, leaves)[0]
     assert b"".join(groups) == b"".join(flat)
     assert [len(g) // 32 for g in groups] == [merkle.group_size(n) for n in range(len(data))]
     assert second.stored == len(flat) == stored_hash_count(len(data))
