@@ -53,7 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(given)
+    # What followed the command's name, as given (`agora serve --workers N` starts each worker
+    # with its own serve arguments): the parser takes no option before the command.
+    args.command_argv = given[given.index(args.command) + 1 :] if args.command in given else []
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()

@@ -18,7 +18,6 @@ import contextlib
 import logging
 import os
 import signal
-import sys
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -249,10 +248,9 @@ async def _supervise(
     env = dict(os.environ)
     if given_secret is not None:
         env[SECRET_ENV] = given_secret  # only in the workers' environment (they remove it)
-    argv = sys.argv[sys.argv.index("serve") + 1 :] if "serve" in sys.argv else []
     supervisor = Supervisor(
         count=server.workers,
-        argv=argv,
+        argv=args.command_argv,
         env=env,
         host=server.host,
         port=reserved.getsockname()[1],
