@@ -60,7 +60,7 @@ from hub.core.events import HUB_KINDS, OP_KINDS, ArtifactPublished, Event, FileW
 from hub.core.projections.snapshots import DEFAULT_SNAPSHOT_EVERY
 from hub.core.projections.workspace import FileEntry, WorkspaceState, evolve
 from hub.core.records import AppendResult
-from hub.core.rules.decide import decide, reads_state
+from hub.core.rules.decide import decide, kinds_read
 from hub.core.validation import (
     DEFAULT_LIMITS,
     Limits,
@@ -70,7 +70,7 @@ from hub.core.validation import (
     validate_draft,
     validate_workspace,
 )
-from hub.log.base import EventStore
+from hub.log.base import AppendItem, EventStore
 from hub.log.codec import UNDECODABLE, decode_joined
 from hub.log.ids import mint_id
 from hub.log.intents import BlobStaging, sweep_intents
@@ -149,12 +149,29 @@ class _Live:
 
 class _Decided(NamedTuple):
     """One batch of :meth:`Workspaces.publish_many` decided in a run: its index, its prepared
-    drafts, the tentative head it was decided on, and whether it must land right after it."""
+    drafts, the tentative head it was decided on, whether it must land right after it, and
+    what the store may let it land after instead (:func:`_tolerated`)."""
 
     at: int
     drafts: list[Event]
     base: int
     ordered: bool
+    reads: frozenset[str] | None
+
+
+def _tolerated(
+    live: _Live, kinds: frozenset[str], expected_seq: int | None
+) -> frozenset[str] | None:
+    """The ``reads`` to give the store for a batch decided now on ``live.tentative`` that reads
+    ``kinds`` of the state (hub.core.rules.decide.kinds_read): those kinds when the decision
+    read the *committed* state (nothing of this node in flight before it), so that every event
+    of the log up to its base is one it saw and any later one of another kind (another node's
+    messages) cannot change it: the store then appends it after them instead of refusing it.
+    None (any later event refuses it) for a batch decided on a prediction, and for a client's
+    own ``expectedSeq``, which means the head it names."""
+    if not kinds or expected_seq is not None or live.in_flight:
+        return None
+    return kinds if live.tentative.seq == live.committed.seq else None
 
 
 class _Publishing(NamedTuple):
@@ -463,7 +480,8 @@ class Workspaces:
             # The hub's own writes (a run's pulled files, artifacts) are bounded where they
             # are collected; refusing them here would lose a finished run's record.
             await self._check_batch_quota(workspace, prepared)
-        ordered = expected_seq is not None or reads_state(prepared)
+        kinds = kinds_read(prepared)
+        ordered = expected_seq is not None or bool(kinds)
         if staged is not None:
             if staged.workspace != workspace:
                 raise ValueError(
@@ -475,6 +493,7 @@ class Workspaces:
                 producer,
                 expected_seq=expected_seq,
                 ordered=ordered,
+                kinds=kinds,
                 submitted=submitted,
                 pending_blobs=pending_blobs,
                 staged=staged,
@@ -491,6 +510,7 @@ class Workspaces:
                 producer,
                 expected_seq=expected_seq,
                 ordered=ordered,
+                kinds=kinds,
                 submitted=submitted,
                 pending_blobs=pending_blobs,
                 staged=staged,
@@ -508,6 +528,7 @@ class Workspaces:
         *,
         expected_seq: int | None,
         ordered: bool,
+        kinds: frozenset[str],
         submitted: asyncio.Future[None] | None,
         pending_blobs: list[_PendingBlob],
         staged: BlobStaging,
@@ -550,7 +571,13 @@ class Workspaces:
                     await staged.put(blob.event_id, blob.content, sha256=blob.sha256)
                 pending_blobs.clear()
                 continue
-            result = await self._append(live, prepared, ordered=ordered, submitted=submitted)
+            result = await self._append(
+                live,
+                prepared,
+                ordered=ordered,
+                reads=_tolerated(live, kinds, expected_seq),
+                submitted=submitted,
+            )
             if result is not None:
                 return result
             # Another writer got there first: back off a random moment (two nodes busy on
@@ -705,7 +732,8 @@ class Workspaces:
                 continue
             if prepared is None:
                 return run, index
-            reads = reads_state(prepared)
+            kinds = kinds_read(prepared)
+            reads = bool(kinds)
             ordered = expected_seq is not None or reads
             if live.needs_resync and (ordered or live.resyncing):
                 return run, index
@@ -721,9 +749,11 @@ class Workspaces:
             if expected_seq is not None and expected_seq != tentative.seq:
                 return run, index
             base = tentative.seq
+            tolerated = _tolerated(live, kinds, expected_seq) if reads else None
             for d in prepared:
                 evolve(tentative, msgspec.structs.replace(d, seq=tentative.seq + 1))
-            run.append(_Decided._make((index, prepared, base, ordered)))  # (no Python __new__)
+            # (no Python __new__)
+            run.append(_Decided._make((index, prepared, base, ordered, tolerated)))
         else:
             index = end
         return run, index
@@ -742,7 +772,8 @@ class Workspaces:
             submitted.set_result(None)
         try:
             outcomes = await self.store.append_many(
-                live.name, [(d.drafts, d.base if d.ordered else None) for d in run]
+                live.name,
+                [AppendItem(d.drafts, d.base if d.ordered else None, d.reads) for d in run],
             )
         except Exception as e:
             live.needs_resync = True
@@ -818,12 +849,14 @@ class Workspaces:
         drafts: list[Event],
         *,
         ordered: bool = True,
+        reads: frozenset[str] | None = None,
         submitted: asyncio.Future[None] | None = None,
     ) -> AppendResult | None:
         """Append against the tentative head; None when the batch must be decided again.
 
-        An ``ordered`` batch must land right after the state it was decided on; another one
-        (see :func:`hub.core.rules.decide.reads_state`) may land after events another node
+        An ``ordered`` batch must land right after the state it was decided on, or after events
+        of kinds other than ``reads`` only (:func:`_tolerated`); another one (see
+        :func:`hub.core.rules.decide.reads_state`) may land after any events another node
         wrote meanwhile. ``submitted`` is set as the batch is handed to the store, whose
         first step queues the request before any task this wakes can run (as long as the
         store's queue keeps its callers in order)."""
@@ -837,7 +870,7 @@ class Workspaces:
         try:
             with self._span("agora.append", live.name):
                 result = await self.store.append(
-                    live.name, drafts, expected_seq=base if ordered else None
+                    live.name, drafts, expected_seq=base if ordered else None, reads=reads
                 )
         except Conflict as e:
             live.needs_resync = True

@@ -19,7 +19,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ClassVar, Final, Protocol, Self, TypeVar
+from typing import Any, ClassVar, Final, NamedTuple, Protocol, Self, TypeVar
 
 from hub.core.chain import ChainWalk
 from hub.core.checkpoint import CheckpointRecord
@@ -41,6 +41,15 @@ class CommitHint(Protocol):
     """What :meth:`EventStore.follow` calls after each commit of another writer."""
 
     def __call__(self, workspace: str, head: int, carried: bytes | None = None, /) -> None: ...
+
+
+class AppendItem(NamedTuple):
+    """One :meth:`EventStore.append` call of an :meth:`EventStore.append_many`: its drafts,
+    and its ``expected_seq`` and ``reads`` (see :meth:`EventStore.append`)."""
+
+    drafts: Sequence[Event]
+    expected_seq: int | None = None
+    reads: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -441,7 +450,12 @@ class EventStore(abc.ABC):
 
     @abc.abstractmethod
     async def append(
-        self, workspace: str, drafts: Sequence[Event], *, expected_seq: int | None = None
+        self,
+        workspace: str,
+        drafts: Sequence[Event],
+        *,
+        expected_seq: int | None = None,
+        reads: frozenset[str] | None = None,
     ) -> AppendResult:
         """Append ``drafts`` atomically; return the stored events once durably committed.
 
@@ -449,6 +463,11 @@ class EventStore(abc.ABC):
         draft has none; keeps the draft's ``producer`` (the caller sets it from authentication).
         Raises :class:`hub.core.errors.Conflict` (``details['head']``) when ``expected_seq`` is not
         the current head, or when a batch mixes ids already written with new ones;
+        ``reads``, with ``expected_seq``: the kinds of events the batch was decided on
+        (hub.core.rules.decide.kinds_read) — when the head has moved past ``expected_seq`` by
+        events of other kinds only (checked in the append's own transaction), the batch is
+        appended after them instead (another node's flood of messages does not make a work-item
+        claim stale); None: any event past ``expected_seq`` refuses it;
         :class:`hub.core.errors.BadRequest` for an empty batch or an id repeated in it;
         :class:`hub.core.errors.Unavailable` when the store is not open or the batch could not be
         committed (then nothing of it was written). A batch whose ids were all written before
@@ -458,15 +477,18 @@ class EventStore(abc.ABC):
         """
 
     async def append_many(
-        self, workspace: str, items: Sequence[tuple[Sequence[Event], int | None]]
+        self, workspace: str, items: Sequence[AppendItem]
     ) -> list[AppendResult | Exception]:
-        """Several :meth:`append` calls to ``workspace`` (``(drafts, expected_seq)`` each),
+        """Several :meth:`append` calls to ``workspace`` (an :class:`AppendItem` each),
         started in order and awaited together; one outcome per item, in order (its result or
         the error that refused it alone). A store with a group-commit writer queues them at
         once and wakes the caller once (:meth:`hub.log.writer.GroupCommit.append_many`); this
         default starts one task per item, in order."""
         outcomes = await asyncio.gather(
-            *(self.append(workspace, drafts, expected_seq=seq) for drafts, seq in items),
+            *(
+                self.append(workspace, drafts, expected_seq=seq, reads=reads)
+                for drafts, seq, reads in items
+            ),
             return_exceptions=True,
         )
         results: list[AppendResult | Exception] = []

@@ -76,7 +76,14 @@ from hub.core.events import Event
 from hub.core.merkle import HASH_SIZE, frontier_indexes, stored_hash_count
 from hub.core.records import AppendResult, Head, JoinedPage, Snapshot
 from hub.core.validation import SHA256_RE
-from hub.log.base import BlobIntent, BlobStore, CommitHint, EventStore, stamp_before
+from hub.log.base import (
+    AppendItem,
+    BlobIntent,
+    BlobStore,
+    CommitHint,
+    EventStore,
+    stamp_before,
+)
 from hub.log.blobs import DEFAULT_MAX_BLOB_BYTES
 from hub.log.codec import decode_page, head_from_row, join_bodies
 from hub.log.migrations import Conn, check_version, migrate, quote, validate_schema
@@ -203,6 +210,13 @@ class _Sql:
             f"SELECT e.workspace, e.id, e.seq, e.body FROM {s}.events AS e "
             "JOIN unnest($1::text[], $2::text[]) AS k(workspace, id) "
             "ON e.workspace = k.workspace AND e.id = k.id"
+        )
+        # The kinds appended to each workspace past a seq (decide_batch's kinds_since, for the
+        # requests whose expected seq the head has passed): the last seq of each kind.
+        self.kinds_since = (
+            f"SELECT e.workspace, e.kind, max(e.seq) AS last FROM {s}.events AS e "
+            "JOIN unnest($1::text[], $2::bigint[]) AS k(workspace, after) "
+            "ON e.workspace = k.workspace AND e.seq > k.after GROUP BY e.workspace, e.kind"
         )
         self.bodies_by_id = (
             f"SELECT seq, body FROM {s}.events WHERE workspace = $1 AND id = ANY($2::text[]) "
@@ -1194,6 +1208,7 @@ class PostgresEventStore(EventStore):
         }
         # This node's timestamps never step back (as in the SQLite store).
         now = batch_timestamp(self._last_timestamp)
+        since = await self._kinds_since(conn, batch, tips)
         decision = decide_batch(
             batch,
             tip=lambda workspace: tips.get(workspace, EMPTY_TIP),
@@ -1202,8 +1217,31 @@ class PostgresEventStore(EventStore):
             now=now,
             mint=_mint_ids,
             tree=True,
+            kinds_since=lambda workspace, seq: [
+                kind for kind, last in since.get(workspace, {}).items() if last > seq
+            ],
         )
         return decision, now
+
+    async def _kinds_since(
+        self, conn: Conn, batch: list[WriteRequest], tips: dict[str, Tip]
+    ) -> dict[str, dict[str, int]]:
+        """Per workspace, the last seq of each kind stored past the earliest ``expected_seq``
+        of the batch's requests that name ``reads`` and that the head has passed (under the
+        lock, so what decide_batch checks is what the batch lands after); empty when no
+        request needs it (the common case: no query)."""
+        after: dict[str, int] = {}
+        for req in batch:
+            if isinstance(req, Append) and req.reads is not None and req.expected_seq is not None:
+                head = tips.get(req.workspace, EMPTY_TIP)[0]
+                if req.expected_seq < head:
+                    after[req.workspace] = min(after.get(req.workspace, head), req.expected_seq)
+        if not after:
+            return {}
+        since: dict[str, dict[str, int]] = {}
+        for row in await conn.fetch(self._sql.kinds_since, list(after), list(after.values())):
+            since.setdefault(row[0], {})[row[1]] = int(row[2])
+        return since
 
     async def _known_ids(
         self, conn: Conn, batch: list[WriteRequest]
@@ -1224,13 +1262,18 @@ class PostgresEventStore(EventStore):
     # -- writing ----------------------------------------------------------------------------
 
     async def append(
-        self, workspace: str, drafts: Sequence[Event], *, expected_seq: int | None = None
+        self,
+        workspace: str,
+        drafts: Sequence[Event],
+        *,
+        expected_seq: int | None = None,
+        reads: frozenset[str] | None = None,
     ) -> AppendResult:
         """See :meth:`EventStore.append`."""
-        return await self._commits.append(workspace, drafts, expected_seq)
+        return await self._commits.append(workspace, drafts, expected_seq, reads)
 
     async def append_many(
-        self, workspace: str, items: Sequence[tuple[Sequence[Event], int | None]]
+        self, workspace: str, items: Sequence[AppendItem]
     ) -> list[AppendResult | Exception]:
         """See :meth:`EventStore.append_many` (queued at once, one wake-up)."""
         return list(await self._commits.append_many(workspace, items))

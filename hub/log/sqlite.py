@@ -68,7 +68,7 @@ from hub.core.merkle import (
     stored_hash_leaf,
 )
 from hub.core.records import AppendResult, Head, JoinedPage, Snapshot
-from hub.log.base import EventStore, TreeHead, read_ranges
+from hub.log.base import AppendItem, EventStore, TreeHead, read_ranges
 from hub.log.blobs import FileBlobStore
 from hub.log.codec import (
     READ_MAX_DEPTH,
@@ -172,6 +172,7 @@ _SELECT_TIP: Final = (
     "SELECT seq, hash, position, timestamp FROM events WHERE workspace = ? "
     "ORDER BY seq DESC LIMIT 1"
 )
+_SELECT_KINDS_SINCE: Final = "SELECT DISTINCT kind FROM events WHERE workspace = ? AND seq > ?"
 _SELECT_HEAD: Final = (
     "SELECT workspace, seq, hash, timestamp, position FROM events "
     "WHERE workspace = ? ORDER BY seq DESC LIMIT 1"
@@ -592,6 +593,9 @@ class _Writer:
             now=now,
             mint=mint_ids,
             tree=self.merkle,
+            kinds_since=lambda workspace, seq: [
+                kind for (kind,) in conn.execute(_SELECT_KINDS_SINCE, (workspace, seq))
+            ],
         )
         return decision, now
 
@@ -888,13 +892,18 @@ class SqliteEventStore(EventStore):
     # -- writing ----------------------------------------------------------------------------
 
     async def append(
-        self, workspace: str, drafts: Sequence[Event], *, expected_seq: int | None = None
+        self,
+        workspace: str,
+        drafts: Sequence[Event],
+        *,
+        expected_seq: int | None = None,
+        reads: frozenset[str] | None = None,
     ) -> AppendResult:
         """See :meth:`EventStore.append`."""
-        return await self._commits.append(workspace, drafts, expected_seq)
+        return await self._commits.append(workspace, drafts, expected_seq, reads)
 
     async def append_many(
-        self, workspace: str, items: Sequence[tuple[Sequence[Event], int | None]]
+        self, workspace: str, items: Sequence[AppendItem]
     ) -> list[AppendResult | Exception]:
         """See :meth:`EventStore.append_many` (queued at once, one wake-up)."""
         return list(await self._commits.append_many(workspace, items))

@@ -56,7 +56,7 @@ from hub.core.events import EVENT_TYPES, Event, encode_event
 from hub.core.merkle import LEAF_PREFIX, CompactRange, leaf_hash, stored_hash_count
 from hub.core.records import AppendResult
 from hub.core.validation import validate_workspace
-from hub.log.base import CommitObserver
+from hub.log.base import AppendItem, CommitObserver
 from hub.log.codec import decode_page
 
 _KINDS_BY_TYPE: Final[dict[type[Event], str]] = {t: t.kind for t in EVENT_TYPES}
@@ -91,6 +91,7 @@ class Append:
         "future",
         "group",
         "index",
+        "reads",
         "size",
         "workspace",
     )
@@ -104,10 +105,12 @@ class Append:
         future: asyncio.Future[Any],
         group: Group | None = None,
         index: int = 0,
+        reads: frozenset[str] | None = None,
     ) -> None:
         self.workspace = workspace
         self.drafts = drafts
         self.expected_seq = expected_seq
+        self.reads = reads
         self.client_ids = client_ids
         self.future = future
         self.group = group
@@ -270,7 +273,11 @@ class GroupCommit:
     # -- requests ---------------------------------------------------------------------------
 
     async def append(
-        self, workspace: str, drafts: Sequence[Event], expected_seq: int | None
+        self,
+        workspace: str,
+        drafts: Sequence[Event],
+        expected_seq: int | None,
+        reads: frozenset[str] | None = None,
     ) -> AppendResult:
         """Check an ``append`` call, queue it and wait for its outcome (see
         :meth:`hub.log.base.EventStore.append`). Raises :class:`BadRequest` for bad
@@ -279,7 +286,7 @@ class GroupCommit:
             raise Unavailable("the store is not open")
         validate_workspace(workspace)
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        request = self._append_request(workspace, drafts, expected_seq, future)
+        request = self._append_request(workspace, drafts, expected_seq, future, reads=reads)
         queue = self._queue
         assert queue is not None
         if not self._backlog and not queue.full():
@@ -289,9 +296,9 @@ class GroupCommit:
         return await future
 
     async def append_many(
-        self, workspace: str, items: Sequence[tuple[Sequence[Event], int | None]]
+        self, workspace: str, items: Sequence[AppendItem]
     ) -> list[AppendResult | AgoraError]:
-        """Several ``append`` calls to ``workspace`` (``(drafts, expected_seq)`` each), queued
+        """Several ``append`` calls to ``workspace`` (an :class:`AppendItem` each), queued
         at once in order and awaited together: the caller wakes once for them all (a
         connection's pipelined publishes). Each stays a request of its own, checked, decided
         and answered as :meth:`append` would (its ``expected_seq``, its ids, its outcome), so
@@ -307,10 +314,10 @@ class GroupCommit:
         group = Group(future, 0)
         requests: list[Append] = []
         at: list[int] = []  # the item of each request
-        for index, (drafts, expected_seq) in enumerate(items):
+        for index, (drafts, expected_seq, reads) in enumerate(items):
             try:
                 request = self._append_request(
-                    workspace, drafts, expected_seq, future, group, len(requests)
+                    workspace, drafts, expected_seq, future, group, len(requests), reads
                 )
             except BadRequest as e:
                 outcomes[index] = e
@@ -347,6 +354,7 @@ class GroupCommit:
         future: asyncio.Future[Any],
         group: Group | None = None,
         index: int = 0,
+        reads: frozenset[str] | None = None,
     ) -> Append:
         """The checked request of one ``append`` call. Raises :class:`BadRequest`."""
         return Append(
@@ -357,6 +365,7 @@ class GroupCommit:
             future,
             group,
             index,
+            reads,
         )
 
     def _check_append(self, drafts: Sequence[Event], expected_seq: int | None) -> list[str]:
@@ -588,6 +597,7 @@ def decide_batch(
     now: int,
     mint: Callable[[int, int], list[str]],
     tree: bool,
+    kinds_since: Callable[[str, int], Iterable[str]],
 ) -> Decision:
     """Check and seal every request of ``batch`` in memory; nothing is written.
 
@@ -595,9 +605,11 @@ def decide_batch(
     events). ``known``: the batch's client-chosen ids already stored, ``(workspace, id)`` →
     ``(seq, body)``. ``position``: the first free position. ``now``: the batch's timestamp.
     ``mint(now, count)``: ``count`` new event ids. ``tree``: hash each new event's Merkle
-    leaf (:attr:`Decision.growth`) while its canonical bytes are at hand. A request fails
-    alone, with :class:`Conflict` (stale ``expected_seq``, ids partly written before, import into a
-    non-empty workspace), :class:`BadRequest` (an event that cannot be encoded) or
+    leaf (:attr:`Decision.growth`) while its canonical bytes are at hand.
+    ``kinds_since(workspace, seq)``: the kinds of the stored events past ``seq``, asked only
+    for a request with ``reads`` whose ``expected_seq`` the head has passed. A request fails
+    alone, with :class:`Conflict` (stale ``expected_seq``, ids partly written before, import
+    into a non-empty workspace), :class:`BadRequest` (an event that cannot be encoded) or
     :class:`IntegrityError` (a retried batch whose stored events cannot be decoded); errors
     of ``tip`` propagate and fail the whole batch.
     """
@@ -613,7 +625,17 @@ def decide_batch(
         try:
             if isinstance(req, Append):
                 result, position = _append_one(
-                    req, tip, staged, written, known, minted, rows, growth, position, now
+                    req,
+                    tip,
+                    staged,
+                    written,
+                    known,
+                    minted,
+                    rows,
+                    growth,
+                    position,
+                    now,
+                    kinds_since,
                 )
                 outcomes.append(result)
             else:
@@ -635,6 +657,7 @@ def _append_one(
     growth: dict[str, TreeGrowth] | None,
     position: int,
     now: int,
+    kinds_since: Callable[[str, int], Iterable[str]],
 ) -> tuple[AppendResult, int]:
     workspace = req.workspace
     current = staged.get(workspace) or tip(workspace)
@@ -648,13 +671,9 @@ def _append_one(
                 head=current[0],
                 ids=seen,
             )
+    if req.expected_seq is not None:
+        _check_expected(req, current, rows, kinds_since)
     seq, prev = current[0], current[1]
-    if req.expected_seq is not None and req.expected_seq != seq:
-        raise Conflict(
-            f"expected seq {req.expected_seq} but the head of {workspace!r} is {seq}",
-            head=seq,
-            expected=req.expected_seq,
-        )
     new_rows: list[tuple[Event, bytes]] = []
     leaves: list[bytes] = []
     hashing = growth is not None
@@ -689,6 +708,33 @@ def _append_one(
             written[(workspace, event.id)] = event
     staged[workspace] = (seq, prev, position - 1, now)
     return AppendResult(workspace=workspace, events=sealed), position
+
+
+def _check_expected(
+    req: Append,
+    current: Tip,
+    rows: list[tuple[Event, bytes]],
+    kinds_since: Callable[[str, int], Iterable[str]],
+) -> None:
+    """Raise :class:`Conflict` unless ``req`` may be appended at the head ``current``: its
+    ``expected_seq`` is the head, or (``reads`` given) the head has passed it by events of
+    kinds the request was not decided on only, stored (``kinds_since``) or staged by this
+    batch's earlier requests (all past the stored head: each counts, conservatively)."""
+    expected, head = req.expected_seq, current[0]
+    if expected is None or expected == head:
+        return
+    reads = req.reads
+    if (
+        reads is None
+        or expected > head
+        or any(e.kind in reads for e, _ in rows if e.workspace == req.workspace)
+        or not reads.isdisjoint(kinds_since(req.workspace, expected))
+    ):
+        raise Conflict(
+            f"expected seq {expected} but the head of {req.workspace!r} is {head}",
+            head=head,
+            expected=expected,
+        )
 
 
 def _originals(

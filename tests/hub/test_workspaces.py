@@ -33,6 +33,7 @@ from hub.core.events import (
 )
 from hub.core.records import AppendResult
 from hub.core.validation import Limits
+from hub.log.base import AppendItem
 from hub.log.loading import rebuild_state
 from hub.log.sqlite import SqliteEventStore
 from hub.workspaces import Workspaces
@@ -425,7 +426,7 @@ async def test_publish_many_hands_a_run_to_the_store_as_one_group(
     calls: list[int] = []
     append_many = store.append_many
 
-    async def counted(workspace: str, items: Sequence[tuple[Sequence[Event], int | None]]) -> Any:
+    async def counted(workspace: str, items: Sequence[AppendItem]) -> Any:
         calls.append(len(items))
         return await append_many(workspace, items)
 
@@ -440,3 +441,87 @@ async def test_publish_many_hands_a_run_to_the_store_as_one_group(
     assert submitted.done()
     assert [o.seqs for o in outcomes if not isinstance(o, Exception)] == [[i] for i in range(2, 42)]
     assert (await ws.state("w")).seq == 41
+
+
+class FloodedStore(SqliteEventStore):
+    """A store another node floods with messages: one lands right before every append that
+    names the head it expects (a batch decided on the state), so that head is always gone."""
+
+    flooded = 0
+    claims: str | None = None  # flood with one claim of this work item instead, by bob
+
+    async def _flood(self, workspace: str) -> None:
+        self.flooded += 1
+        if self.claims is not None:
+            claim = WorkClaimed(correlation_id=self.claims, producer="bob")
+            await super().append(workspace, [claim])
+            self.claims = None
+            return
+        await super().append(workspace, [msg(f"flood {self.flooded}")])
+
+    async def append(
+        self,
+        workspace: str,
+        drafts: Sequence[Event],
+        *,
+        expected_seq: int | None = None,
+        reads: frozenset[str] | None = None,
+    ) -> AppendResult:
+        if expected_seq is not None:
+            await self._flood(workspace)
+        return await super().append(workspace, drafts, expected_seq=expected_seq, reads=reads)
+
+    async def append_many(
+        self, workspace: str, items: Sequence[AppendItem]
+    ) -> list[AppendResult | Exception]:
+        if any(item.expected_seq is not None for item in items):
+            await self._flood(workspace)
+        return await super().append_many(workspace, items)
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+async def test_a_claim_is_not_refused_because_another_node_floods_the_workspace(
+    tmp_path: Path, pipelined: bool
+) -> None:
+    # The claim's decision reads work items only: the store appends it after the messages
+    # it was not decided on, in its own transaction, instead of refusing it until the
+    # publish gives up (MAX_REDECIDE rounds of "the head moved"). Once its node has caught
+    # up, the next claim is decided on the state the messages left, and lands the same way.
+    async with FloodedStore(tmp_path / "agora.db", blobs_dir=tmp_path / "blobs") as store:
+        ws = Workspaces(store)
+        await ws.publish(
+            "w", [NeedWork(correlation_id="a"), NeedWork(correlation_id="b")], producer="r"
+        )
+        assert store.flooded == 1  # the needWork moves read the state too
+        for cid in ("a", "b"):
+            claim = [WorkClaimed(correlation_id=cid)]
+            if pipelined:
+                [result] = await ws.publish_many("w", [(claim, None)], producer="alice")
+                assert isinstance(result, AppendResult), result
+            else:
+                result = await ws.publish("w", claim, producer="alice")
+            assert result.events[0].kind == "workClaimed"
+        assert store.flooded == 3  # one round each: never decided again
+        await ws.catch_up("w")  # the other node's messages, as its NOTIFY would bring them
+        state = await ws.state("w")
+        assert {c: state.work_items[c].owner for c in ("a", "b")} == {"a": "alice", "b": "alice"}
+        log = [e.kind async for e in store.read("w")]
+        assert (
+            log == ["messagePosted", "needWork", "needWork"] + ["messagePosted", "workClaimed"] * 2
+        )
+
+
+async def test_a_claim_decided_before_another_nodes_claim_of_the_item_is_refused(
+    tmp_path: Path,
+) -> None:
+    # The other kind of event that can come between: one the claim's decision read. The
+    # store refuses the append, the node decides again on the log, and the rules refuse it.
+    async with FloodedStore(tmp_path / "agora.db", blobs_dir=tmp_path / "blobs") as store:
+        ws = Workspaces(store)
+        await ws.publish("w", [NeedWork(correlation_id="a")], producer="r")
+        store.claims = "a"
+        with pytest.raises(Conflict) as refused:
+            await ws.publish("w", [WorkClaimed(correlation_id="a")], producer="alice")
+        assert refused.value.details.get("owner") == "bob"
+        kinds = [(e.kind, e.producer) async for e in store.read("w")]
+        assert kinds[-1] == ("workClaimed", "bob") and ("workClaimed", "alice") not in kinds

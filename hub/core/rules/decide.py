@@ -40,7 +40,10 @@ from hub.core.events import (
 from hub.core.projections.workspace import WorkspaceState
 from hub.core.rules.work import WORK_LIFECYCLE, WorkStatus
 
-__all__ = ["decide", "reads_state"]
+__all__ = ["FILE_KINDS", "decide", "kinds_read", "reads_state"]
+
+FILE_KINDS: Final = frozenset({FileWritten.kind, FileDeleted.kind, FileMoved.kind})
+"""The kinds whose fold changes the files :func:`decide` reads."""
 
 _OWNER_ONLY: Final = frozenset({"workPublished", "completed"})
 
@@ -163,13 +166,26 @@ def reads_state(drafts: Sequence[Event]) -> bool:
     the workspace a tree; ``baseRev``), deletes, moves and work-item moves. Every other draft
     (messages, artifacts, the hub's own kinds) is accepted whatever precedes it, so it may land
     after events another writer appended meanwhile without being decided again."""
+    return bool(kinds_read(drafts))
+
+
+def kinds_read(drafts: Sequence[Event]) -> frozenset[str]:
+    """The kinds of events that can change what :func:`decide` reads for ``drafts``: the file
+    kinds for a file change (the files, and the tree they make), the collaboration kinds for a
+    work-item move (the items). Empty when it reads nothing. A batch decided on a state is
+    still decided right after any events of *other* kinds (a flood of messages from another
+    node): the store may append it after them (:meth:`hub.log.base.EventStore.append`'s
+    ``reads``) instead of refusing it as stale."""
+    files = work = False
     for draft in drafts:
         match draft:
             case FileWritten() | FileDeleted() | FileMoved():
-                return True  # a new path must not clash with a file or directory
+                files = True
             case _ if draft.kind in COLLABORATION_KINDS and draft.correlation_id is not None:
-                return True
-    return False
+                work = True
+    if files and work:
+        return FILE_KINDS | COLLABORATION_KINDS
+    return FILE_KINDS if files else COLLABORATION_KINDS if work else frozenset()
 
 
 def _check_base_rev(path: str, base_rev: int | None, rev: int, index: int) -> None:

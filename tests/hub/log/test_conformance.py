@@ -25,18 +25,21 @@ from hypothesis import strategies as st
 from hub.core.chain import verify_chain
 from hub.core.errors import BadRequest, Conflict, IntegrityError, Unavailable
 from hub.core.events import (
+    COLLABORATION_KINDS,
     Event,
     FileWritten,
     FileWrittenPayload,
     MessagePayload,
     MessagePosted,
     NeedWork,
+    WorkClaimed,
     decode_event,
     decode_events,
     encode_event,
 )
 from hub.core.records import JoinedPage, Snapshot
-from hub.log.base import EventStore
+from hub.core.rules.decide import FILE_KINDS
+from hub.log.base import AppendItem, EventStore
 from tests.hub.log.stores import StoreKind
 
 
@@ -202,14 +205,14 @@ async def test_append_many_answers_each_append_as_if_alone(store: EventStore) ->
     outcomes = await store.append_many(
         "ws",
         [
-            ([msg()], None),
-            ([msg()], 0),  # stale
-            ([msg(id="x"), msg(id="x")], None),  # an id repeated: refused by the checks
-            ([msg()], 2),  # right after the first item
-            ([msg(id="taken"), msg(id="new")], None),  # mixed
-            ([msg(id="taken")], None),  # duplicate
-            ([], None),  # empty
-            ([msg(id="fresh")], None),
+            AppendItem([msg()], None),
+            AppendItem([msg()], 0),  # stale
+            AppendItem([msg(id="x"), msg(id="x")], None),  # an id repeated: refused by the checks
+            AppendItem([msg()], 2),  # right after the first item
+            AppendItem([msg(id="taken"), msg(id="new")], None),  # mixed
+            AppendItem([msg(id="taken")], None),  # duplicate
+            AppendItem([], None),  # empty
+            AppendItem([msg(id="fresh")], None),
         ],
     )
     assert len(outcomes) == 8
@@ -221,10 +224,49 @@ async def test_append_many_answers_each_append_as_if_alone(store: EventStore) ->
     assert [e.seq for e in await read_everything(store, "ws")] == [1, 2, 3, 4]
 
 
+async def test_a_batch_lands_after_events_of_kinds_it_was_not_decided_on(
+    store: EventStore,
+) -> None:
+    # ``reads``: another writer's messages since the state a work-item move was decided on
+    # cannot change that decision, so the store appends it after them, in the same
+    # transaction that checks them; an event of a kind it read refuses it, as before.
+    await store.append("ws", [WorkClaimed(correlation_id="c")])
+    messages = await store.append("ws", [msg("a"), msg("b")])
+    landed = await store.append(
+        "ws", [WorkClaimed(correlation_id="d")], expected_seq=1, reads=COLLABORATION_KINDS
+    )
+    assert landed.seqs == [4] and landed.events[0].prev == messages.events[-1].hash
+    with pytest.raises(Conflict) as refused:  # workClaimed at 4 is a kind it read
+        await store.append("ws", [msg()], expected_seq=3, reads=COLLABORATION_KINDS)
+    assert refused.value.details["head"] == 4
+    with pytest.raises(Conflict):  # without reads: any event since refuses it
+        await store.append("ws", [msg()], expected_seq=3)
+    with pytest.raises(Conflict):  # a head it has not seen yet
+        await store.append("ws", [msg()], expected_seq=9, reads=FILE_KINDS)
+    assert [e.seq for e in await read_everything(store, "ws")] == [1, 2, 3, 4]
+    assert (await store.append("ws", [msg()], expected_seq=1, reads=FILE_KINDS)).seqs == [5]
+
+
+async def test_reads_counts_what_the_same_batch_appended_before(store: EventStore) -> None:
+    # An earlier request of the same transaction is past the stored head too: its kinds
+    # count against a later request's reads exactly as stored events do.
+    await store.append("ws", [msg()])
+    outcomes = await store.append_many(
+        "ws",
+        [
+            AppendItem([WorkClaimed(correlation_id="c")]),
+            AppendItem([msg("refused")], 1, COLLABORATION_KINDS),
+            AppendItem([msg("after it")], 1, FILE_KINDS),
+        ],
+    )
+    assert isinstance(outcomes[1], Conflict)
+    assert [o.seqs for o in outcomes if not isinstance(o, Exception)] == [[2], [3]]
+
+
 async def test_append_many_lands_contiguously_among_other_appends(store: EventStore) -> None:
     # Other callers' appends never come between two items of one group (the order of a
     # group is the one its caller decided), whoever queued first.
-    group = [([msg(f"g{i}")], None) for i in range(50)]
+    group = [AppendItem([msg(f"g{i}")]) for i in range(50)]
     others = [store.append("ws", [msg(f"o{i}")]) for i in range(20)]
     results = await asyncio.gather(*others[:10], store.append_many("ws", group), *others[10:])
     outcomes = results[10]

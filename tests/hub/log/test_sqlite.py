@@ -20,6 +20,7 @@ from hub.core.chain import seal
 from hub.core.checkpoint import CheckpointRecord
 from hub.core.errors import Unavailable
 from hub.core.events import MessagePayload, MessagePosted, encode_event
+from hub.log.base import AppendItem
 from hub.log.ids import mint_id
 from hub.log.sqlite import SCHEMA_VERSION, SqliteEventStore, _Writer
 from tests.support.waiting import wait_for
@@ -199,11 +200,12 @@ async def test_append_many_groups_split_across_transactions_and_a_tiny_queue(
             return real(batch)
 
         writer.write = counting  # type: ignore[method-assign]
-        group = await store.append_many("ws", [([msg(str(i))], None) for i in range(7)])
+        group = await store.append_many("ws", [AppendItem([msg(str(i))]) for i in range(7)])
         assert [seqs(o) for o in group] == [[i] for i in range(1, 8)]
         assert sizes == [3, 3, 1]
         calls = [
-            store.append_many("ws", [([msg(f"{c}.{i}")], None) for i in range(4)]) for c in range(5)
+            store.append_many("ws", [AppendItem([msg(f"{c}.{i}")]) for i in range(4)])
+            for c in range(5)
         ]
         *groups, alone = await asyncio.gather(*calls, store.append("ws", [msg("alone")]))
         assert [[seqs(o)[0] for o in g] for g in groups] == [

@@ -19,6 +19,7 @@ from hub.auth import TokenSigner
 from hub.config import HubConfig
 from hub.core.events import Event
 from hub.core.records import AppendResult
+from hub.log.base import AppendItem
 from hub.log.sqlite import SqliteEventStore
 from hub.server.app import Hub
 from hub.server.connection import PUBLISHES_IN_FLIGHT
@@ -101,7 +102,12 @@ class GatedStore(SqliteEventStore):
         self._changed = asyncio.Event()
 
     async def append(
-        self, workspace: str, drafts: Sequence[Event], *, expected_seq: int | None = None
+        self,
+        workspace: str,
+        drafts: Sequence[Event],
+        *,
+        expected_seq: int | None = None,
+        reads: frozenset[str] | None = None,
     ) -> AppendResult:
         self.calls += 1
         self.waiting += 1
@@ -111,10 +117,10 @@ class GatedStore(SqliteEventStore):
         finally:
             self.waiting -= 1
             self._changed.set()
-        return await super().append(workspace, drafts, expected_seq=expected_seq)
+        return await super().append(workspace, drafts, expected_seq=expected_seq, reads=reads)
 
     async def append_many(
-        self, workspace: str, items: Sequence[tuple[Sequence[Event], int | None]]
+        self, workspace: str, items: Sequence[AppendItem]
     ) -> list[AppendResult | Exception]:
         # A connection's pipelined publishes reach the store as one group: each one of them
         # counts as an append waiting at the gate.

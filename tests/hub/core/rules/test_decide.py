@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from hub.core.errors import AgoraError, Conflict, Forbidden, NotFound
 from hub.core.events import (
+    COLLABORATION_KINDS,
     Blocked,
     Completed,
     Event,
@@ -34,7 +35,7 @@ from hub.core.events import (
 )
 from hub.core.projections.snapshots import encode_state
 from hub.core.projections.workspace import WorkspaceState, evolve, rebuild
-from hub.core.rules.decide import decide, reads_state
+from hub.core.rules.decide import FILE_KINDS, decide, kinds_read, reads_state
 from hub.core.rules.lifecycle import IllegalTransition
 from tests.strategies import Draft, seal_all, valid_drafts
 
@@ -342,6 +343,43 @@ def test_a_batch_that_reads_no_state_is_accepted_after_any_history(
     if not events or reads_state(events):
         return
     decide(_state(*history), events, "someone-else")
+
+
+def _outcome(state: WorkspaceState, drafts: list[Event]) -> tuple[str, dict[str, object]] | None:
+    try:
+        decide(state, drafts, "p")
+    except AgoraError as e:
+        return type(e).__name__, e.details
+    return None
+
+
+@given(valid_drafts(), valid_drafts(), valid_drafts(min_size=1))
+@settings(max_examples=80, deadline=None)
+def test_events_of_kinds_a_batch_does_not_read_leave_its_decision_as_it_was(
+    history: list[Draft], between: list[Draft], batch: list[Draft]
+) -> None:
+    """What the store relies on to append a decided batch after another node's events
+    instead of refusing it (``EventStore.append``'s ``reads``): events of kinds outside
+    ``kinds_read`` of the batch, appended after the state it was decided on, decide it the
+    same way — accepted, or refused with the same error."""
+    events = [draft for _, draft in batch]
+    unread = [(who, d) for who, d in between if d.kind not in kinds_read(events)]
+    assert _outcome(_state(*history), events) == _outcome(_state(*history, *unread), events)
+
+
+@pytest.mark.parametrize(
+    ("drafts", "expected"),
+    [
+        ([MessagePosted()], frozenset()),
+        ([_write("a")], FILE_KINDS),
+        ([_delete("a"), MessagePosted()], FILE_KINDS),
+        ([WorkClaimed(correlation_id="c")], COLLABORATION_KINDS),
+        ([NeedWork()], frozenset()),
+        ([_move("a", "b"), Completed(correlation_id="c")], FILE_KINDS | COLLABORATION_KINDS),
+    ],
+)
+def test_kinds_read(drafts: list[Event], expected: frozenset[str]) -> None:
+    assert kinds_read(drafts) == expected
 
 
 @pytest.mark.parametrize(
