@@ -165,7 +165,9 @@ class Hub:
         self.blob_ops = BlobOps(self.workspaces, limits)
         self.workspaces.add_listener(self._committed)
         self.node_id = resolve_node_id(config.cluster)
-        if worker is not None and config.cluster.node_id:
+        if worker is not None and worker.node is not None:
+            self.node_id = worker.node  # named by the supervisor for this start of the worker
+        elif worker is not None and config.cluster.node_id:
             self.node_id = f"{self.node_id}-w{worker.index}"  # one node per worker process
         # With workers on SQLite: the other workers' commits, to this worker's subscribers.
         self.follower: NodeFollower | None = None

@@ -66,11 +66,15 @@ away without a close frame (a worker restarting): 1013, try again later (and res
 
 
 class WorkerRole(msgspec.Struct, frozen=True, kw_only=True):
-    """This process is worker ``index`` of ``count``; internal sockets live in ``socket_dir``."""
+    """This process is worker ``index`` of ``count``; internal sockets live in ``socket_dir``.
+    ``node``: the node id the supervisor named this start of the worker (on SQLite, so that it
+    can close what the worker leaves open if it dies: :mod:`hub.server.reaper`); None: the
+    hub's own (on PostgreSQL the cluster reaps a dead worker like any node)."""
 
     index: int
     count: int
     socket_dir: Path
+    node: str | None = None
 
     def owns(self, workspace: str) -> bool:
         return owner_of(workspace, self.count) == self.index
