@@ -46,7 +46,7 @@ from hub.server.fanout import NOT_AN_EVENT
 if TYPE_CHECKING:
     from hub.server.connection import Connection
 
-__all__ = ["Forwarder", "WorkerRole", "internal_socket"]
+__all__ = ["METRICS_PATH", "Forwarder", "WorkerRole", "fetch_metrics", "internal_socket"]
 
 log = logging.getLogger("agora.server")
 
@@ -63,6 +63,17 @@ welcomes answer the hellos the relay sent, not the client's, and are dropped."""
 OWNER_GONE: Final = CloseCode.TRY_AGAIN
 """The close a client gets when the owner of a workspace it uses cannot be reached or went
 away without a close frame (a worker restarting): 1013, try again later (and resume)."""
+
+
+METRICS_PATH: Final = "/metrics"
+"""On a worker's internal socket, a plain HTTP ``GET`` of it answers the worker's own metrics
+(text format): worker 0's ``/metrics`` gathers every worker's (:func:`fetch_metrics`)."""
+METRICS_TIMEOUT_S: Final = 2.0
+"""How long worker 0 waits for another worker's metrics before leaving it out of a scrape."""
+_MAX_METRICS_BYTES: Final = 16 * 1024 * 1024
+_METRICS_REQUEST: Final = (
+    f"GET {METRICS_PATH} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode()
+)
 
 
 class WorkerRole(msgspec.Struct, frozen=True, kw_only=True):
@@ -87,6 +98,41 @@ def internal_socket(socket_dir: Path, index: int) -> Path:
     """The internal socket of worker ``index`` (checked against the unix path limit by the
     supervisor before any worker starts)."""
     return socket_dir / f"{index}.sock"
+
+
+async def fetch_metrics(path: Path) -> bytes | None:
+    """The metrics of the worker whose internal socket is ``path`` (``GET``
+    :data:`METRICS_PATH` over it, HTTP/1.1); None when it does not answer within
+    :data:`METRICS_TIMEOUT_S` or answers anything but 200 (a worker restarting: the scrape
+    goes on without it)."""
+    writer: asyncio.StreamWriter | None = None
+    try:
+        async with asyncio.timeout(METRICS_TIMEOUT_S):
+            reader, writer = await asyncio.open_unix_connection(str(path))
+            writer.write(_METRICS_REQUEST)
+            await writer.drain()
+            head = await reader.readuntil(b"\r\n\r\n")
+            status, *lines = head.decode("latin-1").split("\r\n")
+            if status.split(" ", 2)[1:2] != ["200"]:
+                log.warning("worker metrics at %s: %s", path, status)
+                return None
+            length = None
+            for line in lines:
+                name, _, value = line.partition(":")
+                if name.strip().lower() == "content-length":
+                    length = int(value.strip())
+            if length is None or length > _MAX_METRICS_BYTES:
+                log.warning("worker metrics at %s: no usable Content-Length", path)
+                return None
+            return await reader.readexactly(length)
+    except (OSError, TimeoutError, ValueError, EOFError, asyncio.LimitOverrunError) as e:
+        log.warning("worker metrics at %s unavailable: %r", path, e)
+        return None
+    finally:
+        if writer is not None:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
 
 
 class _Route(msgspec.Struct):

@@ -24,6 +24,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
 from hub.client import Subscription, connect
 from hub.core.events import Event, ExecFinished, ExecStarted, MemberJoined, MemberLeft
 from hub.core.sharding import owner_of
@@ -299,6 +302,38 @@ async def test_a_killed_workers_members_leave_and_its_executions_end_interrupted
             assert bob.reconnects + alice.reconnects >= 1  # (a client of worker 1 came back)
         log = hub.stderr_path.read_text(errors="replace")  # (all of it: the workers' too)
         assert log.count("left 1 execution(s) and 2 member(s) open: closed") == 1
+    finally:
+        starter.close()
+
+
+def appended(exposition: str) -> dict[str, float]:
+    """``agora_events_appended_total`` of a scrape, by its ``worker`` label ("" without)."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            if sample.name == "agora_events_appended_total":
+                out[sample.labels.get("worker", "")] = sample.value
+    return out
+
+
+async def test_metrics_count_the_events_of_every_worker(tmp_path: Path) -> None:
+    """One scrape of /metrics (worker 0's HTTP port) counts what each worker appended, each
+    with its ``worker`` label, and says both are up."""
+    starter = HubStarter(tmp_path)
+    hub = starter.start(http_port=0, args=["--workers", str(WORKERS)])
+    try:
+        counts = {0: 3, 1: 5}
+        async with on_worker(hub.url, 0) as p:  # through the relay for worker 1's
+            for index, count in counts.items():
+                for i in range(count):
+                    ack = await p.publish(owned_by(index, "metrics"), message(f"{i}"))
+                    assert ack["op"] == "ack", ack
+        async with httpx.AsyncClient(base_url=hub.http_url) as http:
+            reply = await http.get("/metrics")
+        assert reply.status_code == 200, reply.text
+        assert appended(reply.text) == {"0": 3.0, "1": 5.0}, reply.text
+        up = [line for line in reply.text.splitlines() if line.startswith("agora_worker_up")]
+        assert up == ['agora_worker_up{worker="0"} 1.0', 'agora_worker_up{worker="1"} 1.0'], up
     finally:
         starter.close()
 
