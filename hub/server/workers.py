@@ -11,10 +11,11 @@ subscriber of a workspace is on its owner: live delivery, presence and claims ar
 one process, and the order, resume and limits are the owner's, as if the client were on it.
 
 :class:`Forwarder` is that relay for one client connection: at most one upstream per other
-worker, opened at the first frame for one of its workspaces, closed with the client
-connection (and an upstream the owner closes closes the client connection with the same code
-and reason, queued behind what the owner sent before it: a ``4408`` reason still names the
-last seq the client gets). Frames that name no workspace (``hello``) are answered locally; a
+worker, opened at the first frame for one of its workspaces (an owner that is not listening,
+a worker restarting, is waited for: :data:`OWNER_WAIT`), closed with the client connection
+(and an upstream the owner closes closes the client connection with the same code and reason,
+queued behind what the owner sent before it: a ``4408`` reason still names the last seq the
+client gets). Frames that name no workspace (``hello``) are answered locally; a
 refreshing ``hello`` also goes to every upstream (their ``welcome`` is dropped), so the token
 each upstream acts with is the client's current one.
 
@@ -28,14 +29,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import msgspec
 from websockets.asyncio.client import ClientConnection, unix_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
+from websockets.protocol import State
 from websockets.typing import Subprotocol
 
+from hub.core.backoff import Backoff
 from hub.core.decoding import json_too_deep
 from hub.core.errors import CloseCode
 from hub.core.sharding import owner_of
@@ -59,6 +63,12 @@ UNIX_PATH_MAX: Final = 107
 _WELCOME: Final = b'"welcome"'
 """In every ``welcome`` (a cheap test before decoding the frame's ``op``): an upstream's
 welcomes answer the hellos the relay sent, not the client's, and are dropped."""
+
+OWNER_WAIT: Final = Backoff(initial=0.05, maximum=0.5, give_up_after=10.0)
+"""How long, and how often, a relay tries again to reach an owner whose socket refuses (a
+worker restarting: the supervisor first closes what it left open, then starts it after its
+backoff) before closing the client connection with :data:`OWNER_GONE`. Waiting here, rather
+than closing at once, keeps clients from burning their reconnect attempts on a restart."""
 
 OWNER_GONE: Final = CloseCode.TRY_AGAIN
 """The close a client gets when the owner of a workspace it uses cannot be reached or went
@@ -208,15 +218,7 @@ class Forwarder:
             if authorization is not None:
                 headers["Authorization"] = authorization
             try:
-                upstream = await unix_connect(
-                    str(self.role.socket(owner)),
-                    uri="ws://localhost/",
-                    additional_headers=headers,
-                    subprotocols=[Subprotocol(SUBPROTOCOL)],
-                    max_size=None,  # the owner bounds its frames; this is not a client
-                    compression=None,
-                    ping_interval=None,  # a local socket: no keepalive needed
-                )
+                upstream = await self._connect(owner, headers)
                 if authorization is None and self._hello is not None:
                     await upstream.send(self._hello)
             except (OSError, InvalidHandshake, ConnectionClosed, TimeoutError) as e:
@@ -229,6 +231,32 @@ class Forwarder:
                 await upstream.close()
                 return None
             return upstream
+
+    async def _connect(self, owner: int, headers: dict[str, str]) -> ClientConnection:
+        """The upstream to ``owner``, trying again under :data:`OWNER_WAIT` while its socket
+        refuses (missing, or left behind by a killed worker) and the client is still there.
+        Raises what ``unix_connect`` raises."""
+        began = time.monotonic()
+        attempt = 0
+        while True:
+            try:
+                return await unix_connect(
+                    str(self.role.socket(owner)),
+                    uri="ws://localhost/",
+                    additional_headers=headers,
+                    subprotocols=[Subprotocol(SUBPROTOCOL)],
+                    max_size=None,  # the owner bounds its frames; this is not a client
+                    compression=None,
+                    ping_interval=None,  # a local socket: no keepalive needed
+                )
+            except (FileNotFoundError, ConnectionRefusedError):
+                limit = OWNER_WAIT.give_up_after or 0.0
+                if time.monotonic() - began >= limit or self.connection.ws.state is not State.OPEN:
+                    raise
+                if attempt == 0:
+                    log.info("worker %d not listening; waiting for it", owner)
+                await asyncio.sleep(OWNER_WAIT.delay(attempt))
+                attempt += 1
 
     async def _pump(self, owner: int, upstream: ClientConnection) -> None:
         """The owner's frames into the client's queue, until either side closes."""
