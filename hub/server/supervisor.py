@@ -229,7 +229,9 @@ class Supervisor:
         except Exception:
             log.exception("could not close what worker %d (node %s) left open", index, node)
             return
-        log.warning(
+        level = logging.WARNING if reaped.executions or reaped.members else logging.INFO
+        log.log(
+            level,
             "worker %d (node %s) left %d execution(s) and %d member(s) open: closed",
             index,
             node,
