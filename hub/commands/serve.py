@@ -120,6 +120,7 @@ def register(subparsers: Any) -> None:
     )
     # Set by the supervisor of --workers on the command line of each worker it starts.
     parser.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--worker-node", default=None, help=argparse.SUPPRESS)
     add_data_args(parser)
     add_config_arg(parser)
     parser.set_defaults(func=serve_command)
@@ -183,7 +184,12 @@ async def serve_command(args: argparse.Namespace) -> int:
             else:
                 if not 0 <= args.worker_index < workers:
                     return fail("serve", "--worker-index must be below --workers")
-                role = WorkerRole(index=args.worker_index, count=workers, socket_dir=directory)
+                role = WorkerRole(
+                    index=args.worker_index,
+                    count=workers,
+                    socket_dir=directory,
+                    node=args.worker_node,
+                )
         hub = Hub(
             config,
             store,
@@ -234,9 +240,23 @@ async def _supervise(
     hub: Hub, config: HubConfig, args: argparse.Namespace, given_secret: str | None
 ) -> int:
     """``--workers N``: recover once, reserve the port, run the workers (hub.server.supervisor)."""
+    from hub.cluster.settings import resolve_node_id
+    from hub.log.factory import open_store
+    from hub.log.sqlite import SqliteEventStore
+    from hub.server.reaper import WorkerReaper
     from hub.server.supervisor import Supervisor, reserve_port
 
     server = config.server
+    reaper: WorkerReaper | None = None
+    if isinstance(hub.store, SqliteEventStore):
+        # One store over the workers' file per dead worker (hub.server.reaper); on PostgreSQL
+        # each worker is a cluster node, and the cluster reaps it.
+        def sqlite_store() -> SqliteEventStore:
+            store = open_store(config.storage.store, config.storage.data_dir)
+            assert isinstance(store, SqliteEventStore)
+            return store
+
+        reaper = WorkerReaper(sqlite_store, config.limits, resolve_node_id(config.cluster))
     try:
         await hub.recover_for_workers()
     except AgoraError as e:
@@ -256,6 +276,7 @@ async def _supervise(
         port=reserved.getsockname()[1],
         http=not args.no_http,
         banner_data=config.storage.data_dir,
+        reaper=reaper,
     )
     with _stopped_by_signals() as stop, reserved:
         code = await supervisor.run(stop)

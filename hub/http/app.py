@@ -68,10 +68,14 @@ def create_app(
     readiness: Readiness,
     *,
     registry: CollectorRegistry | None = None,
+    exposition: Callable[[], Awaitable[bytes]] | None = None,
     home: str | None = None,
 ) -> ASGIApp:
-    """The one port's app. ``home``: where ``GET /`` sends a browser (307 to ``home + "/"``,
-    the viewer's page); without, ``/`` is the fallback door's like any other path. Raises
+    """The one port's app. ``/metrics`` answers ``registry``'s metrics, or what
+    ``exposition`` returns (the hub's: with ``--workers N``, every worker's); with neither
+    there is no ``/metrics``. ``home``: where ``GET /`` sends a browser (307 to
+    ``home + "/"``, the viewer's page); without, ``/`` is the fallback door's like any other
+    path. Raises
     ``ValueError`` for a prefix that is not ``""`` or
     ``/name`` (no trailing slash), a prefix used twice, a second fallback or a prefix that
     shadows the hub's routes."""
@@ -79,8 +83,10 @@ def create_app(
         Route(HEALTH_PATH, _health, methods=["GET", "HEAD"]),
         Route(READY_PATH, _ready_endpoint(readiness), methods=["GET", "HEAD"]),
     ]
-    if registry is not None:
-        routes.append(Route(METRICS_PATH, _metrics_endpoint(registry), methods=["GET", "HEAD"]))
+    if exposition is None and registry is not None:
+        exposition = _exposition_of(registry)
+    if exposition is not None:
+        routes.append(Route(METRICS_PATH, _metrics_endpoint(exposition), methods=["GET", "HEAD"]))
     if home is not None:
         target = home.rstrip("/") + "/"
 
@@ -136,10 +142,19 @@ def _ready_endpoint(readiness: Readiness) -> Callable[[Request], Awaitable[Respo
     return ready
 
 
-def _metrics_endpoint(registry: CollectorRegistry) -> Callable[[Request], Awaitable[Response]]:
-    async def metrics(request: Request) -> Response:
+def _exposition_of(registry: CollectorRegistry) -> Callable[[], Awaitable[bytes]]:
+    async def exposition() -> bytes:
         # generate_latest is synchronous but bounded by the metric count (no per-event series).
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        return generate_latest(registry)
+
+    return exposition
+
+
+def _metrics_endpoint(
+    exposition: Callable[[], Awaitable[bytes]],
+) -> Callable[[Request], Awaitable[Response]]:
+    async def metrics(request: Request) -> Response:
+        return Response(await exposition(), media_type=CONTENT_TYPE_LATEST)
 
     return metrics
 

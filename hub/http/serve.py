@@ -190,7 +190,7 @@ async def serve_http(
         stack.push_async_callback(service.aclose)
         found = await doors(hub, signer, config, service.url, stack, a2a=a2a)
         # A browser at the port's root lands on the viewer (docs/viewer.md).
-        app = create_app(found, hub.readiness, registry=hub.metrics.registry, home=VIEWER_PATH)
+        app = create_app(found, hub.readiness, exposition=hub.metrics_exposition, home=VIEWER_PATH)
         await service.serve(app)
         log.info("agora HTTP listening on %s (%s)", service.url, ", ".join(d.name for d in found))
         if on_ready is not None:

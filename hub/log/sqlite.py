@@ -177,6 +177,16 @@ _SELECT_HEAD: Final = (
     "SELECT workspace, seq, hash, timestamp, position FROM events "
     "WHERE workspace = ? ORDER BY seq DESC LIMIT 1"
 )
+# The scans for what a dead worker left open (hub.server.reaper): a full pass over the rows
+# (SQLite keeps no index on kind), the byte search only narrowing; the caller decodes.
+_SELECT_KINDS: Final = (
+    "SELECT workspace, seq, body FROM events WHERE kind IN (SELECT value FROM json_each(?)) "
+    "AND instr(body, ?) > 0 ORDER BY position"
+)
+_SELECT_KINDS_IN: Final = (
+    "SELECT workspace, seq, body FROM events WHERE workspace = ? "
+    "AND kind IN (SELECT value FROM json_each(?)) AND instr(body, ?) > 0 ORDER BY seq"
+)
 # Every workspace's last event without scanning the log: a recursive skip-scan over the
 # (workspace, seq) index, one index probe per workspace.
 _SELECT_HEADS: Final = """
@@ -1216,6 +1226,25 @@ class SqliteEventStore(EventStore):
             return page
         rows = await self._fetch(_SELECT_ALL, (after_position, limit), "reading events")
         return decode_page([r[1] for r in rows], [r[0] for r in rows], "position")
+
+    async def read_kinds(
+        self, kinds: Sequence[str], *, containing: bytes = b"", workspace: str | None = None
+    ) -> list[tuple[str, int, bytes]]:
+        """``(workspace, seq, body)`` of every stored event of one of ``kinds`` whose body
+        holds the bytes ``containing`` (all: ``b""``), in ``workspace`` only when given, in
+        commit order. For the rare scans of what a dead worker of ``agora serve --workers``
+        left open (:mod:`hub.server.reaper`): the byte search only narrows, the caller
+        decodes and decides. Raises ``Unavailable``."""
+        # instr() on a BLOB compares bytes; an empty needle matches every row.
+        needle = sqlite3.Binary(containing)
+        names = _json.encode(list(kinds))
+        if workspace is None:
+            rows = await self._fetch(_SELECT_KINDS, (names, needle), "scanning events")
+        else:
+            rows = await self._fetch(
+                _SELECT_KINDS_IN, (workspace, names, needle), "scanning events"
+            )
+        return [(w, seq, as_bytes(body)) for w, seq, body in rows]
 
     async def lookup_ids(self, workspace: str, ids: Sequence[str]) -> dict[str, Event]:
         """See :meth:`EventStore.lookup_ids`. Raises ``IntegrityError``, ``Unavailable``."""

@@ -10,12 +10,14 @@ executions are counted where they happen, which is rare by comparison.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["BATCH_BUCKETS", "HubMetrics"]
+__all__ = ["BATCH_BUCKETS", "WORKER_LABEL", "WORKER_UP", "HubMetrics", "merge_expositions"]
 
 BATCH_BUCKETS: Final = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 """Events per committed batch."""
@@ -91,6 +93,11 @@ class HubMetrics:
             registry=r,
         )
 
+    def exposition(self) -> bytes:
+        """This hub's metrics in the Prometheus text format (synchronous, but bounded by the
+        metric count: no per-event series)."""
+        return generate_latest(self.registry)
+
     # -- hooks the parts call --------------------------------------------------------------------
 
     def committed(self, workspace: str, batch: Sequence[Any]) -> None:
@@ -163,3 +170,45 @@ class HubMetrics:
         )
         for name, doc, read in gauges:
             Gauge(name, doc, registry=self.registry).set_function(read)
+
+
+WORKER_LABEL: Final = "worker"
+"""The label :func:`merge_expositions` adds to every series: the worker's index."""
+WORKER_UP: Final = "agora_worker_up"
+"""1 for each worker whose metrics are in the scrape, 0 for one that could not be reached."""
+
+
+def merge_expositions(parts: Mapping[str, bytes | None]) -> bytes:
+    """One Prometheus text exposition of the whole hub of ``agora serve --workers N``
+    (docs/operations.md, "Workers"): every worker's own exposition (``parts``, by worker
+    index; None for a worker that could not be reached, a restarting one), each series with a
+    ``worker`` label added, the families of one name merged under one ``HELP``/``TYPE``, and
+    :data:`WORKER_UP` saying which workers are in. Raises ``ValueError`` for a part that is
+    not the text format."""
+    families: dict[str, Metric] = {}
+    up = Metric(WORKER_UP, "Whether this worker's metrics are in this scrape.", "gauge")
+    for worker, text in parts.items():
+        up.add_sample(WORKER_UP, {WORKER_LABEL: worker}, 0.0 if text is None else 1.0)
+        if text is None:
+            continue
+        for family in text_string_to_metric_families(text.decode("utf-8")):
+            merged = families.get(family.name)
+            if merged is None:
+                merged = Metric(family.name, family.documentation, family.type, family.unit)
+                families[family.name] = merged
+            for sample in family.samples:
+                labels = {**sample.labels, WORKER_LABEL: worker}
+                merged.samples.append(sample._replace(labels=labels))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families([*families.values(), up]))
+    return generate_latest(registry)
+
+
+class _Families:
+    """A collector of metric families already gathered (:func:`merge_expositions`)."""
+
+    def __init__(self, families: Sequence[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)

@@ -28,8 +28,9 @@ and the runtime have stopped; the node is then marked stopped in the table.
 
 As one worker of ``agora serve --workers N`` (``worker``, :mod:`hub.server.workers`), the hub
 skips the start-up recovery (its supervisor ran it once: :meth:`Hub.recover_for_workers`),
-binds the shared port with ``SO_REUSEPORT``, serves the other workers' upstreams on its
-internal unix socket, and runs the follower over the SQLite file's cross-process
+binds the shared port with ``SO_REUSEPORT``, serves the other workers' upstreams (and its
+own metrics, for worker 0's ``/metrics``: :meth:`Hub.metrics_exposition`) on its internal unix
+socket, and runs the follower over the SQLite file's cross-process
 ``follow()`` so that its subscribers hear of commits other processes made.
 """
 
@@ -43,7 +44,9 @@ from collections.abc import Callable, Coroutine, Sequence
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
+from prometheus_client import CONTENT_TYPE_LATEST
 from websockets.asyncio.server import ServerConnection, serve, unix_serve
+from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
@@ -59,7 +62,7 @@ from hub.core.wire.session import SERVER_NAME
 from hub.log.base import EventStore
 from hub.log.intents import ORPHAN_GRACE_S
 from hub.log.sqlite import SqliteEventStore
-from hub.observe.metrics import HubMetrics
+from hub.observe.metrics import HubMetrics, merge_expositions
 from hub.observe.tracing import Tracing
 from hub.revocations import Revocations
 from hub.runtime import BackendRegistry, Runtime, RuntimeSettings
@@ -71,7 +74,7 @@ from hub.server.connection import Connection
 from hub.server.fanout import Fanout
 from hub.server.presence import Presence
 from hub.server.tasks import OwnedTasks
-from hub.server.workers import WorkerRole
+from hub.server.workers import METRICS_PATH, WorkerRole, fetch_metrics
 from hub.workspaces import Workspaces
 
 if TYPE_CHECKING:
@@ -165,7 +168,9 @@ class Hub:
         self.blob_ops = BlobOps(self.workspaces, limits)
         self.workspaces.add_listener(self._committed)
         self.node_id = resolve_node_id(config.cluster)
-        if worker is not None and config.cluster.node_id:
+        if worker is not None and worker.node is not None:
+            self.node_id = worker.node  # named by the supervisor for this start of the worker
+        elif worker is not None and config.cluster.node_id:
             self.node_id = f"{self.node_id}-w{worker.index}"  # one node per worker process
         # With workers on SQLite: the other workers' commits, to this worker's subscribers.
         self.follower: NodeFollower | None = None
@@ -325,7 +330,12 @@ class Hub:
                 path = self.worker.socket(self.worker.index)
                 await asyncio.to_thread(path.unlink, missing_ok=True)  # a killed predecessor's
                 await stack.enter_async_context(
-                    unix_serve(self._handle_internal, str(path), **options)
+                    unix_serve(
+                        self._handle_internal,
+                        str(path),
+                        process_request=self._internal_request,
+                        **options,
+                    )
                 )
                 # (In a 0700 directory from the start: the mode is a second fence.)
                 await asyncio.to_thread(path.chmod, 0o600)
@@ -350,6 +360,39 @@ class Hub:
             log.info("stopping: closing connections with 1001")
         # Leaving ``serve``: stopped accepting, closed connections (1001), handlers returned.
         log.info("connections closed; finishing pending writes")
+
+    async def metrics_exposition(self) -> bytes:
+        """What ``GET /metrics`` answers: this hub's metrics; as worker 0 of ``--workers N``,
+        every worker's, each series labelled with its worker (fetched over their internal
+        sockets at once; one that does not answer is left out, ``agora_worker_up`` 0)."""
+        own = self.metrics.exposition()
+        if self.worker is None:
+            return own
+        worker = self.worker
+        fetched: dict[int, asyncio.Task[bytes | None]] = {}
+        async with asyncio.TaskGroup() as tg:
+            for i in range(worker.count):
+                if i != worker.index:
+                    fetched[i] = tg.create_task(fetch_metrics(worker.socket(i)))
+        parts = {
+            str(i): own if i == worker.index else fetched[i].result() for i in range(worker.count)
+        }
+        return merge_expositions(parts)
+
+    def _internal_request(self, ws: ServerConnection, request: Request) -> Response | None:
+        """A plain ``GET /metrics`` on the internal socket: this worker's own metrics, for
+        worker 0's ``/metrics``. Anything else goes on to the WebSocket handshake."""
+        if request.path != METRICS_PATH or "Upgrade" in request.headers:
+            return None
+        body = self.metrics.exposition()
+        headers = Headers(
+            [
+                ("Content-Type", CONTENT_TYPE_LATEST),
+                ("Content-Length", str(len(body))),
+                ("Connection", "close"),
+            ]
+        )
+        return Response(HTTPStatus.OK.value, HTTPStatus.OK.phrase, headers, body)
 
     def _committed(self, workspace: str, batch: Sequence[Event]) -> None:
         if batch:

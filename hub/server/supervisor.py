@@ -13,7 +13,9 @@ secret reaches the workers in their environment only (each removes it from its o
 A worker's banner is read from its stdout; once every worker printed one the supervisor prints
 the one banner of ``agora serve`` (tests and scripts wait for it). A worker that exits while
 the supervisor is not stopping is logged and started again, after a backoff that grows while
-restarts come quickly (:data:`RESTART_BACKOFF`). SIGTERM/SIGINT go to every worker; the
+restarts come quickly (:data:`RESTART_BACKOFF`); on SQLite, what it left open in the log (its
+members' presence, its executions) is closed first, under the node id this supervisor named
+that start of it (:mod:`hub.server.reaper`). SIGTERM/SIGINT go to every worker; the
 supervisor waits for them and exits 0 (1 when a worker did not stop cleanly).
 """
 
@@ -33,6 +35,7 @@ from typing import Any, Final
 
 from hub.core.backoff import Backoff
 from hub.core.errors import ConfigError
+from hub.server.reaper import WorkerReaper
 from hub.server.workers import SOCKET_DIR, UNIX_PATH_MAX, internal_socket
 
 __all__ = ["RESTART_BACKOFF", "Supervisor", "reserve_port", "socket_dir"]
@@ -83,7 +86,10 @@ def reserve_port(host: str, port: int) -> socket.socket:
 
 class Supervisor:
     """Runs ``count`` workers: ``argv`` is ``agora serve``'s own arguments (after ``serve``);
-    ``env`` the workers' environment (the secret in it). Use :meth:`run`."""
+    ``env`` the workers' environment (the secret in it). With a ``reaper`` (SQLite) each start
+    of a worker runs under a node id named here, ``<reaper's id>-w<index>.<start>``, and what a
+    worker that died left open is closed under that id before it starts again
+    (:mod:`hub.server.reaper`). Use :meth:`run`."""
 
     def __init__(
         self,
@@ -95,8 +101,11 @@ class Supervisor:
         port: int,
         http: bool,
         banner_data: Path,
+        reaper: WorkerReaper | None = None,
     ) -> None:
         self.count = count
+        self.reaper = reaper
+        self.nodes: dict[int, str] = {}  # the node id of each worker's current start
         self.argv = list(argv)
         self.env = dict(env)
         self.host = host
@@ -111,9 +120,11 @@ class Supervisor:
         self.failed = False  # a worker exited 2 before it ever served: bad configuration
         self._announced = asyncio.Event()  # the banner is out (the HTTP one follows it)
 
-    def worker_argv(self, index: int) -> list[str]:
+    def worker_argv(self, index: int, node: str | None = None) -> list[str]:
         argv = [sys.executable, "-m", "hub", "serve", *self.argv]
         argv += ["--worker-index", str(index), "--workers", str(self.count)]
+        if node is not None:
+            argv += ["--worker-node", node]
         argv += ["--port", str(self.port)]
         if index != 0 or not self.http:
             argv.append("--no-http")
@@ -152,10 +163,16 @@ class Supervisor:
     async def _keep(self, index: int, ready: asyncio.Future[None], stop: asyncio.Event) -> None:
         """Run worker ``index``, restarting it when it exits, until ``stop``."""
         attempt = 0
+        starts = 0
         while not stop.is_set():
             started = time.monotonic()
+            node: str | None = None
+            if self.reaper is not None:
+                node = f"{self.reaper.closed_by}-w{index}.{starts}"
+                self.nodes[index] = node
+            starts += 1
             proc = await asyncio.create_subprocess_exec(
-                *self.worker_argv(index),
+                *self.worker_argv(index, node),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 env=self.env,
@@ -190,6 +207,8 @@ class Supervisor:
                     self.unclean = True
                 log.info("worker %d stopped (exit %s)", index, code)
                 return
+            if node is not None:
+                await self._reap(index, node)
             if time.monotonic() - started > STABLE_AFTER_S:
                 attempt = 0
             delay = RESTART_BACKOFF.delay(attempt)
@@ -198,6 +217,27 @@ class Supervisor:
             log.warning("worker %d exited (code %s); restarting in %.2f s", index, code, delay)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), delay)
+
+    async def _reap(self, index: int, node: str) -> None:
+        """Close what worker ``index``'s start ``node`` left open, before it starts again. A
+        failure is logged, and the worker started all the same: the next start of the hub
+        recovers what is still open."""
+        assert self.reaper is not None
+        alive = [n for i, n in self.nodes.items() if i != index]
+        try:
+            reaped = await self.reaper.close(node, alive)
+        except Exception:
+            log.exception("could not close what worker %d (node %s) left open", index, node)
+            return
+        level = logging.WARNING if reaped.executions or reaped.members else logging.INFO
+        log.log(
+            level,
+            "worker %d (node %s) left %d execution(s) and %d member(s) open: closed",
+            index,
+            node,
+            reaped.executions,
+            reaped.members,
+        )
 
     async def _relay(
         self, index: int, stdout: asyncio.StreamReader, ready: asyncio.Future[None]

@@ -11,10 +11,11 @@ subscriber of a workspace is on its owner: live delivery, presence and claims ar
 one process, and the order, resume and limits are the owner's, as if the client were on it.
 
 :class:`Forwarder` is that relay for one client connection: at most one upstream per other
-worker, opened at the first frame for one of its workspaces, closed with the client
-connection (and an upstream the owner closes closes the client connection with the same code
-and reason, queued behind what the owner sent before it: a ``4408`` reason still names the
-last seq the client gets). Frames that name no workspace (``hello``) are answered locally; a
+worker, opened at the first frame for one of its workspaces (an owner that is not listening,
+a worker restarting, is waited for: :data:`OWNER_WAIT`), closed with the client connection
+(and an upstream the owner closes closes the client connection with the same code and reason,
+queued behind what the owner sent before it: a ``4408`` reason still names the last seq the
+client gets). Frames that name no workspace (``hello``) are answered locally; a
 refreshing ``hello`` also goes to every upstream (their ``welcome`` is dropped), so the token
 each upstream acts with is the client's current one.
 
@@ -28,14 +29,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import msgspec
 from websockets.asyncio.client import ClientConnection, unix_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
+from websockets.protocol import State
 from websockets.typing import Subprotocol
 
+from hub.core.backoff import Backoff
 from hub.core.decoding import json_too_deep
 from hub.core.errors import CloseCode
 from hub.core.sharding import owner_of
@@ -46,7 +50,7 @@ from hub.server.fanout import NOT_AN_EVENT
 if TYPE_CHECKING:
     from hub.server.connection import Connection
 
-__all__ = ["Forwarder", "WorkerRole", "internal_socket"]
+__all__ = ["METRICS_PATH", "Forwarder", "WorkerRole", "fetch_metrics", "internal_socket"]
 
 log = logging.getLogger("agora.server")
 
@@ -60,17 +64,38 @@ _WELCOME: Final = b'"welcome"'
 """In every ``welcome`` (a cheap test before decoding the frame's ``op``): an upstream's
 welcomes answer the hellos the relay sent, not the client's, and are dropped."""
 
+OWNER_WAIT: Final = Backoff(initial=0.05, maximum=0.5, give_up_after=10.0)
+"""How long, and how often, a relay tries again to reach an owner whose socket refuses (a
+worker restarting: the supervisor first closes what it left open, then starts it after its
+backoff) before closing the client connection with :data:`OWNER_GONE`. Waiting here, rather
+than closing at once, keeps clients from burning their reconnect attempts on a restart."""
+
 OWNER_GONE: Final = CloseCode.TRY_AGAIN
 """The close a client gets when the owner of a workspace it uses cannot be reached or went
 away without a close frame (a worker restarting): 1013, try again later (and resume)."""
 
 
+METRICS_PATH: Final = "/metrics"
+"""On a worker's internal socket, a plain HTTP ``GET`` of it answers the worker's own metrics
+(text format): worker 0's ``/metrics`` gathers every worker's (:func:`fetch_metrics`)."""
+METRICS_TIMEOUT_S: Final = 2.0
+"""How long worker 0 waits for another worker's metrics before leaving it out of a scrape."""
+_MAX_METRICS_BYTES: Final = 16 * 1024 * 1024
+_METRICS_REQUEST: Final = (
+    f"GET {METRICS_PATH} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode()
+)
+
+
 class WorkerRole(msgspec.Struct, frozen=True, kw_only=True):
-    """This process is worker ``index`` of ``count``; internal sockets live in ``socket_dir``."""
+    """This process is worker ``index`` of ``count``; internal sockets live in ``socket_dir``.
+    ``node``: the node id the supervisor named this start of the worker (on SQLite, so that it
+    can close what the worker leaves open if it dies: :mod:`hub.server.reaper`); None: the
+    hub's own (on PostgreSQL the cluster reaps a dead worker like any node)."""
 
     index: int
     count: int
     socket_dir: Path
+    node: str | None = None
 
     def owns(self, workspace: str) -> bool:
         return owner_of(workspace, self.count) == self.index
@@ -83,6 +108,41 @@ def internal_socket(socket_dir: Path, index: int) -> Path:
     """The internal socket of worker ``index`` (checked against the unix path limit by the
     supervisor before any worker starts)."""
     return socket_dir / f"{index}.sock"
+
+
+async def fetch_metrics(path: Path) -> bytes | None:
+    """The metrics of the worker whose internal socket is ``path`` (``GET``
+    :data:`METRICS_PATH` over it, HTTP/1.1); None when it does not answer within
+    :data:`METRICS_TIMEOUT_S` or answers anything but 200 (a worker restarting: the scrape
+    goes on without it)."""
+    writer: asyncio.StreamWriter | None = None
+    try:
+        async with asyncio.timeout(METRICS_TIMEOUT_S):
+            reader, writer = await asyncio.open_unix_connection(str(path))
+            writer.write(_METRICS_REQUEST)
+            await writer.drain()
+            head = await reader.readuntil(b"\r\n\r\n")
+            status, *lines = head.decode("latin-1").split("\r\n")
+            if status.split(" ", 2)[1:2] != ["200"]:
+                log.warning("worker metrics at %s: %s", path, status)
+                return None
+            length = None
+            for line in lines:
+                name, _, value = line.partition(":")
+                if name.strip().lower() == "content-length":
+                    length = int(value.strip())
+            if length is None or length > _MAX_METRICS_BYTES:
+                log.warning("worker metrics at %s: no usable Content-Length", path)
+                return None
+            return await reader.readexactly(length)
+    except (OSError, TimeoutError, ValueError, EOFError, asyncio.LimitOverrunError) as e:
+        log.warning("worker metrics at %s unavailable: %r", path, e)
+        return None
+    finally:
+        if writer is not None:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
 
 
 class _Route(msgspec.Struct):
@@ -158,15 +218,7 @@ class Forwarder:
             if authorization is not None:
                 headers["Authorization"] = authorization
             try:
-                upstream = await unix_connect(
-                    str(self.role.socket(owner)),
-                    uri="ws://localhost/",
-                    additional_headers=headers,
-                    subprotocols=[Subprotocol(SUBPROTOCOL)],
-                    max_size=None,  # the owner bounds its frames; this is not a client
-                    compression=None,
-                    ping_interval=None,  # a local socket: no keepalive needed
-                )
+                upstream = await self._connect(owner, headers)
                 if authorization is None and self._hello is not None:
                     await upstream.send(self._hello)
             except (OSError, InvalidHandshake, ConnectionClosed, TimeoutError) as e:
@@ -179,6 +231,32 @@ class Forwarder:
                 await upstream.close()
                 return None
             return upstream
+
+    async def _connect(self, owner: int, headers: dict[str, str]) -> ClientConnection:
+        """The upstream to ``owner``, trying again under :data:`OWNER_WAIT` while its socket
+        refuses (missing, or left behind by a killed worker) and the client is still there.
+        Raises what ``unix_connect`` raises."""
+        began = time.monotonic()
+        attempt = 0
+        while True:
+            try:
+                return await unix_connect(
+                    str(self.role.socket(owner)),
+                    uri="ws://localhost/",
+                    additional_headers=headers,
+                    subprotocols=[Subprotocol(SUBPROTOCOL)],
+                    max_size=None,  # the owner bounds its frames; this is not a client
+                    compression=None,
+                    ping_interval=None,  # a local socket: no keepalive needed
+                )
+            except (FileNotFoundError, ConnectionRefusedError):
+                limit = OWNER_WAIT.give_up_after or 0.0
+                if time.monotonic() - began >= limit or self.connection.ws.state is not State.OPEN:
+                    raise
+                if attempt == 0:
+                    log.info("worker %d not listening; waiting for it", owner)
+                await asyncio.sleep(OWNER_WAIT.delay(attempt))
+                attempt += 1
 
     async def _pump(self, owner: int, upstream: ClientConnection) -> None:
         """The owner's frames into the client's queue, until either side closes."""

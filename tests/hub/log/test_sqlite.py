@@ -19,7 +19,13 @@ import pytest
 from hub.core.chain import seal
 from hub.core.checkpoint import CheckpointRecord
 from hub.core.errors import Unavailable
-from hub.core.events import MessagePayload, MessagePosted, encode_event
+from hub.core.events import (
+    MemberJoined,
+    MemberPayload,
+    MessagePayload,
+    MessagePosted,
+    encode_event,
+)
 from hub.log.base import AppendItem
 from hub.log.ids import mint_id
 from hub.log.sqlite import SCHEMA_VERSION, SqliteEventStore, _Writer
@@ -97,6 +103,25 @@ async def test_not_a_database_is_unavailable(tmp_path: Path) -> None:
     with pytest.raises(Exception) as info:
         await SqliteEventStore(db).open()
     assert info.value.__class__.__name__ in {"IntegrityError", "Unavailable"}
+
+
+async def test_read_kinds_narrows_by_kind_bytes_and_workspace(tmp_path: Path) -> None:
+    """The dead-worker scans (hub.server.reaper): rows of the kinds asked for whose body
+    holds the bytes, in commit order across workspaces, or in one workspace by seq."""
+    async with SqliteEventStore(tmp_path / "a.db") as store:
+        await store.append("b", [msg("node-x one"), msg("other")])
+        await store.append("a", [msg("node-x two")])
+        await store.append(
+            "a", [MemberJoined(producer="p", payload=MemberPayload(agent="p", node="node-x"))]
+        )
+        hits = await store.read_kinds(["messagePosted"], containing=b"node-x")
+        assert [(w, seq) for w, seq, _ in hits] == [("b", 1), ("a", 1)]
+        assert all(b"node-x" in body for _, _, body in hits)
+        joined = await store.read_kinds(["memberJoined", "memberLeft"], containing=b'"node-x"')
+        assert [(w, seq) for w, seq, _ in joined] == [("a", 2)]
+        every = await store.read_kinds(["messagePosted"], workspace="b")
+        assert [(w, seq) for w, seq, _ in every] == [("b", 1), ("b", 2)]
+        assert await store.read_kinds(["execStarted"]) == []
 
 
 async def test_concurrent_appends_share_commits(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hub.observe.metrics import HubMetrics
+from hub.observe.metrics import HubMetrics, merge_expositions
 from tests.support.hub import HubStarter
 from tests.support.peer import exec_peer, message, peer
 from tests.support.tokens import mint
@@ -107,3 +107,30 @@ def test_heartbeat_lags_keep_only_the_nodes_last_told() -> None:
     get = metrics.registry.get_sample_value
     assert get("agora_cluster_heartbeat_lag_seconds", {"node": "a"}) == 0.25
     assert get("agora_cluster_heartbeat_lag_seconds", {"node": "b"}) is None
+
+
+def test_merged_expositions_label_every_series_with_its_worker() -> None:
+    """``--workers N``: one family per name, each worker's series under its ``worker``
+    label, and ``agora_worker_up`` 0 for a worker whose metrics did not come."""
+    workers = [HubMetrics(), HubMetrics()]
+    workers[0].committed("a", [object()] * 3)
+    workers[1].committed("b", [object()] * 5)
+    workers[1].request_failed("conflict")
+    merged = merge_expositions(
+        {"0": workers[0].exposition(), "1": workers[1].exposition(), "2": None}
+    ).decode()
+    families = {f.name: f for f in text_string_to_metric_families(merged)}
+    values = {
+        (s.name, frozenset(s.labels.items())): s.value
+        for f in families.values()
+        for s in f.samples
+        if not s.name.endswith("_created")
+    }
+    assert values[("agora_events_appended_total", frozenset({("worker", "0")}))] == 3
+    assert values[("agora_events_appended_total", frozenset({("worker", "1")}))] == 5
+    errors = frozenset({("code", "conflict"), ("worker", "1")})
+    assert values[("agora_request_errors_total", errors)] == 1
+    assert families["agora_append_batch_events"].type == "histogram"
+    up = {s.labels["worker"]: s.value for s in families["agora_worker_up"].samples}
+    assert up == {"0": 1, "1": 1, "2": 0}
+    assert merged.count("# TYPE agora_events_appended_total counter") == 1

@@ -24,11 +24,16 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from hub.client import Subscription, connect
+from hub.core.events import Event, ExecFinished, ExecStarted, MemberJoined, MemberLeft
 from hub.core.sharding import owner_of
 from tests.support.hub import HubProcess, HubStarter
 from tests.support.peer import Peer, message, open_peer
 from tests.support.postgres import drop_schemas, need_postgres, new_schema, url_for
-from tests.support.tokens import SECRET, mint
+from tests.support.tokens import SECRET, mint, mint_exec
 from tests.support.waiting import wait_for
 
 WORKERS = 2
@@ -230,6 +235,104 @@ async def test_a_killed_worker_is_restarted_and_clients_resume(tmp_path: Path) -
             assert ack["op"] == "ack", ack
             seq = ack["seq"]
             assert (await texts(again, w1, head, seq))[-1:] == [(seq, "after")]
+    finally:
+        starter.close()
+
+
+SH_BACKEND = '[[backends]]\nid = "sh"\nkind = "process"\n'
+
+
+async def next_of(
+    feed: Subscription, kind: str, agent: str | None = None, within: float = 30.0
+) -> Event:
+    """The next event of ``kind`` the subscription delivers (about ``agent``, for presence)."""
+    async with asyncio.timeout(within):
+        while True:
+            event = await anext(feed)
+            if event.kind != kind:
+                continue
+            if agent is None or getattr(event.payload, "agent", None) == agent:
+                return event
+
+
+async def test_a_killed_workers_members_leave_and_its_executions_end_interrupted(
+    tmp_path: Path,
+) -> None:
+    """Worker 1 killed with SIGKILL under alice's presence and her running execution: before
+    it serves again, alice's membership through it gets ``memberLeft`` (reason
+    ``interrupted``, naming its node) and the execution ``execFinished`` failed/interrupted
+    (the dead node in the diagnostic), and bob's client, subscribed to the workspace, receives
+    both once it has reconnected and resumed (hub.server.reaper)."""
+    starter = HubStarter(tmp_path)
+    hub = starter.start(config=SH_BACKEND, args=["--workers", str(WORKERS)])
+    try:
+        w = owned_by(1, "reaped")
+        # The clients' defaults: worker 0 holds a relayed frame for worker 1 while it restarts
+        # (hub.server.workers.OWNER_WAIT) rather than closing them again and again with 1013.
+        async with (
+            connect(hub.url, mint_exec("alice", backends=["sh"])) as alice,
+            connect(hub.url, mint("bob")) as bob,
+        ):
+            seen = bob.workspace(w).subscribe(after_seq=0)
+            await seen.head()
+            present = alice.workspace(w).subscribe(after_seq=0)
+            await present.head()  # alice joins, through the owner
+            joined = await next_of(seen, "memberJoined", "alice")
+            assert isinstance(joined, MemberJoined)
+            dead = joined.payload.node
+            assert dead is not None and "-w1." in dead, dead
+            await alice.workspace(w).runtime.exec("sleep 60", backend="sh", id="long")
+            started = await next_of(seen, "execStarted")
+            assert isinstance(started, ExecStarted) and started.payload.node == dead
+            (_, pid), *_ = [(i, p) for i, p in worker_pids(hub) if i == 1]
+            os.kill(pid, signal.SIGKILL)
+            finished = await next_of(seen, "execFinished", within=60)
+            assert isinstance(finished, ExecFinished), finished
+            assert finished.payload.exec_id == "long"
+            assert (finished.payload.status, finished.payload.reason) == ("failed", "interrupted")
+            (note,) = finished.payload.diagnostics
+            assert note["node"] == dead and note["code"] == "interrupted", note
+            # Then the members: alice's leave comes before her client's return.
+            left = await next_of(seen, "memberLeft", "alice", within=60)
+            assert isinstance(left, MemberLeft), left
+            assert left.payload.reason == "interrupted" and left.payload.node == dead, left
+            back = await next_of(seen, "memberJoined", "alice", within=60)
+            assert isinstance(back, MemberJoined) and back.payload.node not in (None, dead)
+            assert bob.reconnects + alice.reconnects >= 1  # (a client of worker 1 came back)
+        log = hub.stderr_path.read_text(errors="replace")  # (all of it: the workers' too)
+        assert log.count("left 1 execution(s) and 2 member(s) open: closed") == 1
+    finally:
+        starter.close()
+
+
+def appended(exposition: str) -> dict[str, float]:
+    """``agora_events_appended_total`` of a scrape, by its ``worker`` label ("" without)."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            if sample.name == "agora_events_appended_total":
+                out[sample.labels.get("worker", "")] = sample.value
+    return out
+
+
+async def test_metrics_count_the_events_of_every_worker(tmp_path: Path) -> None:
+    """One scrape of /metrics (worker 0's HTTP port) counts what each worker appended, each
+    with its ``worker`` label, and says both are up."""
+    starter = HubStarter(tmp_path)
+    hub = starter.start(http_port=0, args=["--workers", str(WORKERS)])
+    try:
+        counts = {0: 3, 1: 5}
+        async with on_worker(hub.url, 0) as p:  # through the relay for worker 1's
+            for index, count in counts.items():
+                for i in range(count):
+                    ack = await p.publish(owned_by(index, "metrics"), message(f"{i}"))
+                    assert ack["op"] == "ack", ack
+        async with httpx.AsyncClient(base_url=hub.http_url) as http:
+            reply = await http.get("/metrics")
+        assert reply.status_code == 200, reply.text
+        assert appended(reply.text) == {"0": 3.0, "1": 5.0}, reply.text
+        up = [line for line in reply.text.splitlines() if line.startswith("agora_worker_up")]
+        assert up == ['agora_worker_up{worker="0"} 1.0', 'agora_worker_up{worker="1"} 1.0'], up
     finally:
         starter.close()
 
