@@ -447,7 +447,8 @@ class Checkpointer:
         Two ways to the same answer. When the store knows the tree it last committed
         (:meth:`EventStore.tree_head`) and that tree grew in memory from the last one this
         checkpointer signed or checked (same lineage), it extends that one by construction:
-        sign its root, with nothing read. Otherwise (the first checkpoint after start, a
+        sign its root, with nothing read; likewise when nothing of the workspace was ever
+        signed (one read: whether anything was). Otherwise (the first checkpoint after start, a
         tree the store reloaded: another process wrote, a rebuild, an eviction; PostgreSQL)
         the tree is read back and checked against the last checkpoint kept."""
         lock = self._locks.setdefault(workspace, asyncio.Lock())
@@ -459,6 +460,17 @@ class Checkpointer:
                     kept = await self._keep(workspace, known.size, known.root)
                 else:  # the same one: as kept now, with the cosignatures added since
                     kept = await self.store.load_checkpoint(workspace, known.size) or last.record
+                self._last[workspace] = _Signed(kept, known.root, known.lineage)
+            elif (
+                known is not None
+                and last is None
+                and await self.store.load_checkpoint(workspace) is None
+            ):
+                # Nothing of this workspace was ever signed (a workspace new since the start,
+                # the common first checkpoint): there is no history to check its tree
+                # against, and the store's tree in memory is the one its stored hashes make
+                # (its writer wrote or read them), so it is signed with nothing read back.
+                kept = await self._keep(workspace, known.size, known.root)
                 self._last[workspace] = _Signed(kept, known.root, known.lineage)
             else:
                 kept, root = await self._checked(workspace)

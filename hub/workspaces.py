@@ -773,7 +773,8 @@ class Workspaces:
         try:
             outcomes = await self.store.append_many(
                 live.name,
-                [AppendItem(d.drafts, d.base if d.ordered else None, d.reads) for d in run],
+                # (_make: no Python __new__ per publish)
+                [AppendItem._make((d.drafts, d.base if d.ordered else None, d.reads)) for d in run],
             )
         except Exception as e:
             live.needs_resync = True

@@ -25,6 +25,7 @@ from hub.config import AuditConfig, parse_config
 from hub.core.chain import canonical_bytes
 from hub.core.checkpoint import (
     COSIGNATURE_V1,
+    CheckpointRecord,
     NoteError,
     add_signatures,
     format_note,
@@ -167,7 +168,6 @@ async def test_refuses_to_sign_a_history_inconsistent_with_the_last(
             await again.on_demand("ws")
 
 
-
 class Reads:
     """Counts the store's reads a checkpoint makes (wrapping the store's own methods)."""
 
@@ -205,6 +205,26 @@ async def test_a_checkpoint_of_a_tree_grown_in_memory_reads_nothing(
     assert record.size == 5 + 2 + 3 + 4
     assert await checkpoints.on_demand("ws") == record  # the one kept, as kept now
     assert [c.size for c in await store.list_checkpoints("ws")] == [5, 7, 10, 14]
+
+
+async def test_the_first_checkpoint_of_a_workspace_never_signed_reads_only_that(
+    store: SqliteEventStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Nothing kept to check against: the writer's tree is signed after one read (whether a
+    checkpoint is kept), with the root the stored hashes give. Once one is kept, a new
+    checkpointer (a restart) checks the tree against it again."""
+    signer = generate_signer("agora.t")
+    checkpoints = Checkpointer(store, signer)
+    await store.append("ws", [msg(str(i)) for i in range(5)])
+    reads = Reads(store, monkeypatch)
+    record = await checkpoints.on_demand("ws")
+    assert reads.count == 1
+    checkpoint, _ = open_checkpoint(record.note, signer.verifier, origin="agora.t/ws")
+    assert (checkpoint.size, checkpoint.root) == (5, await root_hash(store, "ws", 5))
+    reads.count = 0
+    await store.append("ws", [msg("more")])
+    assert (await Checkpointer(store, signer).on_demand("ws")).size == 6
+    assert reads.count > 1  # a checkpoint was kept: read back and checked
 
 
 @pytest.mark.parametrize("rewrite", ["truncate", "forge"])
@@ -316,15 +336,17 @@ async def test_the_background_task_produces_a_checkpoint_due_by_time(
 
 
 class FlakyStore(SqliteEventStore):
-    """A store whose ``ensure_hashes`` fails ``failures`` times (the database went away)."""
+    """A store whose ``load_checkpoint`` fails ``failures`` times (the database went away)."""
 
     failures = 1
 
-    async def ensure_hashes(self, workspace: str) -> int:
+    async def load_checkpoint(
+        self, workspace: str, size: int | None = None
+    ) -> CheckpointRecord | None:
         if self.failures:
             self.failures -= 1
             raise Unavailable("the database is unreachable")
-        return await super().ensure_hashes(workspace)
+        return await super().load_checkpoint(workspace, size)
 
 
 async def test_a_store_failure_is_logged_and_retried_not_raised(tmp_path: Path) -> None:
