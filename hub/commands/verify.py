@@ -78,15 +78,19 @@ COMMAND = "verify"
 # The fields of WorkspaceState compared (and named when they differ).
 _STATE_FIELDS: Final = tuple(WorkspaceState.__struct_fields__)
 
-PARALLEL_MIN: Final = 50_000
-"""Below this many events a workspace is checked in this process whatever ``--jobs`` says:
-starting a worker process (~0.3 s of imports) costs more than it saves."""
+PARALLEL_MIN: Final = 200_000
+"""Below this many events a workspace is checked in this process whatever ``--jobs`` says: a
+worker starts in ~0.4 s (:data:`WORKER_START`), in which this process checks about as many
+events alone (measured: 10^5 and 2·10^5 events took longer with two processes than one)."""
+WORKER_START: Final = 150_000
+"""A worker process's start-up (a fresh interpreter and its imports, ~0.4 s), in events of
+chain this process checks meanwhile: added to its share."""
 _FOLD_COST: Final = 0.35
 """What folding both states from the stored bytes costs per event, as a share of checking
 the chain (read, decode in full, re-encode, SHA-256), measured at 10^6 events: 1.2 against
 2.6-2.9 µs of CPU, less the workers' start-up (~0.4 s each). Sets how much of the chain this
 process checks itself."""
-RANGE_MIN: Final = 25_000
+RANGE_MIN: Final = 50_000
 """The fewest events worth a worker process of their own (its start-up is ~0.4 s of CPU):
 on a machine of many CPUs a log of 10^5 events gets a few workers, not one per CPU."""
 RANGE_MAX: Final = 200_000
@@ -235,10 +239,14 @@ class Split(msgspec.Struct, frozen=True):
             first = size = self.range_events
         else:
             workers = max(1, min(jobs - 1, head_seq // RANGE_MIN))
-            # Busy alike: first·1 + (rest)·fold = rest / workers, with rest = head - first.
+            # Busy alike, in events of chain checked: this process's first + rest·fold_cost
+            # against each worker's start + rest / workers, with rest = head - first.
             fold_cost = _FOLD_COST if folds else 0.0
-            share = max(0.0, (1 / workers - fold_cost) / (1 - fold_cost + 1 / workers))
-            first = int(head_seq * share) // self.page * self.page
+            first = int(
+                max(0.0, head_seq * (1 / workers - fold_cost) + WORKER_START)
+                / (1 - fold_cost + 1 / workers)
+            )
+            first = first // self.page * self.page
             count = max(workers, math.ceil((head_seq - first) / RANGE_MAX))
             size = math.ceil((head_seq - first) / count / self.page) * self.page
         if first >= head_seq:

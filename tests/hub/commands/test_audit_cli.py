@@ -594,7 +594,7 @@ def verify_both_ways(agora: Agora, rows: LogRows) -> tuple[int, str, str]:
     return in_ranges
 
 
-@pytest.mark.parametrize("events", [50_000, 123_457, 1_000_000, 10_000_000])
+@pytest.mark.parametrize("events", [PARALLEL_MIN, 432_109, 1_000_000, 10_000_000])
 @pytest.mark.parametrize("jobs", [2, 3, 64])
 @pytest.mark.parametrize("folds", [True, False])
 def test_the_ranges_of_a_long_log(events: int, jobs: int, folds: bool) -> None:
