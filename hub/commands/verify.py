@@ -407,6 +407,7 @@ async def verify_in_ranges(
                 or outcome.prev != prev
                 or outcome.checked != until - after
             ):
+                folding.cancel()  # not needed after a problem, and it would slow the walk
                 found = await _walk_chain_from(store, head, after, prev, page)
                 if found is not None:
                     return found
