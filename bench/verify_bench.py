@@ -15,7 +15,9 @@ Rows (median of ``--runs``; the machine is shared, so read ratios more than abso
 * ``floor``     — a bare loop in this process: sqlite3 ``fetchmany`` of every body in seq
   order and ``hashlib.sha256`` of each. No decoding: the least any verify must do.
 * ``verify``    — ``agora verify WORKSPACE`` as a subprocess (hash chain, snapshot vs
-  rebuild, referenced blobs).
+  rebuild, referenced blobs), with its default ``--jobs`` (the usable CPUs: the chain
+  checked in ranges by worker processes while the parent folds).
+* ``verify-j1`` — ``agora verify --jobs 1 WORKSPACE``: all of it in one process.
 * ``replay``    — ``agora replay WORKSPACE`` as a subprocess, its output to /dev/null.
 * ``replay-json`` — ``agora replay --json WORKSPACE`` (the stored bytes, no decoding).
 * ``fold``      — in this process: :func:`hub.log.loading.rebuild_state` (store read + decode
@@ -66,7 +68,7 @@ from hub.log.loading import rebuild_state  # noqa: E402
 WORKSPACE = "bench"
 BATCH = 1000
 SNAPSHOT_BEFORE_HEAD = 5000
-ROWS = ("floor", "verify", "replay", "replay-json", "fold")
+ROWS = ("floor", "verify", "verify-j1", "replay", "replay-json", "fold")
 
 
 def _drafts(start: int, count: int, blob: str, blob_size: int) -> list[Event]:
@@ -210,6 +212,7 @@ def main() -> None:
         jobs: dict[str, tuple[Callable[[], int], bool]] = {
             "floor": (lambda: floor(data), False),
             "verify": (cli(data, "verify", WORKSPACE), True),
+            "verify-j1": (cli(data, "verify", "--jobs", "1", WORKSPACE), True),
             "replay": (cli(data, "replay", WORKSPACE), True),
             "replay-json": (cli(data, "replay", "--json", WORKSPACE), True),
             "fold": (lambda: fold(data), False),

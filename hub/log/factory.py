@@ -22,7 +22,7 @@ DEFAULT_DB_NAME: Final = "agora.db"
 BLOBS_DIR_NAME: Final = "blobs"
 
 
-def _sqlite(url: str, data_dir: Path) -> EventStore:
+def _sqlite(url: str, data_dir: Path, read_only: bool) -> EventStore:
     parts = urlsplit(url)
     if parts.netloc or parts.query or parts.fragment:
         raise BadRequest(
@@ -30,29 +30,33 @@ def _sqlite(url: str, data_dir: Path) -> EventStore:
         )
     path = unquote(parts.path)
     db = data_dir / DEFAULT_DB_NAME if path in ("", "/") else Path(path)
-    return SqliteEventStore(db, blobs_dir=data_dir / BLOBS_DIR_NAME)
+    return SqliteEventStore(db, blobs_dir=data_dir / BLOBS_DIR_NAME, read_only=read_only)
 
 
-def _postgres(url: str, data_dir: Path) -> EventStore:
+def _postgres(url: str, data_dir: Path, read_only: bool) -> EventStore:
     # Imported here: asyncpg is loaded only by hubs that use PostgreSQL.
     from hub.log.postgres import PostgresEventStore
 
-    return PostgresEventStore.from_url(url)
+    # Read-only here means only "never migrate": the schema must already be this code's.
+    return PostgresEventStore.from_url(url, migrate=not read_only)
 
 
-# scheme → builder(url, data_dir). Builders construct; they do no I/O beyond path handling.
-_SCHEMES: Final[dict[str, Callable[[str, Path], EventStore]]] = {
+# scheme → builder(url, data_dir, read_only). Builders construct; they do no I/O beyond path
+# handling.
+_SCHEMES: Final[dict[str, Callable[[str, Path, bool], EventStore]]] = {
     "sqlite": _sqlite,
     "postgresql": _postgres,
     "postgres": _postgres,
 }
 
 
-def open_store(url: str | None, data_dir: Path) -> EventStore:
+def open_store(url: str | None, data_dir: Path, *, read_only: bool = False) -> EventStore:
     """The store for ``url`` (not yet opened: use ``async with open_store(...) as store``).
 
-    Creates ``data_dir``. Raises :class:`BadRequest` for an unknown scheme or a malformed
-    URL, :class:`OSError` if ``data_dir`` cannot be created.
+    Creates ``data_dir``, unless ``read_only``: then the store only reads what exists (SQLite
+    opens the file read-only, with no writer; PostgreSQL does not migrate). Raises
+    :class:`BadRequest` for an unknown scheme or a malformed URL, :class:`OSError` if
+    ``data_dir`` cannot be created.
     """
     data_dir = Path(data_dir)
     url = url or "sqlite://"
@@ -67,5 +71,6 @@ def open_store(url: str | None, data_dir: Path) -> EventStore:
             f"unknown store URL scheme {scheme!r}: supported are {known}",
             field="store",
         )
-    data_dir.mkdir(parents=True, exist_ok=True)
-    return builder(url, data_dir)
+    if not read_only:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    return builder(url, data_dir, read_only)

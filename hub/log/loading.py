@@ -22,7 +22,7 @@ from hub.core.projections.snapshots import (
 from hub.core.projections.workspace import WorkspaceState, fold, fold_stored
 from hub.log.base import EventStore
 
-__all__ = ["load_journal", "load_state", "rebuild_state", "save_snapshot_if_due"]
+__all__ = ["fold_log", "load_journal", "load_state", "rebuild_state", "save_snapshot_if_due"]
 
 READ_BATCH: Final = 5000
 
@@ -55,10 +55,20 @@ async def load_state(
         state = WorkspaceState(workspace=workspace)
     if at_seq is not None and at_seq <= state.seq:
         return state
+    return await fold_log(store, state, until_seq=at_seq)
+
+
+async def fold_log(
+    store: EventStore, state: WorkspaceState, *, until_seq: int | None = None
+) -> WorkspaceState:
+    """Fold the log of ``state.workspace`` after ``state.seq`` (up to ``until_seq``) into
+    ``state``, which is returned. Raises only what the store raises."""
     # Read ahead (EventStore.joined_pages): the next page is fetched while this one is folded,
     # and a page is decoded only as far as the fold reads it.
     async with contextlib.aclosing(
-        store.joined_pages(workspace, after_seq=state.seq, until_seq=at_seq, batch=READ_BATCH)
+        store.joined_pages(
+            state.workspace, after_seq=state.seq, until_seq=until_seq, batch=READ_BATCH
+        )
     ) as pages:
         async for page in pages:
             if not fold_stored(state, page):

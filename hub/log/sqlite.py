@@ -296,8 +296,8 @@ WALKERS: Final = 2
 the machines measured (docs/events.md, "Replay")."""
 
 
-async def _open_reader(path: Path) -> aiosqlite.Connection:
-    conn = await aiosqlite.connect(path, isolation_level=None)
+async def _open_reader(path: Path | str, *, uri: bool = False) -> aiosqlite.Connection:
+    conn = await aiosqlite.connect(path, isolation_level=None, uri=uri)
     try:
         await conn.execute("PRAGMA query_only=1")
         await conn.execute("PRAGMA cache_size=-32768")  # 32 MiB for replays
@@ -744,7 +744,9 @@ class SqliteEventStore(EventStore):
     ``busy_timeout``: seconds to wait for a lock held by another process. ``merkle``: keep
     each workspace's Merkle tree (docs/audit.md); off only to measure what it costs
     (bench/log_bench.py): hashes left out are built from the events at the next append with
-    it on.
+    it on. ``read_only``: open an existing file to read it only (``agora verify``'s worker
+    processes): no writer, every connection opened ``mode=ro``; appends and other writes fail
+    with :class:`Unavailable`, and a file whose schema is not this code's is refused.
     """
 
     def __init__(
@@ -756,6 +758,7 @@ class SqliteEventStore(EventStore):
         queue_max: int = DEFAULT_QUEUE_MAX,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT_S,
         merkle: bool = True,
+        read_only: bool = False,
     ) -> None:
         if batch_max < 1 or queue_max < 1:
             raise ValueError("batch_max and queue_max must be >= 1")
@@ -764,6 +767,7 @@ class SqliteEventStore(EventStore):
         self.queue_max = queue_max
         self.busy_timeout = busy_timeout
         self.merkle = merkle
+        self.read_only = read_only
         self.blob_root = blobs_dir if blobs_dir is not None else self.path.parent / "blobs"
         self.blobs = FileBlobStore(self.blob_root)
         self._writer: _Writer | None = None
@@ -793,6 +797,9 @@ class SqliteEventStore(EventStore):
                 await self._open()
 
     async def _open(self) -> None:
+        if self.read_only:
+            await self._open_read_only()
+            return
         loop = asyncio.get_running_loop()
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agora-sqlite-writer")
         writer = _Writer(self.path, self.busy_timeout, self.merkle)
@@ -819,6 +826,38 @@ class SqliteEventStore(EventStore):
         self._walkers = tuple(walkers)
         self.legacy_depth = writer.legacy_depth
         self._commits.start(self._commit, name=f"agora-writer:{self.path}")
+
+    async def _open_read_only(self) -> None:
+        conns: list[aiosqlite.Connection] = []
+        # mode=ro: the file must exist, and these connections can never write to it.
+        target = f"{(await asyncio.to_thread(self.path.resolve)).as_uri()}?mode=ro"
+        try:
+            for _ in range(1 + WALKERS):
+                conns.append(await _open_reader(target, uri=True))
+            reader = conns[0]
+            (version,) = next(iter(await reader.execute_fetchall("PRAGMA user_version")))
+            if version != SCHEMA_VERSION:
+                raise Unavailable(
+                    f"{self.path} has schema version {version}, this hub reads {SCHEMA_VERSION} "
+                    "read-only (opening it to write migrates it)",
+                    version=version,
+                )
+            legacy = await reader.execute_fetchall(_GET_META, (_LEGACY_DEPTH,))
+        except BaseException as e:
+            for conn in conns:
+                with contextlib.suppress(sqlite3.Error, ValueError):
+                    await conn.close()
+            if isinstance(e, sqlite3.Error):
+                raise _translate(e, f"opening {self.path} read-only") from e
+            raise
+        self._reader, self._walkers = conns[0], tuple(conns[1:])
+        self.legacy_depth = bool(list(legacy))
+        # Appends are refused by the writer task, so the store's lifecycle (open, close,
+        # what a closed store answers) is the same as a writable one's.
+        self._commits.start(self._refuse, name=f"agora-reader:{self.path}")
+
+    async def _refuse(self, batch: list[WriteRequest]) -> None:
+        resolve(batch, [Unavailable(f"{self.path} is open read-only") for _ in batch])
 
     async def close(self) -> None:
         """Stop taking appends, commit every pending one, then release everything.
@@ -1004,6 +1043,8 @@ class SqliteEventStore(EventStore):
 
     def _writer_or_raise(self) -> _Writer:
         if self._writer is None or not self._commits.accepting:
+            if self.read_only and self._commits.accepting:
+                raise Unavailable(f"{self.path} is open read-only")
             raise Unavailable("the store is not open")
         return self._writer
 

@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,9 @@ import msgspec
 import pytest
 
 from hub.cli import main
-from hub.commands._audit import progress
+from hub.commands._audit import PAGE, progress
 from hub.commands.timeline import format_time
+from hub.commands.verify import PARALLEL_MIN, RANGE_MAX, RANGE_MIN, Split
 from hub.core.chain import compute_hash
 from hub.core.events import Event, decode_event
 from hub.core.projections.snapshots import to_snapshot
@@ -29,6 +31,7 @@ from hub.log.factory import open_store
 from hub.log.loading import load_state
 from hub.log.sqlite import SqliteEventStore
 from hub.workspaces import Workspaces
+from tests.support.postgres import drop_schemas, need_postgres, new_schema, pg_run, url_for
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -326,22 +329,31 @@ def test_state_unknown_workspace(demo: Agora) -> None:
 
 # -- verify, snapshots, tampering ------------------------------------------------------------
 
+# Each verify test runs in one process and in ranges: --range-events cuts even these short logs
+# into ranges of one event, the first checked by this process, the others by a worker process.
+VERIFY_JOBS = {"one process": ("--jobs", "1"), "in ranges": ("--jobs", "2", "--range-events", "1")}
 
-def test_verify_all_workspaces(demo: Agora) -> None:
+
+@pytest.fixture(params=sorted(VERIFY_JOBS))
+def jobs(request: pytest.FixtureRequest) -> tuple[str, ...]:
+    return VERIFY_JOBS[request.param]
+
+
+def test_verify_all_workspaces(demo: Agora, jobs: tuple[str, ...]) -> None:
     demo.ok("append", "other", stdin=jsonl(MESSAGE, MESSAGE))
-    code, out, err = demo("verify")
+    code, out, err = demo("verify", *jobs)
     assert (code, err) == (0, "")  # no progress lines: stderr is not a terminal
     assert out.splitlines() == [
         "ok demo 4 events",
         "ok other 2 events",
         "ok: 2 workspaces, 6 events verified",
     ]
-    assert demo.ok("verify", "other").splitlines()[0] == "ok other 2 events"
-    code, _, err = demo("verify", "nope")
+    assert demo.ok("verify", "other", *jobs).splitlines()[0] == "ok other 2 events"
+    code, _, err = demo("verify", "nope", *jobs)
     assert code == 1 and "notFound" in err
 
 
-def test_verify_names_the_tampered_seq(demo: Agora) -> None:
+def test_verify_names_the_tampered_seq(demo: Agora, jobs: tuple[str, ...]) -> None:
     demo.ok("append", "other", stdin=jsonl(MESSAGE))
     with db(demo.data) as conn:
         (body,) = conn.execute(
@@ -354,42 +366,44 @@ def test_verify_names_the_tampered_seq(demo: Agora) -> None:
             (json.dumps(event).encode(), "demo", 2),
         )
     conn.close()
-    code, out, err = demo("verify")
+    code, out, err = demo("verify", *jobs)
     assert code == 1
     assert "workspace demo: seq 2: hash does not match content" in err
     assert "ok other 1 events" in out  # the other workspace is still checked
     assert out.splitlines()[-1] == "FAILED: 1 of 2 workspaces damaged (2 events checked)"
-    code, _, err = demo("verify", "demo")
+    code, _, err = demo("verify", "demo", *jobs)
     assert code == 1 and "seq 2: hash does not match content" in err
 
 
-def test_verify_names_a_seq_whose_body_was_replaced_by_text(demo: Agora) -> None:
+def test_verify_names_a_seq_whose_body_was_replaced_by_text(
+    demo: Agora, jobs: tuple[str, ...]
+) -> None:
     with db(demo.data) as conn:
         conn.execute(
             "UPDATE events SET body = ? WHERE workspace = 'demo' AND seq = 2", ('{"kind":"x"}',)
         )
     conn.close()
-    code, _, err = demo("verify")
+    code, _, err = demo("verify", *jobs)
     assert code == 1
     assert "workspace demo: " in err and "seq 2" in err
 
 
-def test_verify_names_a_seq_that_does_not_decode(demo: Agora) -> None:
+def test_verify_names_a_seq_that_does_not_decode(demo: Agora, jobs: tuple[str, ...]) -> None:
     with db(demo.data) as conn:
         conn.execute(
             "UPDATE events SET body = ? WHERE workspace = 'demo' AND seq = 2", (b'{"kind":"x"}',)
         )
     conn.close()
-    code, _, err = demo("verify")
+    code, _, err = demo("verify", *jobs)
     assert code == 1
     assert "workspace demo: stored event at seq 2 cannot be decoded" in err
 
 
-def test_verify_names_a_gap(demo: Agora) -> None:
+def test_verify_names_a_gap(demo: Agora, jobs: tuple[str, ...]) -> None:
     with db(demo.data) as conn:
         conn.execute("DELETE FROM events WHERE workspace = 'demo' AND seq = 3")
     conn.close()
-    code, _, err = demo("verify")
+    code, _, err = demo("verify", *jobs)
     assert code == 1
     assert "workspace demo: seq 3: gap before seq 4" in err
 
@@ -419,11 +433,11 @@ def save_snapshot(data: Path, workspace: str, at_seq: int, messages_delta: int =
     asyncio.run(go())
 
 
-def test_snapshots_change_nothing_in_verify_or_state(demo: Agora) -> None:
+def test_snapshots_change_nothing_in_verify_or_state(demo: Agora, jobs: tuple[str, ...]) -> None:
     demo.ok("append", "demo", stdin=jsonl(MESSAGE, MESSAGE))
     save_snapshot(demo.data, "demo", 3)
     with_snapshots = [
-        demo.ok("verify"),
+        demo.ok("verify", *jobs),
         demo.ok("state", "demo"),
         demo.ok("state", "demo", "--json"),
         demo.ok("state", "demo", "--at-seq", "4", "--json"),
@@ -432,7 +446,7 @@ def test_snapshots_change_nothing_in_verify_or_state(demo: Agora) -> None:
         assert conn.execute("DELETE FROM snapshots").rowcount == 1
     conn.close()
     without = [
-        demo.ok("verify"),
+        demo.ok("verify", *jobs),
         demo.ok("state", "demo"),
         demo.ok("state", "demo", "--json"),
         demo.ok("state", "demo", "--at-seq", "4", "--json"),
@@ -440,20 +454,22 @@ def test_snapshots_change_nothing_in_verify_or_state(demo: Agora) -> None:
     assert with_snapshots == without
 
 
-def test_verify_catches_a_snapshot_that_disagrees_with_the_log(demo: Agora) -> None:
+def test_verify_catches_a_snapshot_that_disagrees_with_the_log(
+    demo: Agora, jobs: tuple[str, ...]
+) -> None:
     save_snapshot(demo.data, "demo", 3, messages_delta=5)
-    code, _, err = demo("verify")
+    code, _, err = demo("verify", *jobs)
     assert code == 1
     assert "workspace demo: seq 4: the state from the snapshot at seq 3 differs" in err
     assert "(messages)" in err
 
 
-def test_verify_warns_about_an_unusable_snapshot(demo: Agora) -> None:
+def test_verify_warns_about_an_unusable_snapshot(demo: Agora, jobs: tuple[str, ...]) -> None:
     save_snapshot(demo.data, "demo", 3)
     with db(demo.data) as conn:
         conn.execute("UPDATE snapshots SET body = x'00'")
     conn.close()
-    code, out, err = demo("verify")
+    code, out, err = demo("verify", *jobs)
     assert code == 0
     assert "snapshot at seq 3 is unusable" in err
     assert "ok demo 4 events" in out
@@ -486,6 +502,192 @@ def test_verify_reads_each_event_once(demo: Agora, monkeypatch: pytest.MonkeyPat
 def test_verify_empty_store(agora: Agora) -> None:
     agora.data.mkdir()
     assert agora.ok("verify") == "ok: 0 workspaces, 0 events verified\n"
+
+
+def test_verify_jobs_must_be_a_positive_number(demo: Agora) -> None:
+    for bad in ("0", "-1", "two"):
+        code, _, err = demo("verify", "--jobs", bad)
+        assert code == 2 and "--jobs" in err, bad
+
+
+# -- verify in ranges: the first break of the log, wherever the workers find theirs ----------
+
+LONG = 40  # events of the long log: this process checks seqs 1-10, the workers 11-20, 21-30, 31-40
+IN_RANGES = ("--jobs", "2", "--range-events", "10")
+
+
+class LogRows:
+    """Direct access to the stored rows of one workspace, on SQLite or PostgreSQL."""
+
+    def __init__(self, data: Path, schema: str | None) -> None:
+        self.data = data
+        self.schema = schema
+
+    def args(self) -> tuple[str, ...]:
+        return () if self.schema is None else ("--store", url_for(self.schema))
+
+    def _sql(self, sqlite: str, postgres: str, *params: object) -> list[Any]:
+        if self.schema is None:
+            with db(self.data) as conn:
+                rows = conn.execute(sqlite, params).fetchall()
+            conn.close()
+            return rows
+        sql = postgres.replace("events", f'"{self.schema}".events')
+        return list(pg_run(lambda c: c.fetch(sql, *params)))
+
+    def body(self, seq: int) -> dict[str, Any]:
+        (row,) = self._sql(
+            "SELECT body FROM events WHERE workspace = 'demo' AND seq = ?",
+            "SELECT body FROM events WHERE workspace = 'demo' AND seq = $1",
+            seq,
+        )
+        decoded: dict[str, Any] = json.loads(bytes(row[0]))
+        return decoded
+
+    def put(self, seq: int, body: bytes) -> None:
+        self._sql(
+            "UPDATE events SET body = ? WHERE workspace = 'demo' AND seq = ?",
+            "UPDATE events SET body = $1 WHERE workspace = 'demo' AND seq = $2",
+            body,
+            seq,
+        )
+
+    def edit(self, seq: int, **fields: Any) -> None:
+        """Rewrite fields of the stored event at ``seq`` (``text``: its message), hash kept."""
+        event = self.body(seq)
+        if "text" in fields:
+            event["payload"]["text"] = fields.pop("text")
+        event.update(fields)
+        self.put(seq, json.dumps(event).encode())
+
+    def delete(self, seq: int) -> None:
+        self._sql(
+            "DELETE FROM events WHERE workspace = 'demo' AND seq = ?",
+            "DELETE FROM events WHERE workspace = 'demo' AND seq = $1",
+            seq,
+        )
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def long_log(agora: Agora, request: pytest.FixtureRequest) -> Iterator[LogRows]:
+    """A ``demo`` workspace of :data:`LONG` messages, on SQLite or on a fresh PostgreSQL
+    schema (dropped afterwards)."""
+    schema = None
+    if request.param == "postgres":
+        need_postgres()
+        schema = new_schema("verify")
+    rows = LogRows(agora.data, schema)
+    try:
+        agora.ok("append", "demo", *rows.args(), stdin=jsonl(*[MESSAGE] * LONG))
+        yield rows
+    finally:
+        if schema is not None:
+            drop_schemas([schema])
+
+
+def verify_both_ways(agora: Agora, rows: LogRows) -> tuple[int, str, str]:
+    """``agora verify`` in ranges; it must say exactly what one process says, reading the
+    same pages (--range-events sets their size in both: a page with an event that does not
+    decode is named for it, even after a break earlier in the page)."""
+    in_ranges = agora("verify", *IN_RANGES, *rows.args())
+    assert in_ranges == agora("verify", "--jobs", "1", *IN_RANGES[2:], *rows.args())
+    return in_ranges
+
+
+@pytest.mark.parametrize("events", [PARALLEL_MIN, 432_109, 1_000_000, 10_000_000])
+@pytest.mark.parametrize("jobs", [2, 3, 64])
+@pytest.mark.parametrize("folds", [True, False])
+def test_the_ranges_of_a_long_log(events: int, jobs: int, folds: bool) -> None:
+    """This process's share and the workers' ranges cover the log once, in order, each
+    boundary a whole number of pages, and no more ranges than RANGE_MAX asks for or than
+    RANGE_MIN allows workers."""
+    first, ranges = Split().plan(events, jobs, folds=folds)
+    assert ranges and first % PAGE == 0
+    assert [lo for lo, _ in ranges] == [first] + [hi for _, hi in ranges[:-1]]
+    assert ranges[-1][1] == events
+    assert all(lo % PAGE == 0 and hi - lo <= RANGE_MAX for lo, hi in ranges)
+    assert len(ranges) <= max(jobs - 1, math.ceil(events / RANGE_MAX))
+    assert len({hi - lo for lo, hi in ranges[:-1]}) <= 1  # alike, but for the last one
+    assert len(ranges) <= max(events // RANGE_MIN, math.ceil(events / RANGE_MAX))
+    assert Split().plan(events, 1, folds=folds) == (events, [])
+    assert Split().plan(PARALLEL_MIN - 1, jobs, folds=folds) == (PARALLEL_MIN - 1, [])
+
+
+def test_verify_in_ranges_of_a_sound_log(agora: Agora, long_log: LogRows) -> None:
+    assert verify_both_ways(agora, long_log) == (
+        0,
+        f"ok demo {LONG} events\nok: 1 workspace, {LONG} events verified\n",
+        "",
+    )
+
+
+def test_verify_in_ranges_names_a_break_in_a_workers_range(agora: Agora, long_log: LogRows) -> None:
+    long_log.edit(25, text="forged")
+    code, out, err = verify_both_ways(agora, long_log)
+    assert code == 1
+    assert err == "agora verify: error: workspace demo: seq 25: hash does not match content\n"
+    assert out == "FAILED: 1 of 1 workspace damaged (24 events checked)\n"
+
+
+def test_verify_in_ranges_names_the_lowest_break(agora: Agora, long_log: LogRows) -> None:
+    # The worker's later range breaks at its first event, the earlier one at its last: the
+    # earlier range's break is still the one named.
+    long_log.edit(21, text="forged")
+    long_log.edit(19, text="forged")
+    code, _, err = verify_both_ways(agora, long_log)
+    assert code == 1
+    assert err == "agora verify: error: workspace demo: seq 19: hash does not match content\n"
+    # ... and one in this process's own range comes before both.
+    long_log.edit(4, text="forged")
+    assert "seq 4: hash does not match content" in verify_both_ways(agora, long_log)[2]
+
+
+DAMAGES = {
+    # the event whose hash the next range is checked against
+    "edited at a range's end": (lambda rows: rows.edit(20, text="x"), "seq 20: hash does not"),
+    "prev rewritten": (lambda rows: rows.edit(21, prev="0" * 64), "seq 21: prev does not match"),
+    "gap at a range's start": (lambda rows: rows.delete(21), "seq 21: gap before seq 22"),
+    "gap inside a range": (lambda rows: rows.delete(27), "seq 27: gap before seq 28"),
+    "undecodable": (
+        lambda rows: rows.put(33, b'{"kind":"x"}'),
+        "stored event at seq 33 cannot be decoded",
+    ),
+    "undecodable after a break": (
+        lambda rows: (rows.edit(12, text="x"), rows.put(25, b"{")),
+        "seq 12: hash does not match content",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_verify_in_ranges_reports_what_one_process_reports(
+    agora: Agora, long_log: LogRows, damage: str
+) -> None:
+    tamper, expected = DAMAGES[damage]
+    tamper(long_log)
+    code, _, err = verify_both_ways(agora, long_log)
+    assert code == 1
+    assert f"workspace demo: {expected}" in err
+
+
+def test_verify_in_ranges_of_a_log_cut_short(agora: Agora, long_log: LogRows) -> None:
+    # PostgreSQL keeps each head in a table of its own, which still says 40: the last range
+    # ends early without a break, and the events there are counted, not the head's seq.
+    long_log.delete(LONG)
+    assert verify_both_ways(agora, long_log)[:2] == (
+        0,
+        f"ok demo {LONG - 1} events\nok: 1 workspace, {LONG - 1} events verified\n",
+    )
+
+
+def test_verify_in_ranges_compares_the_snapshot(agora: Agora) -> None:
+    agora.ok("append", "demo", stdin=jsonl(*[MESSAGE] * LONG))
+    save_snapshot(agora.data, "demo", 15)
+    assert verify_both_ways(agora, LogRows(agora.data, None))[0] == 0
+    save_snapshot(agora.data, "demo", 35, messages_delta=1)
+    code, _, err = verify_both_ways(agora, LogRows(agora.data, None))
+    assert code == 1
+    assert f"seq {LONG}: the state from the snapshot at seq 35 differs" in err
 
 
 # -- export / import -------------------------------------------------------------------------

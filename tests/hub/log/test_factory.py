@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hub.core.errors import BadRequest
+from hub.core.errors import BadRequest, Unavailable
 from hub.core.events import MessagePayload, MessagePosted
 from hub.log.factory import open_store
 from hub.log.sqlite import SqliteEventStore
@@ -48,3 +48,25 @@ async def test_the_built_store_opens(tmp_path: Path) -> None:
 
 def _draft() -> MessagePosted:
     return MessagePosted(payload=MessagePayload(text="x"))
+
+
+async def test_a_read_only_store_reads_and_never_writes(tmp_path: Path) -> None:
+    """``read_only`` (agora verify's workers): SQLite opens the file ``mode=ro`` with no
+    writer: it reads what is there, refuses writes, leaves the file as it was, and neither
+    creates a missing data directory nor a missing file."""
+    async with open_store(None, tmp_path) as store:
+        await store.append("ws", [_draft(), _draft()])
+    before = (tmp_path / "agora.db").read_bytes()
+    async with open_store(None, tmp_path, read_only=True) as reader:
+        assert isinstance(reader, SqliteEventStore) and reader.read_only
+        assert [e.seq for e in await reader.read_batch("ws")] == [1, 2]
+        assert [h.seq for h in await reader.heads()] == [2]
+        with pytest.raises(Unavailable, match="read-only"):
+            await reader.append("ws", [_draft()])
+        with pytest.raises(Unavailable, match="read-only"):
+            await reader.delete_snapshots("ws")
+    assert (tmp_path / "agora.db").read_bytes() == before
+    missing = tmp_path / "missing"
+    with pytest.raises(Unavailable):
+        await open_store(None, missing, read_only=True).open()
+    assert not missing.exists()
