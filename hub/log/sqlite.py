@@ -307,7 +307,7 @@ async def _open_reader(path: Path | str, *, uri: bool = False) -> aiosqlite.Conn
     return conn
 
 
-_follow_log = logging.getLogger("agora.log")
+_log = logging.getLogger("agora.log")  # the store's own messages (follow, walkers)
 
 FOLLOW_RETRY: Final = Backoff(initial=0.05, maximum=5.0, give_up_after=None)
 """Between failed polls of :meth:`SqliteEventStore.follow`: retried until the file is back."""
@@ -777,6 +777,10 @@ class SqliteEventStore(EventStore):
         # More connections for long walks (joined_pages), each on its own thread: SQLite
         # steps a query with the GIL released, so two ranges of a replay are read at once.
         self._walkers: tuple[aiosqlite.Connection, ...] = ()
+        # What the walkers open once the store is open (file or read-only URI, is a URI),
+        # and the lock that opens them once (and that closing waits for).
+        self._walker_target: tuple[Path | str, bool] | None = None
+        self._walking = asyncio.Lock()
         self._commits = GroupCommit(batch_max=batch_max, queue_max=queue_max)
         self._opening = asyncio.Lock()
         self._committing = False  # a batch is on the writer thread (or about to be)
@@ -804,17 +808,13 @@ class SqliteEventStore(EventStore):
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agora-sqlite-writer")
         writer = _Writer(self.path, self.busy_timeout, self.merkle)
         reader: aiosqlite.Connection | None = None
-        walkers: list[aiosqlite.Connection] = []
         try:
             await loop.run_in_executor(executor, writer.open)
             await asyncio.to_thread(self.blob_root.mkdir, parents=True, exist_ok=True)
             reader = await _open_reader(self.path)
-            for _ in range(WALKERS):
-                walkers.append(await _open_reader(self.path))
         except BaseException as e:
-            for conn in (reader, *walkers):
-                if conn is not None:
-                    await conn.close()
+            if reader is not None:
+                await reader.close()
             await loop.run_in_executor(executor, writer.close)
             executor.shutdown(wait=False)
             if isinstance(e, sqlite3.Error):
@@ -823,7 +823,7 @@ class SqliteEventStore(EventStore):
                 raise Unavailable(f"cannot open {self.path}: {e}") from e
             raise
         self._writer, self._executor, self._reader = writer, executor, reader
-        self._walkers = tuple(walkers)
+        self._walker_target = (self.path, False)
         self.legacy_depth = writer.legacy_depth
         self._commits.start(self._commit, name=f"agora-writer:{self.path}")
 
@@ -832,8 +832,7 @@ class SqliteEventStore(EventStore):
         # mode=ro: the file must exist, and these connections can never write to it.
         target = f"{(await asyncio.to_thread(self.path.resolve)).as_uri()}?mode=ro"
         try:
-            for _ in range(1 + WALKERS):
-                conns.append(await _open_reader(target, uri=True))
+            conns.append(await _open_reader(target, uri=True))
             reader = conns[0]
             (version,) = next(iter(await reader.execute_fetchall("PRAGMA user_version")))
             if version != SCHEMA_VERSION:
@@ -850,7 +849,7 @@ class SqliteEventStore(EventStore):
             if isinstance(e, sqlite3.Error):
                 raise _translate(e, f"opening {self.path} read-only") from e
             raise
-        self._reader, self._walkers = conns[0], tuple(conns[1:])
+        self._reader, self._walker_target = conns[0], (target, True)
         self.legacy_depth = bool(list(legacy))
         # Appends are refused by the writer task, so the store's lifecycle (open, close,
         # what a closed store answers) is the same as a writable one's.
@@ -868,11 +867,13 @@ class SqliteEventStore(EventStore):
 
     async def _release(self) -> None:
         loop = asyncio.get_running_loop()
-        for conn in (self._reader, *self._walkers):
-            if conn is not None:
-                with contextlib.suppress(sqlite3.Error, ValueError):
-                    await conn.close()
-        self._walkers = ()
+        async with self._walking:  # after any walker connection being opened
+            self._walker_target = None
+            for conn in (self._reader, *self._walkers):
+                if conn is not None:
+                    with contextlib.suppress(sqlite3.Error, ValueError):
+                        await conn.close()
+            self._walkers = ()
         if self._writer is not None and self._executor is not None:
             # Runs after any hop still in flight (one thread, FIFO).
             await loop.run_in_executor(self._executor, self._writer.close)
@@ -1103,7 +1104,7 @@ class SqliteEventStore(EventStore):
                     for workspace, head in heads:
                         notify(workspace, head)
             except (sqlite3.Error, OSError) as e:
-                _follow_log.warning("following %s failed: %s; retrying", self.path, e)
+                _log.warning("following %s failed: %s; retrying", self.path, e)
                 await asyncio.sleep(FOLLOW_RETRY.delay(failures))
                 failures += 1
             finally:
@@ -1199,20 +1200,55 @@ class SqliteEventStore(EventStore):
         batch: int = 5000,
     ) -> AsyncGenerator[JoinedPage, None]:
         """See :meth:`EventStore.joined_pages`: ranges of seqs read by the walker
-        connections at once (hub.log.base.read_ranges), the same pages in the same order."""
-        walkers = self._walkers
+        connections at once (hub.log.base.read_ranges), the same pages in the same order.
+        The walkers are opened by the first walk (a store that never replays a long log, as
+        most commands' stores, keeps no thread for them); a store that cannot open them walks
+        with its one reader."""
+        return self._walk(workspace, after_seq, until_seq, batch)
+
+    async def _walk(
+        self, workspace: str, after_seq: int, until_seq: int | None, batch: int
+    ) -> AsyncGenerator[JoinedPage, None]:
+        walkers = await self._open_walkers()
         if not walkers:
-            return super().joined_pages(
+            pages = super().joined_pages(
                 workspace, after_seq=after_seq, until_seq=until_seq, batch=batch
             )
+        else:
 
-        def fetch_range(lo: int, hi: int, slot: int) -> Awaitable[JoinedPage]:
-            return self._read_joined(workspace, lo, hi, hi - lo, walkers[slot])
+            def fetch_range(lo: int, hi: int, slot: int) -> Awaitable[JoinedPage]:
+                return self._read_joined(workspace, lo, hi, hi - lo, walkers[slot])
 
-        def fetch(after: int) -> Awaitable[JoinedPage]:
-            return self._read_joined(workspace, after, until_seq, batch, walkers[0])
+            def fetch(after: int) -> Awaitable[JoinedPage]:
+                return self._read_joined(workspace, after, until_seq, batch, walkers[0])
 
-        return read_ranges(fetch_range, fetch, after_seq, until_seq, batch, len(walkers))
+            pages = read_ranges(fetch_range, fetch, after_seq, until_seq, batch, len(walkers))
+        async with contextlib.aclosing(pages):
+            async for page in pages:
+                yield page
+
+    async def _open_walkers(self) -> tuple[aiosqlite.Connection, ...]:
+        """The walker connections, opened on first use (none while the store is closed, or
+        when they cannot be opened: the walk then reads with the store's reader)."""
+        if self._walkers:
+            return self._walkers
+        async with self._walking:
+            target = self._walker_target
+            if self._walkers or target is None:
+                return self._walkers
+            opened: list[aiosqlite.Connection] = []
+            try:
+                for _ in range(WALKERS):
+                    opened.append(await _open_reader(target[0], uri=target[1]))
+            except (sqlite3.Error, OSError) as e:
+                _log.warning("walking %s with one connection: %s", self.path, e)
+                for conn in opened:
+                    with contextlib.suppress(sqlite3.Error, ValueError):
+                        await conn.close()
+                self._walker_target = None  # not tried again
+                return ()
+            self._walkers = tuple(opened)
+            return self._walkers
 
     async def _read_joined(
         self,

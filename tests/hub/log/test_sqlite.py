@@ -649,6 +649,32 @@ async def test_a_walk_over_parallel_ranges_reads_past_a_gap(tmp_path: Path) -> N
         assert await seqs(batch=100) == kept
 
 
+@pytest.mark.parametrize("read_only", [False, True])
+async def test_the_walkers_are_opened_by_the_first_walk_and_closed_with_the_store(
+    tmp_path: Path, read_only: bool
+) -> None:
+    """A store keeps a thread per connection: the two walkers' are started by the first long
+    read, not by opening (most stores never walk), and stopped by closing."""
+    import threading
+
+    from hub.core.events import decode_events
+
+    async with SqliteEventStore(tmp_path / "a.db") as writer:
+        await writer.append("ws", [msg(str(i)) for i in range(12)])
+    before = threading.active_count()
+    store = SqliteEventStore(tmp_path / "a.db", read_only=read_only)
+    async with store:
+        opened = threading.active_count()
+        async with contextlib.aclosing(store.joined_pages("ws", batch=5)) as pages:
+            seqs = [e.seq async for page in pages for e in decode_events(page.body)]
+        assert seqs == list(range(1, 13))
+        assert threading.active_count() == opened + 2
+        async with contextlib.aclosing(store.joined_pages("ws", batch=5)) as pages:
+            assert [p.count async for p in pages] == [5, 5, 2]
+        assert threading.active_count() == opened + 2  # opened once
+    assert threading.active_count() <= before + 1  # (the writer's executor may linger)
+
+
 async def test_two_stores_on_one_file_keep_each_other_s_heads(tmp_path: Path) -> None:
     """Two writers of one file (``agora serve --workers``), interleaved: each keeps its own
     cached heads, reloads only those the other moved, and neither forks a chain."""
