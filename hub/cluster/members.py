@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 import asyncpg
@@ -39,7 +40,7 @@ from hub.log.codec import decode_or_skip
 from hub.log.migrations import quote
 from hub.workspaces import Workspaces
 
-__all__ = ["StrandedMembers"]
+__all__ = ["StrandedMembers", "close_stranded"]
 
 log = logging.getLogger("agora.cluster")
 
@@ -156,37 +157,58 @@ class StrandedMembers:
     async def _close_in(
         self, conn: asyncpg.Connection[asyncpg.Record], workspace: str, node: str
     ) -> int:
-        written = 0
-        for attempt in range(MAX_ATTEMPTS):
-            head, members = await self._read(conn, workspace, node)
-            try:
-                for member in members:
-                    result = await self.workspaces.publish(
-                        workspace,
-                        departures(member, node),
-                        producer=member.agent,
-                        expected_seq=head,
-                        trusted=True,
-                    )
-                    if result.duplicate:
-                        # Another survivor wrote it (our expected head is stale now): read again.
-                        raise Conflict("written by another survivor", head=head)
-                    written += 1
-                    head = result.seqs[-1]
-                    log.warning(
-                        "member %s of %s (seq %d) left with dead node %s",
-                        member.agent,
-                        workspace,
-                        head,
-                        node,
-                    )
-                return written
-            except Conflict:
-                await asyncio.sleep(CONFLICT_BACKOFF.delay(attempt))
-            except AgoraError as e:
-                log.error("closing the members of dead node %s in %s: %s", node, workspace, e)
-                raise
-        raise Conflict(
-            f"workspace {workspace!r} kept changing while closing dead node {node}'s members",
-            head=0,
+        return await close_stranded(
+            self.workspaces, workspace, node, lambda: self._read(conn, workspace, node)
         )
+
+
+async def close_stranded(
+    workspaces: Workspaces,
+    workspace: str,
+    node: str,
+    read: Callable[[], Awaitable[tuple[int, list[Stranded]]]],
+    *,
+    dead: str = "dead node",
+) -> int:
+    """Write ``memberLeft`` for every agent ``read()`` says ``node`` strands in ``workspace``
+    (with the head that was read at), each appended at the head its decision was read at; on
+    a conflict (a join committed meanwhile, or the leave written already by another run) read
+    and decide again, :data:`MAX_ATTEMPTS` times. Returns the leaves written now. Raises
+    :class:`Conflict` when the workspace kept changing, and what :meth:`Workspaces.publish`
+    raises. ``dead`` names the node in the logs (a cluster node, or a worker of ``agora serve
+    --workers``: hub.server.reaper)."""
+    written = 0
+    for attempt in range(MAX_ATTEMPTS):
+        head, members = await read()
+        try:
+            for member in members:
+                result = await workspaces.publish(
+                    workspace,
+                    departures(member, node),
+                    producer=member.agent,
+                    expected_seq=head,
+                    trusted=True,
+                )
+                if result.duplicate:
+                    # Written by another run (our expected head is stale now): read again.
+                    raise Conflict("written already", head=head)
+                written += 1
+                head = result.seqs[-1]
+                log.warning(
+                    "member %s of %s (seq %d) left with %s %s",
+                    member.agent,
+                    workspace,
+                    head,
+                    dead,
+                    node,
+                )
+            return written
+        except Conflict:
+            await asyncio.sleep(CONFLICT_BACKOFF.delay(attempt))
+        except AgoraError as e:
+            log.error("closing the members of %s %s in %s: %s", dead, node, workspace, e)
+            raise
+    raise Conflict(
+        f"workspace {workspace!r} kept changing while closing {dead} {node}'s members",
+        head=0,
+    )

@@ -57,15 +57,20 @@ def workspace_name(text: str) -> str:
         raise argparse.ArgumentTypeError(e.message) from None
 
 
-def seq_number(text: str) -> int:
-    """argparse type: a seq, an integer >= 0."""
+def integer_at_least(text: str, minimum: int) -> int:
+    """``text`` as an integer >= ``minimum``, or the argparse error that says why not."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
     return value
+
+
+def seq_number(text: str) -> int:
+    """argparse type: a seq, an integer >= 0."""
+    return integer_at_least(text, 0)
 
 
 def agent_id(text: str) -> str:

@@ -54,6 +54,7 @@ from hub.commands._audit import (
     PAGE,
     add_store_args,
     add_workspace_arg,
+    integer_at_least,
     progress,
     progress_enabled,
     require_head,
@@ -106,13 +107,7 @@ def usable_cpus() -> int:
 
 def jobs_number(text: str) -> int:
     """argparse type: a number of processes, >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+    return integer_at_least(text, 1)
 
 
 def register(subparsers: Any) -> None:

@@ -33,18 +33,17 @@ node and the cluster reaps it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Collection
 from typing import Final
 
 import msgspec
 
+from hub.cluster.members import close_stranded
 from hub.config import LimitsConfig
-from hub.core.backoff import Backoff
-from hub.core.errors import AgoraError, Conflict
+from hub.core.errors import Conflict
 from hub.core.events import Event, ExecFinished, ExecStarted
-from hub.core.rules.presence import departures, stranded
+from hub.core.rules.presence import Stranded, stranded
 from hub.core.rules.recovery import (
     HUB_PRODUCER,
     OpenExecution,
@@ -59,10 +58,6 @@ __all__ = ["Reaped", "WorkerReaper"]
 
 log = logging.getLogger("agora.server")
 
-MAX_ATTEMPTS: Final = 20
-"""Decisions per workspace before the members there are given up on (each conflict means
-the workspace moved between the read and the append; the next start's recovery closes them)."""
-CONFLICT_BACKOFF: Final = Backoff(initial=0.005, maximum=0.5, give_up_after=None)
 _PRESENCE: Final = ("memberJoined", "memberLeft")
 
 
@@ -167,41 +162,18 @@ class WorkerReaper:
         node: str,
         alive: set[str],
     ) -> int:
-        written = 0
-        for attempt in range(MAX_ATTEMPTS):
+        async def read() -> tuple[int, list[Stranded]]:
             head = await store.head(workspace)
             at = head.seq if head is not None else 0
-            rows = await store.read_kinds(_PRESENCE, workspace=workspace)
             events: list[Event] = []
-            for _, seq, body in rows:
+            for _, seq, body in await store.read_kinds(_PRESENCE, workspace=workspace):
                 event = decode_or_skip(body, seq)
                 if event is not None and event.seq <= at:
                     events.append(event)
-            try:
-                for member in stranded(workspace, events, node, alive):
-                    result = await workspaces.publish(
-                        workspace,
-                        departures(member, node),
-                        producer=member.agent,
-                        expected_seq=at,
-                        trusted=True,
-                    )
-                    if result.duplicate:  # written already (an earlier run): read again
-                        raise Conflict("written already", head=at)
-                    written += 1
-                    at = result.seqs[-1]
-                    log.warning(
-                        "member %s of %s (seq %d) left with dead worker %s",
-                        member.agent,
-                        workspace,
-                        at,
-                        node,
-                    )
-                return written
-            except Conflict:
-                await asyncio.sleep(CONFLICT_BACKOFF.delay(attempt))
-            except AgoraError as e:
-                log.error("closing the members of dead worker %s in %s: %s", node, workspace, e)
-                raise
-        log.error("%s kept changing while closing dead worker %s's members", workspace, node)
-        return written
+            return at, stranded(workspace, events, node, alive)
+
+        try:
+            return await close_stranded(workspaces, workspace, node, read, dead="dead worker")
+        except Conflict as e:  # kept changing: the next start's recovery closes them
+            log.error("%s", e.message)
+            return 0
