@@ -144,7 +144,7 @@ class Hub:
         self.monotonic = monotonic
         limits = config.limits
         self.tasks = OwnedTasks()
-        self.fanout = Fanout()
+        self.fanout = Fanout(per_iteration=True)
         self.workspaces = Workspaces(
             store,
             limits=limits.draft_limits(),

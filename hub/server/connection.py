@@ -222,13 +222,24 @@ class Connection:
         """Queue a reply, or a catch-up/stream frame (``paced``: waits for room in bytes too);
         False when that took the queue over ``[limits] send_queue_bytes``: the connection is
         then closed with 4408 (a client that sends requests and reads no replies)."""
+        self._fanout_first()
         await self.queue.put(item, paced=paced)
         return self._within_bytes()
 
     def _push(self, item: Outgoing) -> bool:
         """Queue a frame without waiting (the caller bounds how many); False as :meth:`_put`."""
+        self._fanout_first()
         self.queue.push(item)
         return self._within_bytes()
+
+    def _fanout_first(self) -> None:
+        """Before anything else goes to this client: the events the fan-out holds for the end
+        of the iteration (hub.server.fanout) of a workspace it follows. What was committed
+        before a frame was produced reaches a subscriber before it, as when the fan-out wrote
+        in its listener call: a client that has the ack of its publish has its events too."""
+        subscriptions = self.subscriptions
+        if subscriptions and self.hub.fanout.holds(subscriptions):
+            self.hub.fanout.flush()
 
     def _within_bytes(self) -> bool:
         if self.queue.overflowing:
@@ -480,6 +491,7 @@ class Connection:
                 await self.publishes.wait_below(1)
             match action:
                 case Close():
+                    self._fanout_first()
                     await self.queue.put(action)
                     return False
                 case SubscribeRequest():
@@ -641,7 +653,9 @@ class Connection:
                         items.append(action)
                         closing = True
             # Straight to an idle socket, as the fan-out's frames (see _write_now): the acks
-            # then leave in the iteration their commit was heard in.
+            # then leave in the iteration their commit was heard in, after its events when
+            # this client follows the workspace.
+            self._fanout_first()
             wrote = False
             if not closing and items and self._writer_idle and not self.queue:
                 frames = [text_frame(item[0]) for item in items if not isinstance(item, Close)]

@@ -6,12 +6,20 @@ synchronously, in seq order, with each committed batch; it encodes each event's 
 ``bytes`` object to every subscription of that workspace. A server's WebSocket frame is never
 masked, so the whole frame (header + payload, :class:`WireText`) is built once as well, and so
 are the batch's frames joined (:class:`LiveFrames`, one offer per subscriber per batch, not one
-per event): a connection without extensions whose writer is idle writes those very bytes at
-once, in the listener call (one ``transport.write`` per subscriber per batch, no wake-up of its
-writer task, no loop iteration before the socket); a busy one queues them behind what it has
-queued, and its writer coalesces them. Offering never waits: a connection whose bounded
-:class:`SendQueue` is full is told to :meth:`Outlet.overflow` (the server closes it with 4408)
-and the others, and the writer, never wait for it.
+per event). In the hub (``per_iteration``) a batch is held until the end of the loop iteration
+it was committed in, and everything a workspace committed during that iteration is offered as
+one batch: the commits of several connections' publishes that one store transaction wrote are
+heard in one iteration, and reach each subscriber in one write rather than one per publish
+(the raw ``websockets`` peer in bench/hub_bench.py is allowed the same rule: one write per
+connection per iteration). The publishers' acks, written in that iteration, go first, except
+to a connection that follows the workspace: it has the fan-out :meth:`Fanout.flush` what it
+holds before it sends anything else (:meth:`Fanout.holds`), so no frame produced after a commit
+overtakes that commit's events to a subscriber (the ack of its own publish included). A
+connection without extensions whose writer is idle writes those very bytes at once (one
+``transport.write`` per subscriber per iteration, no wake-up of its writer task); a busy one
+queues them behind what it has queued, and its writer coalesces them. Offering never waits: a
+connection whose bounded :class:`SendQueue` is full is told to :meth:`Outlet.overflow` (the
+server closes it with 4408) and the others, and the writer, never wait for it.
 
 A :class:`FanoutSubscription` starts *buffering*: it is registered before the subscriber's head is
 read, so every event committed from then on reaches it; the server sends the catch-up from the
@@ -28,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Final, Generic, Protocol, TypeVar
 
 from hub.core.cursor import DUPLICATE, NEXT, SeqCursor
@@ -380,9 +388,13 @@ class FanoutSubscription:
 class Fanout:
     """The registry of subscriptions and the :class:`Workspaces` listener that feeds them."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, per_iteration: bool = False) -> None:
         self._subscriptions: dict[str, dict[int, FanoutSubscription]] = {}
         self.frames_encoded = 0  # for tests and metrics: frames built (once per event)
+        # per_iteration: hold what is committed during one loop iteration and offer it at
+        # its end, one batch per workspace (see __call__); else offer each batch at once.
+        self.per_iteration = per_iteration
+        self._held: dict[str, list[Event]] = {}
 
     def add(self, subscription: FanoutSubscription) -> None:
         """Start delivering ``subscription``'s workspace to it (it buffers until live)."""
@@ -404,8 +416,37 @@ class Fanout:
 
     def __call__(self, workspace: str, batch: Sequence[Event]) -> None:
         """The listener: encode each event frame once, offer the batch to every subscriber."""
+        if not batch or workspace not in self._subscriptions:
+            return
+        if not self.per_iteration:
+            self._offer(workspace, batch)
+            return
+        if not self._held:
+            asyncio.get_running_loop().call_soon(self.flush)
+        held = self._held.get(workspace)
+        if held is None:
+            self._held[workspace] = list(batch)
+        else:
+            held.extend(batch)
+
+    def holds(self, workspaces: Collection[str]) -> bool:
+        """Whether committed events of any of ``workspaces`` wait for the end of the
+        iteration (``per_iteration``). A connection following one of them calls
+        :meth:`flush` before it sends anything else: a reply produced after a commit (the
+        ack of the publish that made it) never overtakes that commit's events."""
+        held = self._held
+        return bool(held) and any(w in held for w in workspaces)
+
+    def flush(self) -> None:
+        """Offer every held batch now (at the end of the iteration, or earlier for
+        :meth:`holds`); a no-op when nothing is held."""
+        held, self._held = self._held, {}
+        for workspace, events in held.items():
+            self._offer(workspace, events)
+
+    def _offer(self, workspace: str, batch: Sequence[Event]) -> None:
         subs = self._subscriptions.get(workspace)
-        if not subs or not batch:
+        if not subs:
             return
         frames = LiveFrames(
             workspace,

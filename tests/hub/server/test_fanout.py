@@ -62,6 +62,44 @@ def test_buffers_until_live_then_skips_what_the_catch_up_sent() -> None:
     assert outlet.seqs() == [6, 7, 8]
 
 
+async def test_per_iteration_offers_an_iterations_commits_as_one_batch() -> None:
+    """With ``per_iteration``, the batches a workspace commits during one loop iteration reach
+    each subscriber as ONE offer at its end (one write per subscriber, not one per commit),
+    in seq order; other workspaces get their own; a batch for a workspace nobody follows is
+    not held."""
+
+    class Counting(Outlet):
+        def __init__(self) -> None:
+            super().__init__()
+            self.offers: list[list[int]] = []
+
+        def offer(self, frames: LiveFrames) -> bool:
+            self.offers.append([seq for _, _, seq in frames.items])
+            return super().offer(frames)
+
+    fanout = Fanout(per_iteration=True)
+    outlets = {w: Counting() for w in ("w", "v")}
+    for workspace, outlet in outlets.items():
+        sub = FanoutSubscription(outlet, workspace, "a", pending_limit=10)
+        fanout.add(sub)
+        sub.go_live()
+    fanout("w", events(1, 2))
+    fanout("v", events(1))
+    fanout("w", events(3))
+    fanout("nobody", events(1))
+    assert outlets["w"].offers == [] and outlets["v"].offers == []
+    await asyncio.sleep(0)
+    assert outlets["w"].offers == [[1, 2, 3]]
+    assert outlets["v"].offers == [[1]]
+    assert fanout.frames_encoded == 4
+    fanout("w", events(4))  # the next iteration: a batch of its own
+    assert fanout.holds(["x", "w"]) and not fanout.holds(["v", "x"])
+    fanout.flush()  # a reply to a follower of "w" is about to go: its events first
+    assert outlets["w"].offers == [[1, 2, 3], [4]] and not fanout.holds(["w"])
+    await asyncio.sleep(0)  # the flush scheduled for the iteration's end finds nothing
+    assert outlets["w"].offers == [[1, 2, 3], [4]]
+
+
 def test_frames_are_encoded_once_and_shared() -> None:
     fanout = Fanout()
     outlets = [Outlet() for _ in range(5)]
@@ -277,11 +315,15 @@ async def _settle(writer: Peer, reader: Peer, workspace: str) -> None:
             kinds.add(frame["event"]["kind"])
 
 
-async def test_an_idle_subscriber_gets_a_commit_in_the_listener_call(inproc_hub: Any) -> None:
-    """A subscriber whose writer is idle is written to by the fan-out itself: by the time the
-    listeners after it hear of the commit, nothing waits in that connection's send queue and
-    the batch's last seq is recorded as sent (no writer wake-up, no loop iteration before the
-    socket). The client gets the events once, in order."""
+async def test_an_idle_subscriber_gets_a_commit_at_the_end_of_its_iteration(
+    inproc_hub: Any,
+) -> None:
+    """A subscriber whose writer is idle is written to by the fan-out itself, at the end of
+    the loop iteration in which the commit was heard: by the time a callback scheduled from
+    the listeners after it runs, nothing waits in that connection's send queue and the batch's
+    last seq is recorded as sent (no writer wake-up); while the listeners run, nothing is
+    written yet (the iteration's other commits join the same write). The client gets the
+    events once, in order."""
     url = inproc_hub.url
     async with contextlib.AsyncExitStack() as stack:
         writer = await stack.enter_async_context(peer(url, mint("w")))
@@ -289,19 +331,25 @@ async def test_an_idle_subscriber_gets_a_commit_in_the_listener_call(inproc_hub:
         await reader.call("subscribe", workspace="direct")
         await _settle(writer, reader, "direct")
         conn = next(c for c in inproc_hub.connections if "direct" in c.subscriptions)
-        seen: list[tuple[int, int | None, int]] = []
+        during: list[int | None] = []
+        after: list[tuple[int, int | None]] = []
 
         def probe(workspace: str, batch: Any) -> None:  # called right after the fan-out
             if workspace == "direct":
-                seen.append((len(conn.queue), conn.last_sent.get("direct"), batch[-1].seq))
+                during.append(conn.last_sent.get("direct"))
+                asyncio.get_running_loop().call_soon(
+                    lambda: after.append((len(conn.queue), conn.last_sent.get("direct")))
+                )
 
+        before = conn.last_sent.get("direct")
         inproc_hub.workspaces.add_listener(probe)
         try:
             ack = await writer.call("publish", workspace="direct", events=[message("b")] * 3)
         finally:
             inproc_hub.workspaces.remove_listener(probe)
         last = ack["seqs"][-1]
-        assert seen == [(0, last, last)]
+        assert during == [before]
+        assert after == [(0, last)]
         got = await reader.events("direct", last)
         assert [e["seq"] for e in got] == ack["seqs"]
 
@@ -397,3 +445,26 @@ async def test_an_idle_publishers_acks_are_written_at_once(inproc_hub: Any) -> N
             ack = await writer.call("publish", workspace="acks", events=[message(text)])
             assert ack["op"] == "ack"
         assert pushed == []
+
+
+async def test_a_subscribed_publisher_gets_its_events_before_its_ack(inproc_hub: Any) -> None:
+    """The fan-out holds a commit's events until the end of the iteration, but never past a
+    frame produced after the commit for a client following the workspace: a connection that
+    follows the workspace it publishes to has the events when the ack arrives (read your
+    writes), for a single publish and for a pipelined run of them."""
+    async with peer(inproc_hub.url, mint("w")) as client:
+        await client.call("subscribe", workspace="own")
+        ack = await client.call("publish", workspace="own", events=[message("a")] * 2)
+        assert [f["event"]["seq"] for f in client.inbox if f["op"] == "event"] == ack["seqs"]
+        client.inbox.clear()
+        rids = [100 + i for i in range(4)]
+        for rid in rids:  # pipelined: taken together, decided in one pass
+            await client.send(
+                {"op": "publish", "rid": rid, "workspace": "own", "events": [message("b")]}
+            )
+        seen: list[int] = []
+        for rid in rids:
+            ack = await client.reply(rid)
+            seen += [f["event"]["seq"] for f in client.inbox if f["op"] == "event"]
+            client.inbox.clear()
+            assert ack["seqs"][-1] in seen
