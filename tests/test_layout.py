@@ -33,8 +33,6 @@ COVERED_ELSEWHERE: Final[dict[str, str]] = {
     "hub/server/supervisor.py": "`agora serve --workers 2` as a real process (start, "
     "banner, a killed worker restarted, recovery once, SIGTERM exit 0): "
     "tests/hub/server/test_workers.py",
-    "hub/server/reaper.py": "a worker of `agora serve --workers 2` killed with SIGKILL "
-    "under a member and an execution, as real processes: tests/hub/server/test_workers.py",
     "hub/server/blob_ops.py": "the blob ops over real hubs (SQLite, PostgreSQL): "
     "tests/hub/client/test_blobs.py",
     "a2a_adapter/inline.py": "small artifacts inline, forged URL parts not: "

@@ -8,7 +8,8 @@ One concept per module:
   (LISTEN/NOTIFY hints, coalesced per workspace, read back from the log).
 - :mod:`hub.cluster.heartbeat`: the ``nodes`` table: beats, dead nodes, reaping each dead node
   exactly once.
-- :mod:`hub.cluster.interrupted`: closing the executions a dead node left running.
+- :mod:`hub.cluster.interrupted`: closing the executions a dead node left open (started, or
+  accepted and never started).
 - :mod:`hub.cluster.members`: recording as gone the members a dead node left present.
 - :mod:`hub.cluster.node`: these together, as :class:`hub.server.app.Hub` runs them.
 

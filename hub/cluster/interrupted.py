@@ -1,10 +1,11 @@
-"""Closing the executions a dead hub node left running, as ``failed``/``interrupted``.
+"""Closing the executions a dead hub node left open, as ``failed``/``interrupted``.
 
-An execution runs on the node that started it (``execStarted.payload.node``). When that node
-dies, nobody will ever write its ``execFinished``; the surviving node that claimed the dead one
-(:mod:`hub.cluster.heartbeat`) calls :meth:`InterruptedExecutions.close` as its
-``on_node_dead`` hook, which appends, for every execution started on the dead node and not
-finished since::
+An execution is accepted and run by one node: its ``execRequested`` and ``execStarted`` name
+it (``payload.node``). When that node dies, nobody will ever write its ``execFinished``; the
+surviving node that claimed the dead one (:mod:`hub.cluster.heartbeat`) calls
+:meth:`InterruptedExecutions.close` as its ``on_node_dead`` hook, which appends, for every
+execution started on the dead node and not finished since, and every one it accepted and
+neither started nor finished (:func:`hub.core.rules.recovery.left_open`)::
 
     execFinished {execId, status: "failed", reason: "interrupted", exitCode: -1,
                   diagnostics: [{level: "error", code: "interrupted", message: "…",
@@ -13,14 +14,15 @@ finished since::
 — the drafts of the one recovery rule, :func:`hub.core.rules.recovery.interrupted_drafts`,
 which :meth:`hub.runtime.Runtime.recover` applies on a single node after a restart — through
 :class:`hub.workspaces.Workspaces` (so subscribers get it like any event), produced like every
-event of an execution by the agent that asked for it (the ``execStarted``'s producer) and caused
-by (``causationId``) the ``execStarted``. Its event id is derived from (workspace, execId, seq
-of the execStarted), so closing twice (a claim that expired and was taken over) writes nothing
-the second time: the store answers ``duplicate``. No stderr note is written: the survivor does
-not read the run's output numbering.
+event of an execution by the agent that asked for it (the ``execStarted``'s or
+``execRequested``'s producer) and caused by (``causationId``) that event. Its event id is
+derived from (workspace, execId, seq of that event), so closing twice (a claim that expired
+and was taken over) writes nothing the second time: the store answers ``duplicate``; a
+restart's recovery derives the same id for the same run. No stderr note is written: the
+survivor does not read the run's output numbering.
 
-Executions requested on the dead node but not started yet are not found: ``execRequested``
-does not say which node accepted it.
+An ``execRequested`` written before requests named their node (no ``payload.node``) is not
+found: no node can be blamed for it.
 """
 
 from __future__ import annotations
@@ -33,13 +35,15 @@ import asyncpg
 import msgspec
 
 from hub.core.errors import AgoraError, Unavailable
-from hub.core.events import ExecFinished, ExecStarted
+from hub.core.events import Event, ExecRequested, ExecStarted
 from hub.core.rules.recovery import (
     HUB_PRODUCER,
-    OpenExecution,
+    Opening,
     closing_event_id,
     interrupted_drafts,
+    left_open,
     node_death_interruption,
+    open_execution,
 )
 from hub.log.codec import decode_or_skip
 from hub.log.migrations import quote
@@ -54,7 +58,8 @@ _DRIVER_ERRORS: Final = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError,
 
 class _Sql:
     """The two reads of :meth:`InterruptedExecutions.running_on`; both find their rows through
-    the partial index of migration 2 (``kind IN ('execStarted', 'execFinished')``).
+    the partial index of migration 9 (``kind IN ('execRequested', 'execStarted',
+    'execFinished')``, migration 2's extended).
 
     The bodies are decoded here, not with PostgreSQL's JSON operators: those refuse a whole
     document holding ``\\u0000`` anywhere, and an execution's result value may hold one. The
@@ -62,19 +67,22 @@ class _Sql:
 
     def __init__(self, schema: str) -> None:
         s = quote(schema)
-        self.started = (
+        self.naming = (
             f"SELECT seq, body FROM {s}.events "
-            "WHERE kind = 'execStarted' AND position($1::bytea IN body) > 0 "
+            "WHERE kind IN ('execRequested', 'execStarted') AND position($1::bytea IN body) > 0 "
             "ORDER BY workspace, seq"
         )
-        self.finished = (
+        # Not execRequested: another node's request can only follow a finished run of its
+        # id (left_open), and request bodies (source, stdin, input) are the large ones.
+        self.after = (
             f"SELECT seq, body FROM {s}.events "
-            "WHERE kind = 'execFinished' AND workspace = $1 AND seq > $2 ORDER BY seq"
+            "WHERE kind IN ('execStarted', 'execFinished') AND workspace = $1 AND seq > $2 "
+            "ORDER BY seq"
         )
 
 
 class InterruptedExecutions:
-    """The ``on_node_dead`` hook that closes a dead node's running executions.
+    """The ``on_node_dead`` hook that closes a dead node's open executions.
 
     ``dsn``/``schema``: the PostgreSQL store's; ``node_id``: this (surviving) node.
     """
@@ -94,9 +102,10 @@ class InterruptedExecutions:
         self.command_timeout = command_timeout
         self._sql = _Sql(schema)
 
-    async def running_on(self, node: str) -> list[ExecStarted]:
-        """The ``execStarted`` of every execution started on ``node`` and not finished
-        since, by workspace and seq. Raises :class:`Unavailable`."""
+    async def running_on(self, node: str) -> list[Opening]:
+        """The last lifecycle event of every execution ``node`` left open — its
+        ``execStarted`` (not finished since), or its ``execRequested`` (neither started nor
+        finished since) — by workspace and seq. Raises :class:`Unavailable`."""
         conn: asyncpg.Connection[asyncpg.Record] | None = None
         try:
             # A connection of its own: this runs rarely (a node died) and may scan a while.
@@ -113,45 +122,35 @@ class InterruptedExecutions:
 
     async def _running_on(
         self, conn: asyncpg.Connection[asyncpg.Record], node: str
-    ) -> list[ExecStarted]:
+    ) -> list[Opening]:
         needle = b'"node":' + msgspec.json.encode(node)
-        running: dict[tuple[str, str], ExecStarted] = {}  # (workspace, execId) -> last start
-        for seq, body in await conn.fetch(self._sql.started, needle):
+        lifecycle: list[Event] = []
+        first: dict[str, int] = {}  # workspace -> seq of its first event naming the node
+        for seq, body in await conn.fetch(self._sql.naming, needle):
             event = decode_or_skip(body, seq)
-            if isinstance(event, ExecStarted) and event.payload.node == node:
-                running[(event.workspace, event.payload.exec_id)] = event
-        first: dict[str, int] = {}
-        for (workspace, _), start in running.items():
-            first[workspace] = min(first.get(workspace, start.seq), start.seq)
+            if isinstance(event, ExecRequested | ExecStarted) and event.payload.node == node:
+                lifecycle.append(event)
+                first.setdefault(event.workspace, event.seq)  # (rows come by seq)
         for workspace, after in first.items():
-            for seq, body in await conn.fetch(self._sql.finished, workspace, after):
+            for seq, body in await conn.fetch(self._sql.after, workspace, after):
                 event = decode_or_skip(body, seq)
-                if isinstance(event, ExecFinished):
-                    opened = running.get((workspace, event.payload.exec_id))
-                    if opened is not None and opened.seq < event.seq:
-                        del running[(workspace, event.payload.exec_id)]
-        return sorted(running.values(), key=lambda e: (e.workspace, e.seq))
+                if event is not None:
+                    lifecycle.append(event)
+        return left_open(node, lifecycle)
 
     async def close(self, node: str) -> int:
-        """Close every execution ``node`` left running; return how many were written now
+        """Close every execution ``node`` left open; return how many were written now
         (executions closed by an earlier attempt are not counted). Raises what
         :meth:`running_on` and :meth:`Workspaces.publish` raise."""
         written = 0
-        for start in await self.running_on(node):
-            workspace, exec_id = start.workspace, start.payload.exec_id
+        for opening in await self.running_on(node):
+            workspace, exec_id = opening.workspace, opening.payload.exec_id
             drafts = interrupted_drafts(
-                OpenExecution(
-                    workspace=workspace,
-                    exec_id=exec_id,
-                    started=True,
-                    seq=start.seq,
-                    event_id=start.id,
-                ),
-                node_death_interruption(node, self.node_id),
+                open_execution(opening), node_death_interruption(node, self.node_id)
             )
             try:
                 result = await self.workspaces.publish(
-                    workspace, drafts, producer=start.producer or HUB_PRODUCER, trusted=True
+                    workspace, drafts, producer=opening.producer or HUB_PRODUCER, trusted=True
                 )
             except AgoraError as e:
                 log.error("closing %s/%s of dead node %s: %s", workspace, exec_id, node, e)

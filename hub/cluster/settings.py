@@ -2,11 +2,11 @@
 (:class:`hub.config.ClusterConfig`, where every default is written; ``agora serve`` applies the
 environment overrides); this module only mints the id a node runs under when none is pinned.
 
-Every ``agora serve`` process is a *node*. Its id is what ``execStarted.payload.node`` records
-and what the ``nodes`` table is keyed by. By default each process gets a fresh id
-(``<host>-<pid>-<8 hex>``), so a restarted node is a new node and its predecessor is reaped
-like any dead one; ``[cluster] node_id`` (or ``AGORA_NODE_ID``) pins it (then only one running
-process may use it).
+Every ``agora serve`` process is a *node*. Its id is what ``execRequested.payload.node`` and
+``execStarted.payload.node`` record and what the ``nodes`` table is keyed by. By default each
+process gets a fresh id (``<host>-<pid>-<8 hex>``), so a restarted node is a new node and its
+predecessor is reaped like any dead one; ``[cluster] node_id`` (or ``AGORA_NODE_ID``) pins it
+(then only one running process may use it).
 """
 
 from __future__ import annotations

@@ -98,7 +98,12 @@ class ExecModuleRef(Payload, frozen=True):
 
 
 class ExecRequestedPayload(Payload, frozen=True):
-    """``execRequested``: the request as accepted, without secrets (env values are dropped)."""
+    """``execRequested``: the request as accepted, without secrets (env values are dropped).
+
+    ``node``: the hub node (``agora serve`` process) that accepted it and will run it, so that
+    the survivor reaping a dead node also closes what it accepted and never started
+    (:func:`hub.core.rules.recovery.left_open`). Absent in events written before it was
+    recorded."""
 
     exec_id: str
     backend: str
@@ -113,6 +118,7 @@ class ExecRequestedPayload(Payload, frozen=True):
     timeout_ms: int | None = None
     encoding: str | None = None
     policy: Any = None
+    node: str | None = None
 
 
 class ExecCancelRequestedPayload(Payload, frozen=True):

@@ -240,6 +240,20 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             """,
         ),
     ),
+    Migration(
+        9,
+        "index of execution lifecycles extended to execRequested (a dead node's requests)",
+        (
+            # execRequested names the node that accepted it (payload.node): the survivor also
+            # closes what the dead node accepted and never started (hub.cluster.interrupted),
+            # so it reads those rows too. Migration 2's index, rebuilt under the same name.
+            "DROP INDEX IF EXISTS {schema}.events_exec_lifecycle",
+            """
+            CREATE INDEX events_exec_lifecycle ON {schema}.events (workspace, seq)
+            WHERE kind IN ('execRequested', 'execStarted', 'execFinished')
+            """,
+        ),
+    ),
 )
 
 LATEST: Final = MIGRATIONS[-1].version

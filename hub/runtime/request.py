@@ -110,10 +110,11 @@ def execution_request(
 
 
 def requested_payload(
-    prepared: PreparedRequest, backend: str, module: ExecModuleRef | None
+    prepared: PreparedRequest, backend: str, module: ExecModuleRef | None, node: str
 ) -> ExecRequestedPayload:
     """The ``execRequested`` payload (``module``: the logged reference, the inline bytes once
-    stored). Environment values may be secrets: only the names are logged."""
+    stored; ``node``: the hub node accepting it, which will run it). Environment values may
+    be secrets: only the names are logged."""
     request = prepared.request
     return ExecRequestedPayload(
         exec_id=request.exec_id,
@@ -129,4 +130,5 @@ def requested_payload(
         timeout_ms=request.timeout_ms,
         encoding=prepared.encoding,
         policy=msgspec.to_builtins(request.policy),
+        node=node,
     )

@@ -111,7 +111,8 @@ class ExecStream:
 
 class Runtime:
     """The hub's execution runtime (see the module docstring). ``node``: this hub node's id,
-    written in every ``execStarted``."""
+    written in every ``execRequested`` and ``execStarted`` (a survivor closes what it leaves
+    open: :mod:`hub.cluster.interrupted`)."""
 
     def __init__(
         self,
@@ -296,7 +297,7 @@ class Runtime:
                     module = ExecModuleRef(blob=await staged.put(draft_id, prepared.module_bytes))
                 draft = ExecRequested(
                     id=draft_id,
-                    payload=requested_payload(prepared, instance.id, module),
+                    payload=requested_payload(prepared, instance.id, module, self.node),
                     traceparent=execution.traceparent,
                 )
                 written = await self.workspaces.publish(

@@ -3,13 +3,15 @@
 Every worker runs under a node id of its own, minted by the supervisor for each start of it
 (``--worker-node``, :mod:`hub.server.supervisor`): its presence events carry it
 (``memberJoined.payload.node``, :class:`hub.server.presence.Presence`) and so do the
-executions it starts (``execStarted.payload.node``). A worker killed with SIGKILL writes
+executions it accepts and starts (``execRequested.payload.node``,
+``execStarted.payload.node``). A worker killed with SIGKILL writes
 neither its members' ``memberLeft`` nor its executions' ``execFinished``; before starting it
 again, the supervisor calls :meth:`WorkerReaper.close` with the dead incarnation's id, which
 writes what a surviving cluster node writes for a dead node (:mod:`hub.cluster.interrupted`,
 :mod:`hub.cluster.members`), from the same pure rules:
 
-- every execution started on it and not finished since:
+- every execution started on it and not finished since, and every one it accepted and
+  neither started nor finished (:func:`hub.core.rules.recovery.left_open`):
   ``execFinished {status: "failed", reason: "interrupted", diagnostics: [{code:
   "interrupted", node: <dead worker>, closedBy: <supervisor>}]}``
   (:func:`hub.core.rules.recovery.interrupted_drafts` with
@@ -26,9 +28,8 @@ nothing (``duplicate``). Each leave is appended at the head its decision was rea
 (``expectedSeq``), so a join committed meanwhile makes it a conflict and the decision is taken
 again.
 
-Executions requested on the dead worker but not started are not found (``execRequested``
-names no node), as on the cluster. Only on SQLite: on PostgreSQL every worker is a cluster
-node and the cluster reaps it.
+As on the cluster, an ``execRequested`` written before requests named their node is not
+found. Only on SQLite: on PostgreSQL every worker is a cluster node and the cluster reaps it.
 """
 
 from __future__ import annotations
@@ -42,13 +43,14 @@ import msgspec
 from hub.cluster.members import close_stranded
 from hub.config import LimitsConfig
 from hub.core.errors import Conflict
-from hub.core.events import Event, ExecFinished, ExecStarted
+from hub.core.events import Event, ExecRequested, ExecStarted
 from hub.core.rules.presence import Stranded, stranded
 from hub.core.rules.recovery import (
     HUB_PRODUCER,
-    OpenExecution,
     interrupted_drafts,
+    left_open,
     node_death_interruption,
+    open_execution,
 )
 from hub.log.codec import decode_or_skip
 from hub.log.sqlite import SqliteEventStore
@@ -59,6 +61,8 @@ __all__ = ["Reaped", "WorkerReaper"]
 log = logging.getLogger("agora.server")
 
 _PRESENCE: Final = ("memberJoined", "memberLeft")
+_NAMING: Final = ("execRequested", "execStarted")  # the lifecycle events that name a node
+_AFTER: Final = ("execStarted", "execFinished")
 
 
 class Reaped(msgspec.Struct, frozen=True):
@@ -105,32 +109,27 @@ class WorkerReaper:
 
     async def _executions(self, store: SqliteEventStore, workspaces: Workspaces, node: str) -> int:
         needle = b'"node":' + msgspec.json.encode(node)
-        running: dict[tuple[str, str], ExecStarted] = {}  # (workspace, execId) -> last start
-        for _, seq, body in await store.read_kinds(["execStarted"], containing=needle):
+        lifecycle: list[Event] = []
+        first: dict[str, int] = {}  # workspace -> seq of its first event naming the node
+        for _, seq, body in await store.read_kinds(_NAMING, containing=needle):
             event = decode_or_skip(body, seq)
-            if isinstance(event, ExecStarted) and event.payload.node == node:
-                running[(event.workspace, event.payload.exec_id)] = event
-        for workspace in sorted({w for w, _ in running}):
-            for _, seq, body in await store.read_kinds(["execFinished"], workspace=workspace):
-                finished = decode_or_skip(body, seq)
-                if isinstance(finished, ExecFinished):
-                    opened = running.get((workspace, finished.payload.exec_id))
-                    if opened is not None and opened.seq < finished.seq:
-                        del running[(workspace, finished.payload.exec_id)]
+            if isinstance(event, ExecRequested | ExecStarted) and event.payload.node == node:
+                lifecycle.append(event)
+                first[event.workspace] = min(first.get(event.workspace, event.seq), event.seq)
+        for workspace in sorted(first):
+            # Not execRequested: another node's can only follow a finished run (left_open).
+            for _, seq, body in await store.read_kinds(_AFTER, workspace=workspace):
+                later = decode_or_skip(body, seq)
+                if later is not None and later.seq > first[workspace]:
+                    lifecycle.append(later)
         written = 0
         why = node_death_interruption(node, self.closed_by)
-        for start in sorted(running.values(), key=lambda e: (e.workspace, e.seq)):
-            run = OpenExecution(
-                workspace=start.workspace,
-                exec_id=start.payload.exec_id,
-                started=True,
-                seq=start.seq,
-                event_id=start.id,
-            )
+        for opening in left_open(node, lifecycle):
+            run = open_execution(opening)
             result = await workspaces.publish(
-                start.workspace,
+                opening.workspace,
                 interrupted_drafts(run, why),
-                producer=start.producer or HUB_PRODUCER,
+                producer=opening.producer or HUB_PRODUCER,
                 trusted=True,
             )
             if not result.duplicate:

@@ -14,27 +14,45 @@ Event ids are derived from (workspace, execId, the seq of the event the run was 
 reach), so closing the same run twice — two survivors whose claims overlapped, a restart that
 died while closing — writes nothing the second time: the store answers ``duplicate``.
 
-Callers: :meth:`hub.runtime.Runtime.recover` (restart, single node) and
-:class:`hub.cluster.interrupted.InterruptedExecutions` (a dead node, shared store).
+Which runs a dead node left open (:func:`left_open`): those whose last lifecycle event names
+it — an ``execStarted`` on it with no ``execFinished`` since, or an ``execRequested`` it
+accepted (``payload.node``) with neither ``execStarted`` nor ``execFinished`` since. A restart
+closes every open run of its log (a single node ran them all).
+
+Callers: :meth:`hub.runtime.Runtime.recover` (restart, single node),
+:class:`hub.cluster.interrupted.InterruptedExecutions` (a dead node, shared store) and
+:class:`hub.server.reaper.WorkerReaper` (a dead worker of ``agora serve --workers``).
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import Any, Final
+from collections.abc import Iterable
+from typing import Any, Final, TypeAlias
 
 import msgspec
 
-from hub.core.events import Event, ExecFinished, ExecFinishedPayload, ExecOutput, ExecOutputPayload
+from hub.core.events import (
+    Event,
+    ExecFinished,
+    ExecFinishedPayload,
+    ExecOutput,
+    ExecOutputPayload,
+    ExecRequested,
+    ExecStarted,
+)
 
 __all__ = [
     "HUB_PRODUCER",
     "INTERRUPTED_CODE",
     "Interruption",
     "OpenExecution",
+    "Opening",
     "closing_event_id",
     "interrupted_drafts",
+    "left_open",
     "node_death_interruption",
+    "open_execution",
     "restart_interruption",
 ]
 
@@ -65,6 +83,44 @@ class OpenExecution(msgspec.Struct, frozen=True, kw_only=True):
     seq: int
     event_id: str | None
     next_n: int | None = None
+
+
+Opening: TypeAlias = ExecRequested | ExecStarted
+"""The event a run was last known to reach while open (the cause of its closing events)."""
+
+
+def left_open(node: str, lifecycle: Iterable[Event]) -> list[Opening]:
+    """The runs ``node`` left open, as the :data:`Opening` of each, by workspace and seq.
+
+    ``lifecycle``: ``execRequested``/``execStarted``/``execFinished`` events (others are
+    ignored; one seen twice counts once, in any order): every one of them that names ``node``
+    (``payload.node``), and every ``execStarted``/``execFinished`` of those workspaces from the
+    first of those on. An ``execRequested`` that does not name ``node`` may be left out: it
+    can only follow a finished run of its id, and whether it is the id's last event or not,
+    what it leaves is not ``node``'s. An id reused after its run finished is judged by its
+    last run."""
+    unique = {(e.workspace, e.seq): e for e in lifecycle}
+    last: dict[tuple[str, str], Opening | None] = {}
+    for key in sorted(unique):
+        event = unique[key]
+        if isinstance(event, ExecRequested | ExecStarted):
+            last[(event.workspace, event.payload.exec_id)] = event
+        elif isinstance(event, ExecFinished):
+            last[(event.workspace, event.payload.exec_id)] = None
+    opened = [e for e in last.values() if e is not None and e.payload.node == node]
+    return sorted(opened, key=lambda e: (e.workspace, e.seq))
+
+
+def open_execution(opening: Opening) -> OpenExecution:
+    """The open run whose last known lifecycle event is ``opening`` (its output numbering
+    unknown: no stderr note)."""
+    return OpenExecution(
+        workspace=opening.workspace,
+        exec_id=opening.payload.exec_id,
+        started=isinstance(opening, ExecStarted),
+        seq=opening.seq,
+        event_id=opening.id,
+    )
 
 
 class Interruption(msgspec.Struct, frozen=True, kw_only=True):

@@ -21,8 +21,8 @@ from hub.workspaces import Workspaces
 from tests.support.postgres import POSTGRES_DSN
 
 
-def requested(exec_id: str) -> ExecRequested:
-    return ExecRequested(payload=ExecRequestedPayload(exec_id=exec_id, backend="sh"))
+def requested(exec_id: str, node: str | None = None) -> ExecRequested:
+    return ExecRequested(payload=ExecRequestedPayload(exec_id=exec_id, backend="sh", node=node))
 
 
 def started(exec_id: str, node: str | None) -> ExecStarted:
@@ -114,3 +114,45 @@ async def test_a_second_closer_racing_the_first_writes_nothing(
         assert result.duplicate
     kinds = [e.kind async for e in workspaces.store.read("w")]
     assert kinds == ["execRequested", "execStarted", "execFinished"]
+
+
+async def test_closes_what_the_dead_node_accepted_and_never_started_once(
+    workspaces: Workspaces, pg_schema: str
+) -> None:
+    """An ``execRequested`` naming the dead node with neither ``execStarted`` nor
+    ``execFinished`` since is closed like a started run, caused by the request, under the id a
+    restart derives for it; a second pass writes nothing."""
+    await write(
+        workspaces,
+        "w",
+        requested("queued", "dead"),  # accepted on the dead node, never started: closed
+        requested("done", "dead"),
+        finished("done"),  # finished already: left alone
+        requested("moved", "dead"),
+        started("moved", "alive"),  # started on another node: left alone
+        requested("theirs", "alive"),  # another node's: left alone
+        requested("old"),  # names no node (written before requests did): not found
+    )
+    closer = InterruptedExecutions(POSTGRES_DSN, pg_schema, workspaces, "survivor")
+    (opening,) = await closer.running_on("dead")
+    assert isinstance(opening, ExecRequested) and opening.payload.exec_id == "queued"
+    assert await closer.close("dead") == 1
+    assert await closer.running_on("dead") == []
+    assert await closer.close("dead") == 0
+
+    state = await workspaces.state("w")
+    assert (state.executions["queued"].status, state.executions["queued"].reason) == (
+        "failed",
+        "interrupted",
+    )
+    assert state.executions["done"].status == "completed"
+    assert state.executions["moved"].status == "running"
+    assert state.executions["theirs"].status == "requested"
+    events = [e async for e in workspaces.store.read("w")]
+    closing = events[-1]
+    assert isinstance(closing, ExecFinished) and closing.payload.exec_id == "queued"
+    assert [e.kind for e in events].count("execFinished") == 2  # done's and this one
+    assert closing.id == closing_event_id("w", "queued", opening.seq)
+    assert closing.causation_id == opening.id and closing.producer == "agent"
+    (note,) = closing.payload.diagnostics
+    assert (note["node"], note["closedBy"]) == ("dead", "survivor")

@@ -254,6 +254,52 @@ async def test_a_killed_nodes_execution_is_closed_once_by_a_survivor(
     assert kinds == ["execRequested", "execStarted", "execFinished"]
 
 
+async def test_a_killed_nodes_execution_never_started_is_closed_once_by_a_survivor(
+    pg_url: str, pg_schema: str, pg_store: PostgresEventStore, start_node: StartHub
+) -> None:
+    """An execution the victim accepted (its ``execRequested`` names it) and had not logged
+    as started when it was killed with SIGKILL — a silent program whose ``execStarted``
+    waits for output or the coalescing interval — gets exactly one ``execFinished``
+    (``failed``/``interrupted``) from a survivor, caused by the request."""
+    # No output for 600 s: execStarted waits for it (or for the end), so the log says requested.
+    victim = start_node(pg_url, "victim", SH_BACKEND + "\n[runtime]\ncoalesce_interval_s = 600\n")
+    survivor = start_node(pg_url, "survivor", SH_BACKEND)
+    signer = TokenSigner(SECRET.encode())
+    token = signer.issue(
+        "runner", ["*"], ["read", "write", "exec"], backends=["sh"], ttl_seconds=600
+    )
+    async with peer(victim.url, token) as runner:
+        accepted = await runner.call(
+            "exec", workspace=WORKSPACE, backend="sh", source="sleep 60", execId="quiet"
+        )
+        assert accepted["op"] == "execAccepted", accepted
+    (request,) = [e async for e in pg_store.read(WORKSPACE) if e.kind.startswith("exec")]
+    assert request.kind == "execRequested" and request.payload.node == "victim"
+    victim.kill()
+    (closing,) = await wait_for_kinds(pg_store, ["execFinished"], within=15)
+    assert closing.payload.status == "failed" and closing.payload.reason == "interrupted"
+    assert closing.causation_id == request.id and closing.producer == "runner"
+    (note,) = closing.payload.diagnostics
+    assert (note["node"], note["closedBy"]) == ("victim", "survivor")
+    # Once the node is marked reaped it is never claimed again: every closing is in the log.
+    conn = await asyncpg.connect(POSTGRES_DSN)
+    try:
+        async with asyncio.timeout(60):
+            while True:
+                reaped = await conn.fetchval(
+                    f'SELECT reaped_at IS NOT NULL FROM "{pg_schema}".nodes WHERE node_id = $1',
+                    "victim",
+                )
+                if reaped:
+                    break
+                await asyncio.sleep(0.05)
+    finally:
+        await conn.close()
+    kinds = [e.kind async for e in pg_store.read(WORKSPACE) if e.kind.startswith("exec")]
+    assert kinds == ["execRequested", "execFinished"]
+    assert survivor.running
+
+
 async def wait_for_kinds(
     store: PostgresEventStore, kinds: list[str], within: float = 10.0
 ) -> list[Any]:

@@ -440,7 +440,7 @@ async def test_migration_3_adds_the_tree_to_an_existing_log(schema: str) -> None
         # 6 leaves: 6 leaf hashes + 3 + 1 interior ones, every one of them stored.
         assert len(await store.read_hash_map("ws", list(range(20)))) == 10
     async with connection() as conn:
-        assert await current_version(conn, schema) == LATEST == 8
+        assert await current_version(conn, schema) == LATEST == 9
 
 
 async def test_stored_hashes_past_a_cut_head_are_dropped_when_the_tree_is_read_back(

@@ -174,6 +174,9 @@ async def test_a_short_run_is_journaled_in_two_commits(rig: Rig) -> None:
     assert (result.status, result.stdout) == ("completed", "aGk=")  # base64 by default
     assert [type(e) for e in events] == [ExecRequested, ExecStarted, ExecOutput, ExecFinished]
     assert batches == [["execRequested"], ["execStarted", "execOutput", "execFinished"]]
+    # Both name the node that accepted and ran it: a survivor closes what it leaves open.
+    requested, started = events[0], events[1]
+    assert requested.payload.node == started.payload.node == rig.runtime.node
 
 
 async def test_retention_prunes_beyond_the_newest(rig: Rig) -> None:

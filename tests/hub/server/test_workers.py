@@ -28,8 +28,16 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from hub.client import Subscription, connect
-from hub.core.events import Event, ExecFinished, ExecStarted, MemberJoined, MemberLeft
+from hub.core.events import (
+    Event,
+    ExecFinished,
+    ExecRequested,
+    ExecStarted,
+    MemberJoined,
+    MemberLeft,
+)
 from hub.core.sharding import owner_of
+from hub.log.sqlite import SqliteEventStore
 from tests.support.hub import HubProcess, HubStarter
 from tests.support.peer import Peer, message, open_peer
 from tests.support.postgres import drop_schemas, need_postgres, new_schema, url_for
@@ -303,6 +311,47 @@ async def test_a_killed_workers_members_leave_and_its_executions_end_interrupted
         assert log.count("left 1 execution(s) and 2 member(s) open: closed") == 1
     finally:
         starter.close()
+
+
+async def test_a_killed_workers_execution_never_started_ends_interrupted(
+    tmp_path: Path,
+) -> None:
+    """Worker 1 killed with SIGKILL after accepting an execution it had not logged as
+    started (a silent program: its ``execStarted`` waits for output or the coalescing
+    interval): before it serves again, the request gets one ``execFinished``
+    failed/interrupted naming the dead worker, caused by the ``execRequested``, which names
+    it too (hub.server.reaper)."""
+    starter = HubStarter(tmp_path)
+    config = SH_BACKEND + "\n[runtime]\ncoalesce_interval_s = 600\n"
+    hub = starter.start(config=config, args=["--workers", str(WORKERS)])
+    try:
+        w = owned_by(1, "quiet")
+        async with (
+            connect(hub.url, mint_exec("alice", backends=["sh"])) as alice,
+            connect(hub.url, mint("bob")) as bob,
+        ):
+            seen = bob.workspace(w).subscribe(after_seq=0)
+            await seen.head()
+            await alice.workspace(w).runtime.exec("sleep 60", backend="sh", id="quiet")
+            request = await next_of(seen, "execRequested")
+            assert isinstance(request, ExecRequested), request
+            dead = request.payload.node
+            assert dead is not None and "-w1." in dead, dead
+            (_, pid), *_ = [(i, p) for i, p in worker_pids(hub) if i == 1]
+            os.kill(pid, signal.SIGKILL)
+            finished = await next_of(seen, "execFinished", within=60)
+            assert isinstance(finished, ExecFinished), finished
+            assert finished.payload.exec_id == "quiet" and finished.causation_id == request.id
+            assert (finished.payload.status, finished.payload.reason) == ("failed", "interrupted")
+            (note,) = finished.payload.diagnostics
+            assert note["node"] == dead and note["code"] == "interrupted", note
+    finally:
+        starter.close()
+    log = hub.stderr_path.read_text(errors="replace")
+    assert len(re.findall(r"left 1 execution\(s\) and \d+ member\(s\) open", log)) == 1
+    async with SqliteEventStore(hub.data_dir / "agora.db") as store:  # (every process gone)
+        kinds = [e.kind async for e in store.read(w) if e.kind.startswith("exec")]
+    assert kinds == ["execRequested", "execFinished"], kinds
 
 
 def appended(exposition: str) -> dict[str, float]:

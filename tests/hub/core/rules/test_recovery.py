@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import msgspec
 
-from hub.core.events import ExecFinished, ExecOutput, encode_event
+from hub.core.events import (
+    Event,
+    ExecFinished,
+    ExecFinishedPayload,
+    ExecOutput,
+    ExecRequested,
+    ExecRequestedPayload,
+    ExecStarted,
+    ExecStartedPayload,
+    encode_event,
+)
 from hub.core.rules.recovery import (
     OpenExecution,
     closing_event_id,
     interrupted_drafts,
+    left_open,
     node_death_interruption,
+    open_execution,
     restart_interruption,
 )
 
@@ -63,3 +75,61 @@ def test_ids_are_derived_so_a_repeated_close_is_a_duplicate() -> None:
     assert first[-1].id == closing_event_id("w", "e", 7)
     assert len({d.id for d in first}) == 2
     encode_event(first[-1])  # a valid draft
+
+
+def lifecycle(workspace: str, seq: int, kind: str, exec_id: str, node: str | None = None) -> Event:
+    """A stored lifecycle event (``seq`` set, as read from a log)."""
+    event: Event
+    if kind == "requested":
+        event = ExecRequested(
+            payload=ExecRequestedPayload(exec_id=exec_id, backend="sh", node=node)
+        )
+    elif kind == "started":
+        event = ExecStarted(payload=ExecStartedPayload(exec_id=exec_id, backend="sh", node=node))
+    else:
+        event = ExecFinished(
+            payload=ExecFinishedPayload(exec_id=exec_id, status="completed", reason="exit")
+        )
+    return msgspec.structs.replace(event, workspace=workspace, seq=seq, id=f"{workspace}-{seq}")
+
+
+def test_a_dead_node_left_open_what_it_started_and_what_it_accepted_only() -> None:
+    events = [
+        lifecycle("w", 1, "requested", "a", "dead"),  # accepted, never started: open
+        lifecycle("w", 2, "requested", "b", "dead"),
+        lifecycle("w", 3, "started", "b", "dead"),  # started, not finished: open (its start)
+        lifecycle("w", 4, "requested", "c", "dead"),
+        lifecycle("w", 5, "finished", "c"),  # finished: not open
+        lifecycle("w", 6, "requested", "d", "alive"),  # another node's: not open
+        lifecycle("w", 7, "requested", "e"),  # names no node (an old log): not found
+        lifecycle("w", 8, "requested", "f", "dead"),
+        lifecycle("w", 9, "started", "f", "alive"),  # started elsewhere: not the dead one's
+        lifecycle("v", 1, "requested", "a", "dead"),
+    ]
+    opened = left_open("dead", reversed(events))  # any order; by workspace and seq
+    assert [(e.workspace, e.seq, e.kind) for e in opened] == [
+        ("v", 1, "execRequested"),
+        ("w", 1, "execRequested"),
+        ("w", 3, "execStarted"),
+    ]
+    assert left_open("dead", events + events) == opened  # one seen twice counts once
+    never, started = open_execution(opened[1]), open_execution(opened[2])
+    assert (never.started, never.seq, never.event_id, never.next_n) == (False, 1, "w-1", None)
+    assert (started.started, started.seq, started.event_id) == (True, 3, "w-3")
+    (finish,) = interrupted_drafts(never, node_death_interruption("dead", "alive"))
+    assert isinstance(finish, ExecFinished) and finish.causation_id == "w-1"
+    assert finish.id == closing_event_id("w", "a", 1)  # as a restart derives it
+
+
+def test_a_reused_id_is_judged_by_its_last_run() -> None:
+    first_run = [
+        lifecycle("w", 1, "requested", "a", "dead"),
+        lifecycle("w", 2, "started", "a", "dead"),
+        lifecycle("w", 3, "finished", "a"),
+    ]
+    again_here = [lifecycle("w", 4, "requested", "a", "dead")]
+    # Another node's request of the id may be missing from what the caller read.
+    again_elsewhere = [lifecycle("w", 5, "started", "a", "alive")]
+    assert [e.seq for e in left_open("dead", first_run + again_here)] == [4]
+    assert left_open("dead", first_run) == []
+    assert left_open("dead", first_run + again_elsewhere) == []
