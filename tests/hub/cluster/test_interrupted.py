@@ -12,27 +12,11 @@ from hub.core.events import (
     ExecFinished,
     ExecFinishedPayload,
     ExecRequested,
-    ExecRequestedPayload,
-    ExecStarted,
-    ExecStartedPayload,
 )
 from hub.log.postgres import PostgresEventStore
 from hub.workspaces import Workspaces
+from tests.support.lifecycle import finished, requested, started
 from tests.support.postgres import POSTGRES_DSN
-
-
-def requested(exec_id: str, node: str | None = None) -> ExecRequested:
-    return ExecRequested(payload=ExecRequestedPayload(exec_id=exec_id, backend="sh", node=node))
-
-
-def started(exec_id: str, node: str | None) -> ExecStarted:
-    return ExecStarted(payload=ExecStartedPayload(exec_id=exec_id, backend="sh", node=node))
-
-
-def finished(exec_id: str, value: object = None) -> ExecFinished:
-    return ExecFinished(
-        payload=ExecFinishedPayload(exec_id=exec_id, status="completed", reason="exit", value=value)
-    )
 
 
 @pytest.fixture

@@ -9,30 +9,12 @@ from hub.config import LimitsConfig
 from hub.core.events import (
     Event,
     ExecFinished,
-    ExecFinishedPayload,
-    ExecRequested,
-    ExecRequestedPayload,
-    ExecStarted,
-    ExecStartedPayload,
 )
 from hub.core.rules.recovery import closing_event_id
 from hub.log.sqlite import SqliteEventStore
 from hub.server.reaper import Reaped, WorkerReaper
 from hub.workspaces import Workspaces
-
-
-def requested(exec_id: str, node: str | None = None) -> ExecRequested:
-    return ExecRequested(payload=ExecRequestedPayload(exec_id=exec_id, backend="sh", node=node))
-
-
-def started(exec_id: str, node: str) -> ExecStarted:
-    return ExecStarted(payload=ExecStartedPayload(exec_id=exec_id, backend="sh", node=node))
-
-
-def finished(exec_id: str) -> ExecFinished:
-    return ExecFinished(
-        payload=ExecFinishedPayload(exec_id=exec_id, status="completed", reason="exit")
-    )
+from tests.support.lifecycle import finished, requested, started
 
 
 async def test_a_dead_workers_accepted_and_started_runs_are_closed_once(tmp_path: Path) -> None:
