@@ -3,6 +3,7 @@ forged, wrong-workspace and missing-right tokens, expiry while connected."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -144,6 +145,9 @@ async def test_producer_is_the_token_agent(hub: HubProcess) -> None:
 async def test_token_expiring_while_connected_closes_4401_at_expiry(hub: HubProcess) -> None:
     """The hub closes the connection when the token expires, without waiting for a frame
     (tests/hub/server/test_revocation.py: also while only streaming)."""
+    # exp is whole seconds (now + ttl, rounded down): minted just after a second begins, the
+    # token lives a whole second, not whatever was left of the current one.
+    await asyncio.sleep(1 - time.time() % 1 + 0.01)
     token = mint("brief", ttl=1)
     exp = TokenSigner(SECRET.encode()).verify(token).expires_at
     async with peer(hub.url, token) as p:

@@ -378,6 +378,11 @@ export interface ExecRequested {
 }
 /**
  * ``execRequested``: the request as accepted, without secrets (env values are dropped).
+ *
+ * ``node``: the hub node (``agora serve`` process) that accepted it and will run it, so that
+ * the survivor reaping a dead node also closes what it accepted and never started
+ * (:func:`hub.core.rules.recovery.left_open`). Absent in events written before it was
+ * recorded.
  */
 export interface ExecRequestedPayload {
   argv?: string[];
@@ -391,6 +396,7 @@ export interface ExecRequestedPayload {
   };
   language?: string | null;
   module?: ExecModuleRef | null;
+  node?: string | null;
   policy?: {
     [k: string]: unknown | undefined;
   };
