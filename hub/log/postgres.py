@@ -258,24 +258,15 @@ class _Sql:
             ) AS r ON true
         """
         # The frontiers of a batch's workspaces read back (another node grew their trees, or
-        # the cache was evicted), all in one round trip under the write lock: for each
-        # (workspace, stored count) of $1/$2, drop the stored hashes from the count on and cut
-        # the run across it; and read the hashes at the (workspace, index) pairs of $3/$4. Those
-        # are all below their workspace's count, so the statement's snapshot (from before its
-        # own changes) holds them unchanged.
+        # the cache was evicted), all in one read-only round trip under the write lock: the
+        # hashes at the (workspace, index) pairs of $3/$4 (all below their workspace's stored
+        # count), and a row (want -1) for each (workspace, stored count) of $1/$2 whose
+        # stored hashes go past that count: a run from the count on, or the last run before it
+        # reaching across it (left by a log cut behind the store's back; dropped and cut by
+        # drop_stale_hashes, only then). Two index probes per workspace: the drop and the cut
+        # written into every read-back cost a shared workspace's writers more than half their
+        # appends (docs/operations.md, "Measured").
         self.load_frontiers = f"""
-            WITH tip AS (
-                SELECT * FROM unnest($1::text[], $2::bigint[]) AS t(workspace, count)
-            ), gone AS (
-                DELETE FROM {s}.merkle_hashes AS m USING tip
-                WHERE m.workspace = tip.workspace AND m.idx >= tip.count
-            ), cut AS (
-                UPDATE {s}.merkle_hashes AS m
-                SET hash = substring(m.hash FROM 1 FOR ((tip.count - m.idx) * 32)::int)
-                FROM tip
-                WHERE m.workspace = tip.workspace AND m.idx < tip.count
-                  AND m.idx + octet_length(m.hash) / 32 > tip.count
-            )
             SELECT w.workspace, w.want,
                    substring(r.hash FROM ((w.want - r.idx) * 32 + 1)::int FOR 32)
             FROM unnest($3::text[], $4::bigint[]) AS w(workspace, want)
@@ -283,6 +274,34 @@ class _Sql:
                 SELECT idx, hash FROM {s}.merkle_hashes
                 WHERE workspace = w.workspace AND idx <= w.want ORDER BY idx DESC LIMIT 1
             ) AS r ON true
+            UNION ALL
+            SELECT t.workspace, -1::bigint, NULL::bytea
+            FROM unnest($1::text[], $2::bigint[]) AS t(workspace, count)
+            WHERE EXISTS (
+                SELECT 1 FROM {s}.merkle_hashes
+                WHERE workspace = t.workspace AND idx >= t.count
+            ) OR EXISTS (
+                SELECT 1 FROM (
+                    SELECT idx, hash FROM {s}.merkle_hashes
+                    WHERE workspace = t.workspace AND idx < t.count ORDER BY idx DESC LIMIT 1
+                ) AS last
+                WHERE last.idx + octet_length(last.hash) / 32 > t.count
+            )
+        """
+        # For each (workspace, stored count) of $1/$2: drop the stored hashes from the count
+        # on and cut the run across it (stale derived data: see load_frontiers).
+        self.drop_stale_hashes = f"""
+            WITH tip AS (
+                SELECT * FROM unnest($1::text[], $2::bigint[]) AS t(workspace, count)
+            ), gone AS (
+                DELETE FROM {s}.merkle_hashes AS m USING tip
+                WHERE m.workspace = tip.workspace AND m.idx >= tip.count
+            )
+            UPDATE {s}.merkle_hashes AS m
+            SET hash = substring(m.hash FROM 1 FOR ((tip.count - m.idx) * 32)::int)
+            FROM tip
+            WHERE m.workspace = tip.workspace AND m.idx < tip.count
+              AND m.idx + octet_length(m.hash) / 32 > tip.count
         """
         self.delete_hashes_from = (
             f"DELETE FROM {s}.merkle_hashes WHERE workspace = $1 AND idx >= $2"
@@ -1125,17 +1144,24 @@ class PostgresEventStore(EventStore):
         # Stored hashes past a head are stale derived data (the log was cut behind the
         # store's back): dropped rather than left to collide with new ones.
         wanted = {w: frontier_indexes(g.size) if g.size else [] for w, g in stale}
+        counts = {w: stored_hash_count(g.size) for w, g in stale}
         rows = await conn.fetch(
             self._sql.load_frontiers,
-            [w for w, _ in stale],
-            [stored_hash_count(g.size) for _, g in stale],
+            list(counts),
+            list(counts.values()),
             [w for w, indexes in wanted.items() for _ in indexes],
             [i for indexes in wanted.values() for i in indexes],
         )
         found: dict[str, dict[int, bytes]] = {w: {} for w, _ in stale}
+        past: list[str] = []
         for row in rows:
-            if row[2] is not None and len(row[2]) == HASH_SIZE:
+            if row[1] == -1:
+                past.append(row[0])
+            elif row[2] is not None and len(row[2]) == HASH_SIZE:
                 found[row[0]][int(row[1])] = bytes(row[2])
+        if past:
+            # (The hashes read above are below each count: the cut leaves them as they are.)
+            await conn.execute(self._sql.drop_stale_hashes, past, [counts[w] for w in past])
         trees: dict[str, TreeTip] = {}
         for workspace, growth in stale:
             if growth.size == 0:

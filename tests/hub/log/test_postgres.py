@@ -447,8 +447,9 @@ async def test_stored_hashes_past_a_cut_head_are_dropped_when_the_tree_is_read_b
     schema: str,
 ) -> None:
     """The log was cut behind the store's back (events 6-8 gone): reading the frontiers back
-    (one statement for a batch: drop, cut, read) drops the runs past the head and cuts the one
-    across it, so the tree grows on from the head it has; another workspace's is left whole."""
+    (one read-only statement for a batch) finds stored hashes past the head, so they are
+    dropped and the run across it is cut (a second statement, only then), and the tree grows
+    on from the head it has; another workspace's is left whole."""
     from tests.hub.log.test_tree_conformance import assert_tree_matches_events
 
     async with PostgresEventStore(DSN, schema=schema) as store:
@@ -469,3 +470,38 @@ async def test_stored_hashes_past_a_cut_head_are_dropped_when_the_tree_is_read_b
         await asyncio.gather(store.append("ws", [msg("after")]), store.append("other", [msg("")]))
         assert await assert_tree_matches_events(store, "ws") == 6
         assert await assert_tree_matches_events(store, "other") == 4
+
+
+async def test_a_run_reaching_past_a_cut_head_is_cut_when_the_tree_is_read_back(
+    schema: str,
+) -> None:
+    """Cut inside the last run (events 6-7 of a run of 5-7, nothing stored past it): the
+    read-back sees the run reach past the head's stored count and cuts it to the count, so no
+    stale hash is left behind the new ones."""
+    from hub.core.merkle import stored_hash_count
+    from tests.hub.log.test_tree_conformance import assert_tree_matches_events
+
+    async with PostgresEventStore(DSN, schema=schema) as store:
+        await store.append("ws", [msg(str(i)) for i in range(4)])  # run 1: events 1-4
+        await store.append("ws", [msg(str(i)) for i in range(4, 7)])  # run 2: events 5-7
+    async with connection() as conn:
+        await conn.execute(f'DELETE FROM "{schema}".events WHERE workspace = $1 AND seq > 5', "ws")
+        await conn.execute(
+            f'UPDATE "{schema}".heads SET (seq, hash, timestamp, position) = '
+            f'(SELECT seq, hash, timestamp, position FROM "{schema}".events '
+            "WHERE workspace = $1 AND seq = 5) WHERE workspace = $1",
+            "ws",
+        )
+    async with PostgresEventStore(DSN, schema=schema) as store:  # no frontier cached
+        await store.append("ws", [msg("after")])
+        assert await assert_tree_matches_events(store, "ws") == 6
+    async with connection() as conn:
+        runs = await conn.fetch(
+            f'SELECT idx, octet_length(hash) / 32 AS n FROM "{schema}".merkle_hashes '
+            "WHERE workspace = $1 ORDER BY idx",
+            "ws",
+        )
+    # Each run ends where the next begins: run 2 was cut to the stored count of 5 events.
+    ends = [int(r["idx"]) + int(r["n"]) for r in runs]
+    assert [int(r["idx"]) for r in runs[1:]] == ends[:-1]
+    assert ends[1] == stored_hash_count(5) and ends[-1] == stored_hash_count(6)
