@@ -443,6 +443,22 @@ async def test_migration_3_adds_the_tree_to_an_existing_log(schema: str) -> None
         assert await current_version(conn, schema) == LATEST == 9
 
 
+async def cut_log(schema: str, workspace: str, seq: int) -> None:
+    """Cut ``workspace``'s log after ``seq`` behind the store's back (events and head, not
+    the stored hashes), as a careless restore would."""
+    async with connection() as conn:
+        await conn.execute(
+            f'DELETE FROM "{schema}".events WHERE workspace = $1 AND seq > $2', workspace, seq
+        )
+        await conn.execute(
+            f'UPDATE "{schema}".heads SET (seq, hash, timestamp, position) = '
+            f'(SELECT seq, hash, timestamp, position FROM "{schema}".events '
+            "WHERE workspace = $1 AND seq = $2) WHERE workspace = $1",
+            workspace,
+            seq,
+        )
+
+
 async def test_stored_hashes_past_a_cut_head_are_dropped_when_the_tree_is_read_back(
     schema: str,
 ) -> None:
@@ -457,14 +473,7 @@ async def test_stored_hashes_past_a_cut_head_are_dropped_when_the_tree_is_read_b
         await store.append("ws", [msg(str(i)) for i in range(4, 7)])  # run 2, across 5
         await store.append("ws", [msg("7")])  # run 3, past 5
         await store.append("other", [msg(str(i)) for i in range(3)])  # not cut
-    async with connection() as conn:
-        await conn.execute(f'DELETE FROM "{schema}".events WHERE workspace = $1 AND seq > 5', "ws")
-        await conn.execute(
-            f'UPDATE "{schema}".heads SET (seq, hash, timestamp, position) = '
-            f'(SELECT seq, hash, timestamp, position FROM "{schema}".events '
-            "WHERE workspace = $1 AND seq = 5) WHERE workspace = $1",
-            "ws",
-        )
+    await cut_log(schema, "ws", 5)
     async with PostgresEventStore(DSN, schema=schema) as store:  # no frontier cached
         # Together: one batch (group commit), both frontiers read back in one statement.
         await asyncio.gather(store.append("ws", [msg("after")]), store.append("other", [msg("")]))
@@ -484,14 +493,7 @@ async def test_a_run_reaching_past_a_cut_head_is_cut_when_the_tree_is_read_back(
     async with PostgresEventStore(DSN, schema=schema) as store:
         await store.append("ws", [msg(str(i)) for i in range(4)])  # run 1: events 1-4
         await store.append("ws", [msg(str(i)) for i in range(4, 7)])  # run 2: events 5-7
-    async with connection() as conn:
-        await conn.execute(f'DELETE FROM "{schema}".events WHERE workspace = $1 AND seq > 5', "ws")
-        await conn.execute(
-            f'UPDATE "{schema}".heads SET (seq, hash, timestamp, position) = '
-            f'(SELECT seq, hash, timestamp, position FROM "{schema}".events '
-            "WHERE workspace = $1 AND seq = 5) WHERE workspace = $1",
-            "ws",
-        )
+    await cut_log(schema, "ws", 5)
     async with PostgresEventStore(DSN, schema=schema) as store:  # no frontier cached
         await store.append("ws", [msg("after")])
         assert await assert_tree_matches_events(store, "ws") == 6
