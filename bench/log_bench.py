@@ -78,6 +78,7 @@ from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 from hub.checkpoints import Checkpointer
 from hub.core.checkpoint import generate_signer
 from hub.core.events import MessagePayload, MessagePosted
+from hub.core.merkle import accelerated
 from hub.log.sqlite import SqliteEventStore
 
 TEXT = ("Agora bench payload: the quick brown fox jumps over the lazy dog. " * 4)[:200]
@@ -494,7 +495,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             print(
                 f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, "
-                f"{os.cpu_count()} CPUs, databases in {root} ({fs_type(root)})"
+                f"{os.cpu_count()} CPUs, databases in {root} ({fs_type(root)}); "
+                f"Merkle hashing in {'C' if accelerated() else 'Python'}"
             )
             tree_rows(root, n_conc, repeats)
         finally:
@@ -504,7 +506,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, "
             f"eventsourcing {_es_version()}, {os.cpu_count()} CPUs, "
-            f"databases in {root} ({fs_type(root)}); WAL + synchronous=FULL on both sides"
+            f"databases in {root} ({fs_type(root)}); WAL + synchronous=FULL on both sides; "
+            f"Merkle hashing in {'C' if accelerated() else 'Python'}"
         )
         print(
             f"(a) {n_single} appends, (b) {n_conc} appends by {WRITERS} writers, "

@@ -32,10 +32,27 @@ out raises :class:`ProofError`.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Final, Protocol
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Final, Protocol, TypeAlias
 
 from hub.core.errors import IntegrityError
+
+_Extend: TypeAlias = Callable[
+    [Sequence[bytes], int, Sequence[bytes], bool], tuple[list[bytes], tuple[bytes, ...]]
+]
+
+
+def _load_c() -> _Extend | None:
+    """The writer's hashing in C (hub/core/_treehash.c), where it was built: it is optional
+    (pip install needs no compiler); without it extend_canonical_py does the same, slower."""
+    try:
+        from hub.core._treehash import extend
+    except ImportError:
+        return None
+    return extend
+
+
+_extend_c: Final = _load_c()
 
 HASH_SIZE: Final = 32
 EMPTY_ROOT: Final = hashlib.sha256(b"").digest()
@@ -288,6 +305,51 @@ class CompactRange:
 
     def frontier(self) -> tuple[bytes, ...]:
         return tuple(self.hashes)
+
+
+def extend_canonical_py(
+    frontier: Sequence[bytes], size: int, canonical: Sequence[bytes], grouped: bool
+) -> tuple[list[bytes], tuple[bytes, ...]]:
+    """Add a leaf for each of ``canonical`` (events' canonical bytes, in seq order) to the
+    tree of ``size`` whose frontier is ``frontier``; returns (the new stored hashes: one
+    group per event when ``grouped``, as :meth:`CompactRange.extend_groups`, else each on its
+    own, as :meth:`CompactRange.extend`; the new frontier). Raises ``ValueError`` for a
+    frontier that does not match the size, ``TypeError`` for an item that is not bytes.
+
+    The reference for :func:`extend_canonical`'s C version (hub/core/_treehash.c), which
+    must agree with this one on every input (tests/hub/core/test_treehash.py)."""
+    if size < 0:
+        raise ValueError("a tree size is not negative")
+    if len(frontier) != size.bit_count():
+        raise ValueError("the frontier does not match the size")
+    if any(not isinstance(h, bytes) or len(h) != HASH_SIZE for h in frontier):
+        raise ValueError("a frontier hash is not 32 bytes")
+    if any(not isinstance(c, bytes) for c in canonical):
+        raise TypeError("canonical bytes must be bytes")
+    compact = CompactRange(size, frontier)
+    leaves = [leaf_hash(c) for c in canonical]
+    out: list[bytes] = []
+    if grouped:
+        compact.extend_groups(leaves, out)
+    else:
+        compact.extend(leaves, out)
+    return out, compact.frontier()
+
+
+def extend_canonical(
+    frontier: Sequence[bytes], size: int, canonical: Sequence[bytes], grouped: bool
+) -> tuple[list[bytes], tuple[bytes, ...]]:
+    """:func:`extend_canonical_py`, in C where hub/core/_treehash.c was built (one call
+    per workspace and batch, the GIL released while it hashes): what the writer runs for
+    every event it commits."""
+    if _extend_c is not None:
+        return _extend_c(frontier, size, canonical, grouped)
+    return extend_canonical_py(frontier, size, canonical, grouped)
+
+
+def accelerated() -> bool:
+    """Whether :func:`extend_canonical` runs in C here (bench/log_bench.py says; the tests)."""
+    return _extend_c is not None
 
 
 def frontier_root(frontier: Sequence[bytes]) -> bytes:

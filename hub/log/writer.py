@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import hashlib
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, NamedTuple, TypeAlias
@@ -53,7 +52,7 @@ from hub.core.errors import (
     Unavailable,
 )
 from hub.core.events import EVENT_TYPES, Event, encode_event
-from hub.core.merkle import LEAF_PREFIX, CompactRange, leaf_hash, stored_hash_count
+from hub.core.merkle import extend_canonical, stored_hash_count
 from hub.core.records import AppendResult
 from hub.core.validation import validate_workspace
 from hub.log.base import AppendItem, CommitObserver
@@ -548,20 +547,22 @@ def _fail(requests: Iterable[WriteRequest], why: str) -> None:
 
 class TreeGrowth(NamedTuple):
     """How one workspace's tree grows in a batch: from the tree of ``size`` whose chain
-    head is ``head``, by ``leaves``: the leaf hash (hub.core.merkle.leaf_hash) of each new
-    event's canonical bytes, in seq order."""
+    head is ``head``, by a leaf for each of ``canonical``: the canonical bytes
+    (hub.core.chain.canonical_bytes) of each new event, in seq order. They are hashed
+    together once the batch is decided (:func:`grow_groups`, :func:`grow_trees`: one call
+    of hub.core.merkle.extend_canonical per workspace)."""
 
     size: int
     head: str
-    leaves: list[bytes]
+    canonical: list[bytes]
 
 
 def _grow(growth: dict[str, TreeGrowth], workspace: str, current: Tip) -> list[bytes]:
-    """The list collecting ``workspace``'s new leaf hashes in this batch."""
+    """The list collecting the canonical bytes of ``workspace``'s new events in this batch."""
     grown = growth.get(workspace)
     if grown is None:
         grown = growth[workspace] = TreeGrowth(current[0], current[1], [])
-    return grown.leaves
+    return grown.canonical
 
 
 class Decision(NamedTuple):
@@ -576,7 +577,7 @@ class Decision(NamedTuple):
     position: int
     """The next free position once the transaction commits."""
     growth: dict[str, TreeGrowth]
-    """Per workspace written: where its tree grows from and the leaf hashes of its new
+    """Per workspace written: where its tree grows from and the canonical bytes of its new
     events in seq order (:func:`grow_trees`); empty when the batch was decided with
     ``tree=False``."""
 
@@ -604,8 +605,8 @@ def decide_batch(
     ``tip(workspace)``: the workspace's stored tip (:data:`EMPTY_TIP` when it has no
     events). ``known``: the batch's client-chosen ids already stored, ``(workspace, id)`` →
     ``(seq, body)``. ``position``: the first free position. ``now``: the batch's timestamp.
-    ``mint(now, count)``: ``count`` new event ids. ``tree``: hash each new event's Merkle
-    leaf (:attr:`Decision.growth`) while its canonical bytes are at hand.
+    ``mint(now, count)``: ``count`` new event ids. ``tree``: keep each new event's
+    canonical bytes for its Merkle leaf (:attr:`Decision.growth`).
     ``kinds_since(workspace, seq)``: the kinds of the stored events past ``seq``, asked only
     for a request with ``reads`` whose ``expected_seq`` the head has passed. A request fails
     alone, with :class:`Conflict` (stale ``expected_seq``, ids partly written before, import
@@ -675,9 +676,8 @@ def _append_one(
         _check_expected(req, current, rows, kinds_since)
     seq, prev = current[0], current[1]
     new_rows: list[tuple[Event, bytes]] = []
-    leaves: list[bytes] = []
+    leaves: list[bytes] = []  # the canonical bytes of each, for the tree
     hashing = growth is not None
-    sha256 = hashlib.sha256
     try:
         for draft in req.drafts:
             seq += 1
@@ -692,8 +692,8 @@ def _append_one(
                 prev=prev,
             )
             new_rows.append((event, encode_event(event)))  # fails here, before anything is staged
-            if hashing:  # hub.core.merkle.leaf_hash, inlined: once per event
-                leaves.append(sha256(LEAF_PREFIX + encoded).digest())
+            if hashing:
+                leaves.append(encoded)
             prev = event.hash or GENESIS
             position += 1
     except (TypeError, ValueError, msgspec.EncodeError) as e:
@@ -776,9 +776,7 @@ def _import_one(
         rows.append((stored, encode_event(stored)))
         position += 1
     if growth is not None:
-        _grow(growth, workspace, current).extend(
-            leaf_hash(canonical_bytes(event)) for event in req.events
-        )
+        _grow(growth, workspace, current).extend(canonical_bytes(event) for event in req.events)
     last = req.events[-1]
     staged[workspace] = (last.seq, last.hash or GENESIS, position - 1, last.timestamp)
     return len(req.events)
@@ -842,20 +840,17 @@ def grow_trees(
     """The stored hashes a batch adds (one run per workspace), and each written workspace's
     new tree tip. ``growth``: :attr:`Decision.growth`; ``trees``: each written workspace's
     tree as of the batch's start (its :class:`TreeGrowth` size and head); ``staged``: the
-    new chain tips. Each workspace's leaves are added in one tight loop
-    (hub.core.merkle.CompactRange.extend): this runs inside every commit."""
+    new chain tips. Each workspace's leaves are hashed and added in one call
+    (hub.core.merkle.extend_canonical): this runs inside every commit."""
     hash_rows: list[HashRow] = []
     tips: dict[str, TreeTip] = {}
     for workspace, grown in growth.items():
         tree = trees[workspace]
-        compact = CompactRange(tree.size, tree.frontier)
-        first = compact.stored
-        hashes: list[bytes] = []
-        compact.extend(grown.leaves, hashes)
+        hashes, frontier = extend_canonical(tree.frontier, tree.size, grown.canonical, False)
         seq, head = staged[workspace][0], staged[workspace][1]
-        assert compact.size == seq, "bad math: the tree and the chain disagree on the size"
-        hash_rows.extend(runs(workspace, first, hashes))
-        tips[workspace] = TreeTip(seq, head, compact.frontier(), tree.lineage)
+        assert tree.size + len(grown.canonical) == seq, "bad math: the tree and the chain differ"
+        hash_rows.extend(runs(workspace, stored_hash_count(tree.size), hashes))
+        tips[workspace] = TreeTip(seq, head, frontier, tree.lineage)
     return hash_rows, tips
 
 
@@ -870,13 +865,11 @@ def grow_groups(
     tips: dict[str, TreeTip] = {}
     for workspace, grown in growth.items():
         tree = trees[workspace]
-        compact = CompactRange(tree.size, tree.frontier)
-        out: list[bytes] = []
-        compact.extend_groups(grown.leaves, out)
+        out, frontier = extend_canonical(tree.frontier, tree.size, grown.canonical, True)
         seq, head = staged[workspace][0], staged[workspace][1]
-        assert compact.size == seq, "bad math: the tree and the chain disagree on the size"
+        assert tree.size + len(grown.canonical) == seq, "bad math: the tree and the chain differ"
         groups[workspace] = out
-        tips[workspace] = TreeTip(seq, head, compact.frontier(), tree.lineage)
+        tips[workspace] = TreeTip(seq, head, frontier, tree.lineage)
     return groups, tips
 
 
@@ -908,20 +901,18 @@ class TreeBuilder:
 
     def _extend(self, events: Iterable[Event], out: list[bytes], *, grouped: bool) -> None:
         tip = self.tip
-        compact = CompactRange(tip.size, tip.frontier)
         head = tip.head
-        leaves: list[bytes] = []
+        canonical: list[bytes] = []
         for event in events:
-            if event.seq != compact.size + len(leaves) + 1 or event.workspace != self.workspace:
+            expected = tip.size + len(canonical) + 1
+            if event.seq != expected or event.workspace != self.workspace:
                 raise IntegrityError(
                     f"cannot build the tree of {self.workspace!r}: expected seq "
-                    f"{compact.size + len(leaves) + 1}, got seq {event.seq}",
-                    seq=compact.size + len(leaves) + 1,
+                    f"{expected}, got seq {event.seq}",
+                    seq=expected,
                 )
-            leaves.append(leaf_hash(canonical_bytes(event)))
+            canonical.append(canonical_bytes(event))
             head = event.hash or GENESIS
-        if grouped:
-            compact.extend_groups(leaves, out)
-        else:
-            compact.extend(leaves, out)
-        self.tip = TreeTip(compact.size, head, compact.frontier())
+        hashes, frontier = extend_canonical(tip.frontier, tip.size, canonical, grouped)
+        out.extend(hashes)
+        self.tip = TreeTip(tip.size + len(canonical), head, frontier)

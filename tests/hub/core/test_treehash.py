@@ -1,0 +1,169 @@
+"""The writer's Merkle hashing in C (hub/core/_treehash.c) against its Python reference
+(hub.core.merkle.extend_canonical_py) and the RFC 9162 reference of the tests: the same
+hashes, frontiers and errors on every input, across batch boundaries.
+
+Without the extension built (no compiler or no libssl-dev where the hub was installed) the
+C tests skip, and fail when ``AGORA_REQUIRE`` lists ``treehash`` (``.ci/run`` does).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hub.checkpoints import root_hash
+from hub.core import merkle
+from hub.core.chain import canonical_bytes
+from hub.core.events import MessagePayload, MessagePosted
+from hub.core.merkle import extend_canonical_py, frontier_root
+from hub.log.sqlite import SqliteEventStore
+from tests.support.require import require
+
+from . import rfc9162_reference as ref
+
+Extend = Callable[
+    [Sequence[bytes], int, Sequence[bytes], bool], tuple[list[bytes], tuple[bytes, ...]]
+]
+
+
+def c_extend() -> Extend:
+    require("treehash", merkle.accelerated(), "hub/core/_treehash.c was not built")
+    from hub.core._treehash import extend
+
+    return extend
+
+
+def grow(
+    extend: Extend, batches: list[list[bytes]], grouped: bool
+) -> tuple[list[bytes], tuple[bytes, ...]]:
+    """Every batch through ``extend`` in turn, as the writer does; (all hashes, frontier)."""
+    frontier: tuple[bytes, ...] = ()
+    size = 0
+    out: list[bytes] = []
+    for batch in batches:
+        hashes, frontier = extend(frontier, size, batch, grouped)
+        out.extend(hashes)
+        size += len(batch)
+    return out, frontier
+
+
+batches = st.lists(st.lists(st.binary(max_size=600), max_size=40), max_size=8)
+
+
+@given(batches=batches, grouped=st.booleans())
+def test_c_and_python_agree(batches: list[list[bytes]], grouped: bool) -> None:
+    extend = c_extend()
+    assert grow(extend, batches, grouped) == grow(extend_canonical_py, batches, grouped)
+
+
+@given(batches=batches)
+def test_the_root_is_rfc9162s(batches: list[list[bytes]]) -> None:
+    extend = c_extend()
+    data = [d for batch in batches for d in batch]
+    flat, frontier = grow(extend, batches, grouped=False)
+    grouped, same = grow(extend, batches, grouped=True)
+    assert same == frontier and b"".join(grouped) == b"".join(flat)
+    assert frontier_root(frontier) == ref.mth(data)
+    # every leaf's own hash is stored first in its group
+    assert [g[:32] for g in grouped] == [hashlib.sha256(b"\0" + d).digest() for d in data]
+
+
+def test_a_large_tree_from_a_large_start() -> None:
+    """A frontier of many levels (a size with 40 bits) and a batch crossing several powers
+    of two: the stack in C is as deep as the Python one."""
+    extend = c_extend()
+    size = (1 << 40) - 3
+    frontier = tuple(bytes([i]) * 32 for i in range(size.bit_count()))
+    data = [bytes([i]) * i for i in range(70)]
+    assert extend(frontier, size, data, True) == extend_canonical_py(frontier, size, data, True)
+    assert extend(frontier, size, data, False) == extend_canonical_py(frontier, size, data, False)
+
+
+@pytest.mark.parametrize(
+    ("frontier", "size", "canonical", "error"),
+    [
+        ((), 1, [b"x"], ValueError),  # a frontier that does not match the size
+        ((b"\0" * 31,), 1, [b"x"], ValueError),  # a hash that is not 32 bytes
+        (("a" * 32,), 1, [b"x"], ValueError),  # not bytes
+        ((), -1, [b"x"], ValueError),  # a negative size
+        ((), 0, [b"x", "y"], TypeError),  # an item that is not bytes
+        ((), 0, [b"x", bytearray(b"y")], TypeError),
+    ],
+)
+def test_bad_input_is_refused_alike(
+    frontier: tuple[object, ...], size: int, canonical: list[object], error: type[Exception]
+) -> None:
+    extend = c_extend()
+    for implementation in (extend, extend_canonical_py):
+        with pytest.raises(error):
+            implementation(frontier, size, canonical, True)  # type: ignore[arg-type]
+
+
+def test_the_input_list_may_change_while_it_hashes() -> None:
+    """The GIL is released while the C version hashes: another thread emptying the list it
+    was given must neither crash it nor change its answer (it hashes a tuple of its own)."""
+    extend = c_extend()
+    data = [bytes([i % 256]) * 4000 for i in range(2000)]
+    expected = extend_canonical_py((), 0, data, True)
+    stop = threading.Event()
+    shared = list(data)
+
+    def meddle() -> None:
+        while not stop.is_set():
+            shared.clear()
+            shared.extend(data)
+
+    thread = threading.Thread(target=meddle)
+    thread.start()
+    try:
+        # (clear and extend are each atomic: the list is empty or whole when it is read)
+        results = [extend((), 0, shared, True) for _ in range(20)]
+    finally:
+        stop.set()
+        thread.join()
+    assert all(r in (expected, ([], ())) for r in results)
+    assert expected in results
+
+
+def test_the_writer_runs_the_c_version_where_it_is_built() -> None:
+    c_extend()
+    assert merkle.extend_canonical((), 0, [b"a"], True) == extend_canonical_py((), 0, [b"a"], True)
+
+
+def message(text: str) -> MessagePosted:
+    return MessagePosted(producer="t", payload=MessagePayload(text=text))
+
+
+async def _stored_tree(tmp_path: Path, name: str) -> tuple[bytes | None, list[bytes]]:
+    """Append 100 events in batches of assorted sizes to a new SQLite log; (the writer's
+    root, each event's canonical bytes)."""
+    async with SqliteEventStore(tmp_path / f"{name}.db") as store:
+        for count in (1, 2, 3, 5, 8, 13, 21, 47):
+            await store.append("w", [message(f"{name}-{count}-{i}") for i in range(count)])
+        head = store.tree_head("w")
+        events = [e async for e in store.read("w")]
+    assert head is not None and await store_root_matches(tmp_path / f"{name}.db", head.root)
+    return head.root, [canonical_bytes(e) for e in events]
+
+
+async def store_root_matches(db: Path, root: bytes) -> bool:
+    """The stored hashes (read back by a fresh store) give the writer's root."""
+    async with SqliteEventStore(db) as store:
+        return await root_hash(store, "w", 100) == root
+
+
+async def test_the_store_writes_the_same_tree_with_either(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c_extend()
+    root_c, data_c = await _stored_tree(tmp_path, "c")
+    monkeypatch.setattr(merkle, "_extend_c", None)  # as where the extension was not built
+    assert not merkle.accelerated()
+    root_py, data_py = await _stored_tree(tmp_path, "py")
+    assert root_c == ref.mth(data_c) and root_py == ref.mth(data_py)
