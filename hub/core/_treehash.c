@@ -4,7 +4,7 @@
  * an event needs (its leaf, and on average one node) cost more than the hashing itself
  * (docs/audit.md, "Costs"; docs/architecture.md, "The one C module"). This is that loop
  * and nothing else; the hashing is OpenSSL's libcrypto (EVP, the library Python's hashlib
- * uses), and the GIL is released while it runs. hub.core.merkle.extend_canonical_py is the same function in
+ * uses), and the GIL is released while it hashes a large input (RELEASE_GIL_BYTES). hub.core.merkle.extend_canonical_py is the same function in
  * Python: the reference the tests compare this one with, and what runs where this
  * extension was not built (it is optional: pip install needs no compiler).
  *
@@ -25,6 +25,11 @@
 
 #define HASH 32
 #define MAX_LEVELS 64 /* a size is a 64-bit count: at most 64 subtrees in a frontier */
+/* Release the GIL only for this much input or more. A thread that releases it while another
+ * is running Python waits up to the switch interval (5 ms) to get it back, so a writer's
+ * batch (a few KiB: microseconds of hashing) keeps it; a tree rebuilt from a page of events
+ * does not. */
+#define RELEASE_GIL_BYTES (256 * 1024)
 
 typedef struct {
     EVP_MD *sha256; /* fetched once: an implicit fetch per digest costs more than the hash */
@@ -87,12 +92,15 @@ extend(PyObject *module, PyObject *args)
     if (canonical == NULL)
         return NULL;
     Py_ssize_t count = PyTuple_GET_SIZE(canonical);
+    size_t input = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
-        if (!PyBytes_Check(PyTuple_GET_ITEM(canonical, i))) {
+        PyObject *item = PyTuple_GET_ITEM(canonical, i);
+        if (!PyBytes_Check(item)) {
             Py_DECREF(canonical);
             PyErr_SetString(PyExc_TypeError, "canonical bytes must be bytes");
             return NULL;
         }
+        input += (size_t)PyBytes_GET_SIZE(item);
     }
     if (size > (unsigned long long)PY_SSIZE_T_MAX - (unsigned long long)count) {
         Py_DECREF(canonical);
@@ -116,7 +124,7 @@ extend(PyObject *module, PyObject *args)
 
     int ok = 1;
     Py_ssize_t top = depth;
-    Py_BEGIN_ALLOW_THREADS
+    PyThreadState *released = input >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     ok = ctx != NULL;
     unsigned char *out = hashes;
@@ -140,7 +148,8 @@ extend(PyObject *module, PyObject *args)
         groups[i] = stored;
     }
     EVP_MD_CTX_free(ctx);
-    Py_END_ALLOW_THREADS
+    if (released != NULL)
+        PyEval_RestoreThread(released);
     Py_DECREF(canonical);
 
     PyObject *items = NULL, *next = NULL, *result = NULL;

@@ -340,8 +340,8 @@ def extend_canonical(
     frontier: Sequence[bytes], size: int, canonical: Sequence[bytes], grouped: bool
 ) -> tuple[list[bytes], tuple[bytes, ...]]:
     """:func:`extend_canonical_py`, in C where hub/core/_treehash.c was built (one call
-    per workspace and batch, the GIL released while it hashes): what the writer runs for
-    every event it commits."""
+    per workspace and batch; the GIL released while it hashes a large input): what the
+    writer runs for every event it commits."""
     if _extend_c is not None:
         return _extend_c(frontier, size, canonical, grouped)
     return extend_canonical_py(frontier, size, canonical, grouped)

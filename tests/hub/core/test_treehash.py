@@ -106,8 +106,9 @@ def test_bad_input_is_refused_alike(
 
 
 def test_the_input_list_may_change_while_it_hashes() -> None:
-    """The GIL is released while the C version hashes: another thread emptying the list it
-    was given must neither crash it nor change its answer (it hashes a tuple of its own)."""
+    """The GIL is released while the C version hashes a large input: another thread
+    emptying the list it was given must neither crash it nor change its answer (it hashes
+    a tuple of its own)."""
     extend = c_extend()
     data = [bytes([i % 256]) * 4000 for i in range(2000)]
     expected = extend_canonical_py((), 0, data, True)
