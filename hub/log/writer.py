@@ -676,7 +676,7 @@ def _append_one(
         _check_expected(req, current, rows, kinds_since)
     seq, prev = current[0], current[1]
     new_rows: list[tuple[Event, bytes]] = []
-    leaves: list[bytes] = []  # the canonical bytes of each, for the tree
+    canonical: list[bytes] = []  # each event's canonical bytes, for its Merkle leaf
     hashing = growth is not None
     try:
         for draft in req.drafts:
@@ -693,7 +693,7 @@ def _append_one(
             )
             new_rows.append((event, encode_event(event)))  # fails here, before anything is staged
             if hashing:
-                leaves.append(encoded)
+                canonical.append(encoded)
             prev = event.hash or GENESIS
             position += 1
     except (TypeError, ValueError, msgspec.EncodeError) as e:
@@ -701,7 +701,7 @@ def _append_one(
         raise BadRequest(f"event {index} cannot be encoded: {e}", index=index) from e
     rows.extend(new_rows)
     if growth is not None:
-        _grow(growth, workspace, current).extend(leaves)
+        _grow(growth, workspace, current).extend(canonical)
     sealed = tuple(event for event, _ in new_rows)
     if req.client_ids:  # minted ids are new by construction: only client ids can repeat
         for event in sealed:
