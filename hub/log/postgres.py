@@ -15,18 +15,18 @@ writers, each a hub node with its own store instance:
   commit first, and a follower at 6 would skip 5 forever. The lock is scoped to the schema's
   table (stores in other schemas never wait for each other) and bounded by ``lock_timeout``.
   docs/operations.md, "PostgreSQL", has the discussion.
-* **One writer, group commit** (:mod:`hub.log.writer`, shared with the SQLite store):
-  ``append`` enqueues on a bounded queue; one writer task owned by the store drains every
-  queued request (up to ``batch_max`` events) into ONE transaction: lock, read the heads of the
-  workspaces involved and the already-stored ids, check and seal every request in memory
-  (:func:`hub.log.writer.decide_batch`), then one statement inserts every row, updates ``heads`` and
-  sends the notifications. One request's ``Conflict`` never fails the others; a failed
-  transaction fails every request of the batch with :class:`Unavailable` (then nothing of it
-  was written, except when the connection died during COMMIT itself: the outcome is then
-  unknown, and a retry with the same ids answers ``duplicate`` if it was written). Unlike
-  SQLite's, a request whose caller was cancelled before its transaction began is dropped
-  (a transaction here holds the log's lock for every node), and a transaction under way is
-  finished before a cancelled writer lets go.
+* **One writer, group commit** (:mod:`hub.log.writer`, shared with the SQLite store): ``append``
+  enqueues on a bounded queue; one writer task owned by the store drains every queued request
+  (up to ``batch_max`` events) into ONE transaction on its own connection: lock, read the heads
+  of the workspaces involved and the already-stored ids, check and seal every request in memory
+  (:func:`hub.log.writer.decide_batch`), then one statement inserts every row, updates ``heads``
+  and sends the notifications. One request's ``Conflict`` never fails the others; a failed
+  transaction fails every request of the batch with :class:`Unavailable` (then nothing of it was
+  written, except when the connection died during COMMIT itself: the outcome is then unknown,
+  and a retry with the same ids answers ``duplicate`` if it was written). Unlike SQLite's, a
+  request whose caller was cancelled before its transaction began is dropped (a transaction here
+  holds the log's lock for every node), and a transaction under way is finished before a
+  cancelled writer lets go.
 * **Only storable text.** An id with NUL or lone surrogates cannot be held in a TEXT column:
   ``append`` and ``import_events`` refuse it (:class:`BadRequest`), and a read by such a name
   finds nothing. Minted ids are uuid4 (SQLite mints time-ordered ones).
@@ -170,6 +170,16 @@ def _translate(e: BaseException, doing: str) -> AgoraError:
     if isinstance(e, TimeoutError):
         return Unavailable(f"PostgreSQL timed out while {doing}")
     return Unavailable(f"PostgreSQL unavailable while {doing}: {e}")
+
+
+def _connection_lost(e: BaseException) -> bool:
+    """Whether ``e``, raised by a statement, says the connection is gone (the server's word:
+    SQLSTATE class 08, connection exception, or 57, operator intervention such as an ended
+    backend or a shutdown; or the client's: a socket error, a connection asyncpg closed or
+    left mid-operation when the server hung up), not that the statement failed."""
+    if isinstance(e, asyncpg.PostgresError):
+        return str(getattr(e, "sqlstate", "") or "")[:2] in ("08", "57")
+    return isinstance(e, asyncpg.InterfaceError | asyncpg.InternalClientError | OSError)
 
 
 def _storable(text: str) -> bool:
@@ -882,14 +892,14 @@ class PostgresEventStore(EventStore):
 
     ``dsn``: a libpq-style URL or DSN for asyncpg. ``schema``: the PostgreSQL schema holding the
     tables (created if absent; one schema per independent hub). ``blobs``: where blobs live
-    (default: a :class:`PostgresBlobStore` in the same schema). ``pool_size``: connections
-    for readers and the writer. ``migrate``: apply missing schema migrations on ``open``
-    (else ``open`` refuses an old schema). ``batch_max``: the most events one group commit
-    writes (a larger single request is written alone). ``queue_max``: the most requests
+    (default: a :class:`PostgresBlobStore` in the same schema). ``pool_size``: connections for
+    readers (the writer keeps one of its own). ``migrate``: apply missing schema migrations on
+    ``open`` (else ``open`` refuses an old schema). ``batch_max``: the most events one group
+    commit writes (a larger single request is written alone). ``queue_max``: the most requests
     waiting for the writer (one ``append_many`` call counts once); ``append`` then waits for
-    room. ``lock_timeout``: seconds to wait for the log's write lock held by another node
-    before failing with :class:`Unavailable`.
-    ``channel``: the NOTIFY channel (default ``<schema>_events``, so ``agora_events``).
+    room. ``lock_timeout``: seconds to wait for the log's write lock held by another node before
+    failing with :class:`Unavailable`. ``channel``: the NOTIFY channel (default
+    ``<schema>_events``, so ``agora_events``).
     """
 
     shared = True  # every hub node sharing the database appends to the same log
@@ -924,6 +934,8 @@ class PostgresEventStore(EventStore):
         self.blobs = blobs if blobs is not None else PostgresBlobStore(self._get_pool, schema)
         self._sql = _Sql(schema)
         self._lock = f"SET LOCAL lock_timeout = {int(lock_timeout * 1000)}; {self._sql.lock}"
+        self._begin = f"BEGIN ISOLATION LEVEL READ COMMITTED; {self._lock}"
+        self._writer: Conn | None = None  # the writer's own connection (_writer_connection)
         self._pool: Pool | None = None
         self._commits = GroupCommit(batch_max=batch_max, queue_max=queue_max, storable=_storable)
         self._last_timestamp = 0
@@ -1016,6 +1028,13 @@ class PostgresEventStore(EventStore):
         await self._commits.close(self._release)
 
     async def _release(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            try:
+                async with asyncio.timeout(self.command_timeout):
+                    await writer.close()
+            except (TimeoutError, *_DRIVER_ERRORS):
+                writer.terminate()
         pool, self._pool = self._pool, None
         if pool is not None:
             try:
@@ -1096,9 +1115,8 @@ class PostgresEventStore(EventStore):
     async def _transact(self, batch: list[WriteRequest]) -> list[WriteOutcome]:
         """Write one batch in one transaction; one outcome per request, in order."""
         try:
-            pool = self._get_pool()
-            async with pool.acquire() as conn, conn.transaction(isolation="read_committed"):
-                await conn.execute(self._lock)
+            conn = await self._begun()
+            try:
                 decision, now = await self._decide(conn, batch)
                 trees: dict[str, TreeTip] = {}
                 if decision.rows:
@@ -1108,6 +1126,10 @@ class PostgresEventStore(EventStore):
                         decision.staged,
                     )
                     await self._write(conn, decision.rows, decision.staged, hash_rows)
+                await conn.execute("COMMIT")
+            except BaseException:
+                await self._roll_back(conn)
+                raise
         except _DRIVER_ERRORS as e:
             error = _translate(e, "committing a batch")
             message = f"could not commit the batch: {error.message}"
@@ -1121,6 +1143,49 @@ class PostgresEventStore(EventStore):
             self._trees.clear()  # bounded: evicted frontiers are read back on demand
         self._trees.update(trees)
         return decision.outcomes
+
+    async def _writer_connection(self) -> Conn:
+        """The writer's own connection, opened on first use and again after one is lost.
+        Not one of the pool's: a pooled connection runs asyncpg's reset query (a round trip)
+        each time it is given back, once per batch, and a pool of one stays the readers'."""
+        if self._writer is None or self._writer.is_closed():
+            self._get_pool()  # refuses a store that is not open
+            self._writer = await asyncpg.connect(self.dsn, command_timeout=self.command_timeout)
+        return self._writer
+
+    async def _begun(self) -> Conn:
+        """The writer's connection, in a transaction holding the log's write lock: BEGIN, the
+        lock's timeout and the lock in one round trip (the simple query protocol takes
+        several statements); then come the heads, the ids already stored, the rows and
+        COMMIT. A connection found lost here (the server restarted, an operator ended it)
+        is replaced once: nothing of the batch was sent yet."""
+        conn = await self._writer_connection()
+        try:
+            await conn.execute(self._begin)
+        except Exception as e:
+            if not _connection_lost(e):
+                await self._roll_back(conn)
+                raise  # the lock timed out, or the server refused: not the connection
+            conn.terminate()
+            self._writer = None
+            conn = await self._writer_connection()
+            try:
+                await conn.execute(self._begin)
+            except BaseException:
+                await self._roll_back(conn)
+                raise
+        return conn
+
+    async def _roll_back(self, conn: Conn) -> None:
+        """End a failed batch's transaction. A connection that cannot is dropped (the next
+        batch opens another), so no batch ever begins inside a broken transaction."""
+        try:
+            if not conn.is_closed() and conn.is_in_transaction():
+                await conn.execute("ROLLBACK")
+        except Exception:  # any: asyncpg may not know yet that the server is gone
+            conn.terminate()
+        if self._writer is conn and conn.is_closed():
+            self._writer = None
 
     async def _trees_of(self, conn: Conn, records: dict[str, TreeGrowth]) -> dict[str, TreeTip]:
         """The tree each written workspace grows from: cached, else its frontier read back
