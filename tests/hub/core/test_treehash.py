@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -107,30 +108,44 @@ def test_bad_input_is_refused_alike(
 
 
 def test_the_input_list_may_change_while_it_hashes() -> None:
-    """The GIL is released while the C version hashes a large input: another thread
-    emptying the list it was given must neither crash it nor change its answer (it hashes
-    a tuple of its own)."""
+    """The GIL is released while the C version hashes a large input: another thread that
+    empties the list it was given meanwhile must neither crash it nor change its answer (it
+    hashes a tuple of its own, taken while it held the GIL)."""
     extend = c_extend()
-    data = [bytes([i % 256]) * 4000 for i in range(2000)]
+    data = [bytes([i % 256]) * 4000 for i in range(2000)]  # 8 MB: tens of ms to hash
     expected = extend_canonical_py((), 0, data, True)
-    stop = threading.Event()
-    shared = list(data)
-
-    def meddle() -> None:
-        while not stop.is_set():
-            shared.clear()
-            shared.extend(data)
-
-    thread = threading.Thread(target=meddle)
-    thread.start()
+    interval = sys.getswitchinterval()
+    # This thread is never asked to give the GIL up meanwhile, so the other one runs only
+    # while the C code has let it go: the list is whole when the call takes it.
+    sys.setswitchinterval(60.0)
     try:
-        # (clear and extend are each atomic: the list is empty or whole when it is read)
-        results = [extend((), 0, shared, True) for _ in range(20)]
+        for _ in range(20):
+            shared = list(data)
+            go, emptied = threading.Event(), threading.Event()
+
+            def meddle(
+                shared: list[bytes] = shared,
+                go: threading.Event = go,
+                emptied: threading.Event = emptied,
+            ) -> None:
+                go.wait()
+                shared.clear()
+                emptied.set()
+
+            thread = threading.Thread(target=meddle)
+            thread.start()
+            go.set()
+            result = extend((), 0, shared, True)
+            during = emptied.is_set()
+            thread.join()
+            assert result == expected
+            if during:
+                assert shared == []
+                break
+        else:
+            pytest.fail("the other thread never ran while the C code hashed")
     finally:
-        stop.set()
-        thread.join()
-    assert all(r in (expected, ([], ())) for r in results)
-    assert expected in results
+        sys.setswitchinterval(interval)
 
 
 # The C module is part of the pure core, but lint-imports reads Python imports only: this is
