@@ -124,11 +124,13 @@ def open_execution(opening: Opening) -> OpenExecution:
 
 
 class Interruption(msgspec.Struct, frozen=True, kw_only=True):
-    """Why the runs are closed: ``message`` (the diagnostic), ``note`` (the stderr line of a
-    started run), ``node`` (the node that ran them, when known) and ``closed_by`` (the node
-    writing the closing events)."""
+    """Why the runs are closed: ``message`` (the diagnostic of a run that had started),
+    ``unstarted`` (the diagnostic of one accepted but never started: it did not run), ``note``
+    (the stderr line of a started run), ``node`` (the node that ran them, when known) and
+    ``closed_by`` (the node writing the closing events)."""
 
     message: str
+    unstarted: str
     note: bytes
     closed_by: str
     node: str | None = None
@@ -138,6 +140,7 @@ def restart_interruption(closed_by: str) -> Interruption:
     """A hub that restarted under its own executions."""
     return Interruption(
         message="interrupted when the hub restarted; output journaled before the restart is kept",
+        unstarted="the hub restarted before this started; it did not run",
         note=b"interrupted when the hub restarted\n",
         closed_by=closed_by,
     )
@@ -147,6 +150,8 @@ def node_death_interruption(node: str, closed_by: str) -> Interruption:
     """A node (``node``) that died under its executions, closed by a survivor."""
     return Interruption(
         message=f"node {node} stopped while this ran; closed by node {closed_by}",
+        unstarted=f"node {node} stopped before this started; it did not run; closed by node "
+        f"{closed_by}",
         note=f"interrupted when node {node} stopped\n".encode(),
         node=node,
         closed_by=closed_by,
@@ -168,7 +173,7 @@ def interrupted_drafts(run: OpenExecution, why: Interruption) -> list[Event]:
     diagnostic: dict[str, Any] = {
         "level": "error",
         "code": INTERRUPTED_CODE,
-        "message": why.message,
+        "message": why.message if run.started else why.unstarted,
     }
     if why.node is not None:
         diagnostic["node"] = why.node

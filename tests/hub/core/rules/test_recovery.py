@@ -50,6 +50,19 @@ def test_a_run_never_started_gets_no_note() -> None:
     assert isinstance(finish, ExecFinished)
 
 
+def test_the_diagnostic_says_whether_the_run_had_started() -> None:
+    """A run accepted but never started did not run: its diagnostic says so, and does not
+    say it was stopped while it ran (on either path)."""
+    for why in (restart_interruption("b"), node_death_interruption("a", "b")):
+        started = interrupted_drafts(run(), why)[-1]
+        unstarted = interrupted_drafts(run(started=False), why)[-1]
+        assert isinstance(started, ExecFinished) and isinstance(unstarted, ExecFinished)
+        ran = started.payload.diagnostics[0]["message"]
+        not_run = unstarted.payload.diagnostics[0]["message"]
+        assert "before this started" in not_run and "did not run" in not_run
+        assert "before this started" not in ran
+
+
 def test_without_the_output_numbering_there_is_no_note() -> None:
     (finish,) = interrupted_drafts(run(next_n=None), node_death_interruption("dead", "alive"))
     assert isinstance(finish, ExecFinished)
