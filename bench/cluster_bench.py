@@ -9,7 +9,8 @@ so publish and receipt times come from one clock. Configurations, in one run:
 - SQLite, 1 node: the embedded default;
 - PostgreSQL, 1, 2 and 3 nodes on one schema (``--nodes``).
 
-Measured, medians of ``--repeats`` runs (default 3):
+Measured, medians of ``--repeats`` runs (default 3), after one pass per configuration that is
+not counted (a fresh node's first run opens its connections and warms its caches):
 
 - **appends/s**: 64 concurrent publishers, each a connection publishing single-event batches in
   a closed loop (the next once the previous is acknowledged), spread round-robin over the nodes,
@@ -431,6 +432,17 @@ async def _measure(nodes: list[Node], repeats: int, quick: bool, label: str) -> 
     secret = token()
     run_id = uuid.uuid4().hex[:6]  # fresh workspaces, even on a kept schema
     layouts = LAYOUTS if len(nodes) > 1 else LAYOUTS[1:]  # one node: the two are one
+    # One pass not counted: a fresh node's first run (its pool's connections opened, its
+    # statements prepared, its caches cold) went at about half the rate of the next ones, and
+    # a 1 s pass was not enough (docs/operations.md, "Measured").
+    for layout in layouts:
+        await appends_per_second(
+            ports,
+            secret,
+            layout=layout,
+            seconds=3.0 if quick else 5.0,
+            prefix=f"appends-{run_id}-{layout}-warm",
+        )
     for r in range(repeats):
         cells = []
         for layout in layouts:
