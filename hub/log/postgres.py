@@ -893,11 +893,12 @@ class PostgresEventStore(EventStore):
     ``dsn``: a libpq-style URL or DSN for asyncpg. ``schema``: the PostgreSQL schema holding the
     tables (created if absent; one schema per independent hub). ``blobs``: where blobs live
     (default: a :class:`PostgresBlobStore` in the same schema). ``pool_size``: connections for
-    readers (the writer keeps one of its own). ``migrate``: apply missing schema migrations on
-    ``open`` (else ``open`` refuses an old schema). ``batch_max``: the most events one group
-    commit writes (a larger single request is written alone). ``queue_max``: the most requests
-    waiting for the writer (one ``append_many`` call counts once); ``append`` then waits for
-    room. ``lock_timeout``: seconds to wait for the log's write lock held by another node before
+    everything but appending events (reads, blobs, checkpoints, snapshots; the event writer
+    keeps one of its own). ``migrate``: apply missing schema migrations on ``open`` (else
+    ``open`` refuses an old schema). ``batch_max``: the most events one group commit writes (a
+    larger single request is written alone). ``queue_max``: the most requests waiting for the
+    writer (one ``append_many`` call counts once); ``append`` then waits for room.
+    ``lock_timeout``: seconds to wait for the log's write lock held by another node before
     failing with :class:`Unavailable`. ``channel``: the NOTIFY channel (default
     ``<schema>_events``, so ``agora_events``).
     """
