@@ -898,6 +898,33 @@ class Workspaces:
             return _NO_SPAN
         return tracing.span(name, attributes={"agora.workspace": workspace})
 
+    def heard(self, appended: Sequence[AppendResult]) -> None:
+        """A commit listener (:meth:`EventStore.hear_commits`, added by the hub): the store
+        committed ``appended``; fold them and tell the listeners now, in the loop callback
+        the commit is reported in, rather than when each publisher's task resumes (one
+        iteration later): a subscriber's wait is then the commit's, not its publishers'.
+        The publishers' own fold of the same events (:meth:`_append_run`, :meth:`_append`)
+        then finds them folded. One listener call per workspace's run of consecutive events
+        in the transaction, as :meth:`_append_run` makes for a connection's run."""
+        runs: dict[str, list[Event]] = {}
+        for result in appended:
+            events = result.events
+            if not events or result.workspace not in self._live:
+                continue  # not open here: whoever opens it reads it from the log
+            run = runs.get(result.workspace)
+            if run is None:
+                runs[result.workspace] = list(events)
+            elif events[0].seq == run[-1].seq + 1:
+                run.extend(events)
+            else:
+                if (live := self._live.get(result.workspace)) is not None:
+                    self._committed(live, tuple(run))
+                runs[result.workspace] = list(events)
+        for workspace, run in runs.items():
+            live = self._live.get(workspace)
+            if live is not None:  # (a listener may have closed it meanwhile)
+                self._committed(live, tuple(run))
+
     def _committed(self, live: _Live, events: tuple[Event, ...]) -> None:
         head = live.committed.seq
         if events[-1].seq <= head:

@@ -33,6 +33,11 @@ _Page = TypeVar("_Page")
 CommitObserver = Callable[[int, float, bool], None]
 """Told (requests committed, seconds, whether the transaction raised) after each one."""
 
+CommitListener = Callable[[Sequence[AppendResult]], None]
+"""Told, on the event loop, the appends one transaction committed (new events only: no
+duplicate answer), in log order, as soon as its outcome is known and before any caller of
+those appends resumes (:meth:`EventStore.hear_commits`)."""
+
 CHECK_CHUNK: Final = 1024 * 1024
 """Bytes read at a time while a blob's hash is checked."""
 
@@ -442,6 +447,17 @@ class EventStore(abc.ABC):
         commits = getattr(self, "_commits", None)
         if commits is not None:
             commits.observer = observer
+
+    def hear_commits(self, listener: CommitListener) -> None:
+        """Call ``listener`` with the new events of each transaction of the store's
+        group-commit writer, on the loop, before the appends' callers resume (the callers
+        wake a loop iteration later, or more: a subscriber need not wait for them). Listeners
+        are called in the order they were added; one that raises is logged and the others
+        still hear. A store without a group-commit writer: never. Appends of other processes
+        or nodes are not heard here (:meth:`follow`)."""
+        commits = getattr(self, "_commits", None)
+        if commits is not None:
+            commits.listeners.append(listener)
 
     @abc.abstractmethod
     async def close(self) -> None: ...

@@ -104,7 +104,6 @@ from hub.log.writer import (
     chain,
     decide_batch,
     grow_trees,
-    resolve,
 )
 
 DEFAULT_SCHEMA: Final = "agora"
@@ -1109,9 +1108,9 @@ class PostgresEventStore(EventStore):
             # A transaction under way is finished, not abandoned mid-COMMIT: report its real
             # outcome to the callers before letting the cancellation through.
             outcomes = await transaction
-            resolve(live, outcomes)
+            self._commits.settle(live, outcomes)
             raise
-        resolve(live, outcomes)
+        self._commits.settle(live, outcomes)
 
     async def _transact(self, batch: list[WriteRequest]) -> list[WriteOutcome]:
         """Write one batch in one transaction; one outcome per request, in order."""

@@ -896,8 +896,10 @@ class SqliteEventStore(EventStore):
         assert writer is not None and self._executor is not None
         self._committing = True
 
+        commits = self._commits
+
         def report(outcomes: list[WriteOutcome]) -> None:  # on the loop
-            resolve(batch, outcomes)
+            commits.settle(batch, outcomes)
             if not done.done():
                 done.set_result(None)
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, NamedTuple, TypeAlias
@@ -55,8 +56,10 @@ from hub.core.events import EVENT_TYPES, Event, encode_event
 from hub.core.merkle import extend_canonical, stored_hash_count
 from hub.core.records import AppendResult
 from hub.core.validation import validate_workspace
-from hub.log.base import AppendItem, CommitObserver
+from hub.log.base import AppendItem, CommitListener, CommitObserver
 from hub.log.codec import decode_page
+
+log = logging.getLogger(__name__)
 
 _KINDS_BY_TYPE: Final[dict[type[Event], str]] = {t: t.kind for t in EVENT_TYPES}
 
@@ -215,13 +218,35 @@ class GroupCommit:
         self._closing: asyncio.Future[None] | None = None
         # Told (requests, seconds, failed) after each transaction (EventStore.observe_commits).
         self.observer: CommitObserver | None = None
+        # Told each transaction's new events before its callers resume (EventStore.hear_commits).
+        self.listeners: list[CommitListener] = []
+
+    def settle(self, batch: Sequence[WriteRequest], outcomes: Sequence[WriteOutcome]) -> None:
+        """A transaction's outcome (one per request, in order), on the loop: tell the
+        listeners the appends it committed, then every caller still waiting
+        (:func:`resolve`). Called by the store's ``commit``, once per batch it was handed,
+        for a failed transaction too (the listeners then hear nothing). The appends of
+        callers that gave up are heard as well: their events are in the log."""
+        if self.listeners:
+            appended = [
+                outcome
+                for outcome in outcomes
+                if type(outcome) is AppendResult and not outcome.duplicate
+            ]
+            if appended:
+                for listener in self.listeners:
+                    try:
+                        listener(appended)
+                    except Exception:  # a broken listener must not break the writer
+                        log.exception("commit listener %r failed", listener)
+        resolve(batch, outcomes)
 
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self, commit: Commit, *, name: str) -> None:
         """Start taking requests and the writer task (named ``name``), which hands each batch
         to ``commit``. ``commit(batch)`` writes the batch in one transaction and settles the
-        futures of its requests (:func:`resolve`); for a failed transaction it fails the
+        futures of its requests (:meth:`settle`); for a failed transaction it fails the
         requests rather than raise. (Held by the task only, so that a closed store is not
         kept alive by a reference cycle.)"""
         self._queue = asyncio.Queue(maxsize=self.queue_max)

@@ -152,6 +152,11 @@ class Hub:
             keep_open=self.fanout.subscribers,
         )
         self.workspaces.add_listener(self.fanout)
+        # Each transaction of the store, as it is reported: the Workspaces fold its events
+        # (the fan-out holds them), then the fan-out offers them, before the publishers'
+        # tasks resume (docs/operations.md "Throughput of one node").
+        store.hear_commits(self.workspaces.heard)
+        store.hear_commits(self.fanout.heard)
         # Metrics (GET /metrics, hub.observe.metrics): per batch and per transaction, never
         # per event; the gauges are read at scrape time.
         self.metrics = HubMetrics()

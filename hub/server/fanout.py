@@ -7,14 +7,16 @@ synchronously, in seq order, with each committed batch; it encodes each event's 
 masked, so the whole frame (header + payload, :class:`WireText`) is built once as well, and so
 are the batch's frames joined (:class:`LiveFrames`, one offer per subscriber per batch, not one
 per event). In the hub (``per_iteration``) a batch is held until the end of the loop iteration
-it was committed in, and everything a workspace committed during that iteration is offered as
-one batch: the commits of several connections' publishes that one store transaction wrote are
-heard in one iteration, and reach each subscriber in one write rather than one per publish
-(the raw ``websockets`` peer in bench/hub_bench.py is allowed the same rule: one write per
-connection per iteration). The publishers' acks, written in that iteration, go first, except
-to a connection that follows the workspace: it has the fan-out :meth:`Fanout.flush` what it
-holds before it sends anything else (:meth:`Fanout.holds`), so no frame produced after a commit
-overtakes that commit's events to a subscriber (the ack of its own publish included). A
+it was heard in, and everything a workspace committed meanwhile is offered as one batch, one
+write per subscriber rather than one per publish (the raw ``websockets`` peer in
+bench/hub_bench.py is allowed the same rule: one write per connection per iteration). A
+transaction of this process's store is not held that long: :meth:`Fanout.heard`, the hub's
+commit listener (:meth:`hub.log.base.EventStore.hear_commits`), offers it as the store reports
+it, once the Workspaces have folded it, before its publishers' tasks resume, so the
+publishers' acks follow their events. Whatever else is held (events read from another node or
+worker), a connection that follows the workspace has the fan-out :meth:`Fanout.flush` before it
+sends anything else (:meth:`Fanout.holds`), so no frame produced after a commit overtakes that
+commit's events to a subscriber (the ack of its own publish included). A
 connection without extensions whose writer is idle writes those very bytes at once (one
 ``transport.write`` per subscriber per iteration, no wake-up of its writer task); a busy one
 queues them behind what it has queued, and its writer coalesces them. Offering never waits: a
@@ -41,6 +43,7 @@ from typing import Final, Generic, Protocol, TypeVar
 
 from hub.core.cursor import DUPLICATE, NEXT, SeqCursor
 from hub.core.events import Event, encode_event
+from hub.core.records import AppendResult
 from hub.core.wire.session import encode_event_frame
 
 __all__ = [
@@ -443,6 +446,14 @@ class Fanout:
         held, self._held = self._held, {}
         for workspace, events in held.items():
             self._offer(workspace, events)
+
+    def heard(self, _appended: Sequence[AppendResult]) -> None:
+        """The hub's :meth:`EventStore.hear_commits` listener, added after the Workspaces'
+        own (which folds the transaction's events and holds them here): offer them at once.
+        The transaction is the batch: every publish it wrote is in it, so nothing is gained
+        by holding them to the end of the iteration, and the subscribers are spared the two
+        iterations until then (the publishers' tasks resuming, then the end of theirs)."""
+        self.flush()
 
     def _offer(self, workspace: str, batch: Sequence[Event]) -> None:
         subs = self._subscriptions.get(workspace)

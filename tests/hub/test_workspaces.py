@@ -78,6 +78,38 @@ async def test_concurrent_publishers_share_commits_and_stay_gapless(
     assert (await store.verify("w")).ok
 
 
+async def test_listeners_hear_a_commit_before_any_of_its_publishers_resumes(
+    store: SqliteEventStore,
+) -> None:
+    """The listeners (the fan-out) hear a transaction's events as the store reports it, in
+    one call per workspace's run, not as each publisher's task resumes after it: a
+    subscriber does not wait for the publishers. A publish_many run and plain publishes, on
+    two workspaces, in one transaction."""
+    ws = Workspaces(store)
+    store.hear_commits(ws.heard)  # (as the hub does)
+    order: list[tuple[str, Any]] = []
+    ws.add_listener(lambda name, evs: order.append(("heard", name, [e.seq for e in evs])))
+    for workspace in ("w", "v"):
+        await ws.publish(workspace, [msg("open")], producer="a")  # open: the fold is live
+    order.clear()
+
+    async def publisher(workspace: str, i: int) -> None:
+        await ws.publish(workspace, [msg(f"m{i}")], producer="a")
+        order.append(("resumed", workspace, i))
+
+    async def pipelined() -> None:
+        await ws.publish_many("w", [([msg("p0")], None), ([msg("p1")], None)], producer="b")
+        order.append(("resumed", "w", "run"))
+
+    await asyncio.gather(publisher("w", 0), pipelined(), publisher("v", 1), publisher("w", 2))
+    heard = [entry for entry in order if entry[0] == "heard"]
+    assert heard == [("heard", "w", [2, 3, 4, 5]), ("heard", "v", [2])]
+    assert order[:2] == heard  # before any publisher resumed
+    assert len(order) == 6
+    state = await ws.state("w")
+    assert state.seq == 5 and state.messages == 5
+
+
 async def test_decide_runs_against_in_flight_batches(store: SqliteEventStore) -> None:
     """Two concurrent writes with the same baseRev: exactly one wins."""
     ws = Workspaces(store)

@@ -276,6 +276,41 @@ async def test_append_many_lands_contiguously_among_other_appends(store: EventSt
     assert [e.seq for e in await read_everything(store, "ws")] == list(range(1, 71))
 
 
+async def test_commit_listeners_hear_each_transaction_before_its_callers_resume(
+    store: EventStore,
+) -> None:
+    """``hear_commits``: each transaction's new events, in log order, heard before any of
+    its callers resumes; a duplicate answer is not heard again, a refused append not at all;
+    a listener that raises is logged and the next one still hears."""
+    order: list[tuple[str, Any]] = []
+
+    def broken(_: Sequence[Any]) -> None:
+        raise RuntimeError("a broken listener")
+
+    store.hear_commits(broken)
+    store.hear_commits(lambda appended: order.append(("heard", [r.seqs for r in appended])))
+
+    async def caller(i: int, expected_seq: int | None = None) -> None:
+        try:
+            await store.append("ws", [msg(f"m{i}", id=f"id-{i}")], expected_seq=expected_seq)
+        except Conflict:
+            order.append(("refused", i))
+            return
+        order.append(("resumed", i))
+
+    # Queued in one loop iteration: one transaction (the writer drains its queue).
+    await asyncio.gather(*(caller(i) for i in range(3)))
+    heard = [entry for entry in order if entry[0] == "heard"]
+    assert heard == [("heard", [[1], [2], [3]])]
+    assert order[0] == heard[0] and {e for e in order[1:]} == {("resumed", i) for i in range(3)}
+    order.clear()
+    await caller(1)  # a retry: answered duplicate, nothing new to hear
+    await caller(9, expected_seq=0)  # stale: refused
+    assert order == [("resumed", 1), ("refused", 9)]
+    await caller(4)
+    assert order[2:] == [("heard", [[4]]), ("resumed", 4)]
+
+
 async def test_a_retry_queued_behind_its_original_is_a_duplicate(store: EventStore) -> None:
     drafts = [msg(id="twin-1"), msg(id="twin-2")]
     first, second = await asyncio.gather(store.append("ws", drafts), store.append("ws", drafts))

@@ -354,6 +354,37 @@ async def test_an_idle_subscriber_gets_a_commit_at_the_end_of_its_iteration(
         assert [e["seq"] for e in got] == ack["seqs"]
 
 
+async def test_subscribers_are_written_to_before_the_publishers_ack(inproc_hub: Any) -> None:
+    """The fan-out writes a commit's events when the store reports the commit, before the
+    publishers' tasks resume: by the time the publisher's ack is written, every idle
+    subscriber's socket already has the events (a subscriber does not wait for the
+    publishers, nor for the end of their iteration)."""
+    url = inproc_hub.url
+    async with contextlib.AsyncExitStack() as stack:
+        writer = await stack.enter_async_context(peer(url, mint("w")))
+        readers = [await stack.enter_async_context(peer(url, mint(f"r{i}"))) for i in range(3)]
+        for reader in readers:
+            await reader.call("subscribe", workspace="early")
+        for reader in readers:
+            await _settle(writer, reader, "early")
+        subscribed = [c for c in inproc_hub.connections if "early" in c.subscriptions]
+        (publisher,) = [c for c in inproc_hub.connections if not c.subscriptions]
+        at_ack: list[list[int | None]] = []
+        write_now = publisher._write_now
+
+        def record(wire: bytes) -> bool:
+            at_ack.append([c.last_sent.get("early") for c in subscribed])
+            return write_now(wire)
+
+        publisher._write_now = record
+        ack = await writer.call("publish", workspace="early", events=[message("e")] * 2)
+        last = ack["seqs"][-1]
+        assert at_ack == [[last] * 3]
+        for reader in readers:
+            got = await reader.events("early", last)
+            assert [e["seq"] for e in got][-2:] == ack["seqs"]
+
+
 async def test_a_busy_subscriber_queues_a_commit_behind_what_it_has_queued(
     inproc_hub: Any,
 ) -> None:
