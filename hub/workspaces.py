@@ -906,20 +906,12 @@ class Workspaces:
         The publishers' own fold of the same events (:meth:`_append_run`, :meth:`_append`)
         then finds them folded. One listener call per workspace's run of consecutive events
         in the transaction, as :meth:`_append_run` makes for a connection's run."""
+        # One transaction writes each workspace's new events with consecutive seqs (its
+        # refused and duplicate appends take none), so they join into one run.
         runs: dict[str, list[Event]] = {}
         for result in appended:
-            events = result.events
-            if not events or result.workspace not in self._live:
-                continue  # not open here: whoever opens it reads it from the log
-            run = runs.get(result.workspace)
-            if run is None:
-                runs[result.workspace] = list(events)
-            elif events[0].seq == run[-1].seq + 1:
-                run.extend(events)
-            else:
-                if (live := self._live.get(result.workspace)) is not None:
-                    self._committed(live, tuple(run))
-                runs[result.workspace] = list(events)
+            if result.events and result.workspace in self._live:  # else: read when opened
+                runs.setdefault(result.workspace, []).extend(result.events)
         for workspace, run in runs.items():
             live = self._live.get(workspace)
             if live is not None:  # (a listener may have closed it meanwhile)

@@ -302,7 +302,7 @@ async def test_commit_listeners_hear_each_transaction_before_its_callers_resume(
     await asyncio.gather(*(caller(i) for i in range(3)))
     heard = [entry for entry in order if entry[0] == "heard"]
     assert heard == [("heard", [[1], [2], [3]])]
-    assert order[0] == heard[0] and {e for e in order[1:]} == {("resumed", i) for i in range(3)}
+    assert order[0] == heard[0] and set(order[1:]) == {("resumed", i) for i in range(3)}
     order.clear()
     await caller(1)  # a retry: answered duplicate, nothing new to hear
     await caller(9, expected_seq=0)  # stale: refused
