@@ -35,6 +35,11 @@ Measured, each on the hub and on the raw server, medians of ``--repeats`` runs (
 - events/s acknowledged from 64 concurrent publishers (each keeps ``--window`` publishes in
   flight, single-event publishes);
 - deliveries/s to 100 subscribers (4 publishers publishing as fast as acks allow).
+
+Every publish carries an event id of its own, minted as the Python and TypeScript clients
+mint theirs (``--ids uuid7``, the default: time-ordered UUIDs, hub.core.ids); ``--ids uuid4``
+sends random ones, ``--ids none`` none (the hub then mints them). The peers get the same
+bytes.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,12 +72,35 @@ SECRET = "bench-secret-0123456789abcdef0123456789abcdef"
 WORKSPACE = "bench"
 BANNER = re.compile(rb"agora serving ws://[^:\s]+:(\d+)")
 MARK = re.compile(rb'"n":(\d+)')
+# Where a publish frame's event id goes (as long as a UUID's text): each send replaces it
+# with a fresh id (fresh()), in place, so Redis's and NATS's length-prefixed commands hold.
+ID_PLACEHOLDER = b"00000000-0000-7000-8000-000000000000"
+IDS = ("uuid7", "uuid4", "none")
+
+
+def fresh(data: bytes) -> bytes:
+    """``data`` with its placeholder event id (if it has one) replaced by a new id: a UUIDv7
+    as the clients mint (hub.core.ids), or a uuid4 when the placeholder says version 4."""
+    at = data.find(ID_PLACEHOLDER)
+    if at < 0:
+        at = data.find(_UUID4_PLACEHOLDER)
+        if at < 0:
+            return data
+        new = str(uuid.uuid4()).encode()
+    else:
+        new = format_uuid7s(time.time_ns() // 1_000_000, os.urandom(RANDOM_BYTES))[0].encode()
+    return data[:at] + new + data[at + len(ID_PLACEHOLDER) :]
+
+
+_UUID4_PLACEHOLDER = b"00000000-0000-4000-8000-000000000000"
 PAYLOAD_TEXT = "x" * 64  # event body size: a short chat message
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/, also when imported
 from natsproto import NatsClient, pub, request  # noqa: E402
 from rawws import RawClient  # noqa: E402
 from resp import RespClient, RespError, command  # noqa: E402
+
+from hub.core.ids import RANDOM_BYTES, format_uuid7s  # noqa: E402
 
 
 def frame(**fields: Any) -> bytes:
@@ -91,6 +120,7 @@ class Target:
     workdir: Path | None = None
     counter: Iterator[int] = field(default_factory=lambda: iter(range(1, 1 << 62)))
     event_bytes: int = 0  # Redis: the size each XADD's value is padded to (the hub's frame)
+    ids: str = "uuid7"  # the event ids publishes carry: uuid7, uuid4 or none (module doc)
 
     def workspace(self) -> str:
         """A fresh workspace per measurement (a fresh log; no history to catch up)."""
@@ -368,8 +398,9 @@ class NatsPeer(Peer):
 
 def publish_for(target: Target, workspace: str, n: int, peer: Peer) -> bytes:
     """The bytes a publisher sends for event ``n``: a hub ``publish`` frame, or for Redis an
-    ``XADD`` of the event JSON padded to the hub's event frame size."""
-    data = publish_frame(workspace, n)
+    ``XADD`` of the event JSON padded to the hub's event frame size. Its event id is a
+    placeholder: send :func:`fresh` of it."""
+    data = publish_frame(workspace, n, target.ids)
     if target.name not in ("redis", "nats"):
         return data
     body = b'{"op":"event","workspace":"' + workspace.encode() + b'","event":' + data
@@ -394,8 +425,14 @@ async def until(future: asyncio.Future[None], subs: list[Peer], seconds: float) 
         raise RuntimeError(f"subscribers closed (codes {codes}) or timed out after {seconds} s")
 
 
-def publish_frame(workspace: str, n: int) -> bytes:
-    event = {"kind": "messagePosted", "payload": {"text": PAYLOAD_TEXT, "data": {"n": n}}}
+def publish_frame(workspace: str, n: int, ids: str = "uuid7") -> bytes:
+    """A ``publish`` frame of event ``n``; with ``ids`` other than ``none`` its event id is a
+    placeholder for :func:`fresh`."""
+    event: dict[str, Any] = {"kind": "messagePosted"}
+    if ids != "none":
+        placeholder = ID_PLACEHOLDER if ids == "uuid7" else _UUID4_PLACEHOLDER
+        event["id"] = placeholder.decode()
+    event["payload"] = {"text": PAYLOAD_TEXT, "data": {"n": n}}
     return frame(op="publish", workspace=workspace, event=event)
 
 
@@ -439,7 +476,7 @@ async def measure_latency(target: Target, subscribers: int, events: int) -> tupl
         for n in range(warmup + events):
             done = loop.create_future()
             pending["left"] = subscribers
-            data = publish_for(target, workspace, n, publisher)
+            data = fresh(publish_for(target, workspace, n, publisher))
             sent[n] = time.perf_counter_ns()
             publisher.client.send(data)
             await until(done, subs, 10)
@@ -509,7 +546,7 @@ async def publish_closed_loop(
     sent as each is acknowledged (counted in ``acked[0]``), until ``stopping()``."""
     assert peer.client is not None
     for _ in range(window):
-        peer.client.send(data)
+        peer.client.send(fresh(data))
     while True:
         reply = await peer.replies.get()
         if not reply.startswith(b'{"op":"ack"'):
@@ -517,7 +554,7 @@ async def publish_closed_loop(
         acked[0] += 1
         if stopping():
             return
-        peer.client.send(data)
+        peer.client.send(fresh(data))
 
 
 async def measure_ingest(
@@ -582,13 +619,13 @@ async def measure_fanout(
         data = publish_for(target, workspace, 1, peer)
         sent = min(window, count)
         for _ in range(sent):
-            peer.client.send(data)
+            peer.client.send(fresh(data))
         for _ in range(count):
             reply = await peer.replies.get()
             if not reply.startswith(b'{"op":"ack"'):
                 raise RuntimeError(f"publish failed: {reply[:300]!r}")
             if sent < count:
-                peer.client.send(data)
+                peer.client.send(fresh(data))
                 sent += 1
 
     start = time.perf_counter()
@@ -617,7 +654,7 @@ async def probe_sizes(target: Target) -> tuple[int, int]:
     subs = await open_subscribers(target, workspace, 1, on_event)
     publisher = await Peer.open(target)
     assert publisher.client is not None
-    publisher.client.send(publish_frame(workspace, 0))
+    publisher.client.send(fresh(publish_frame(workspace, 0, target.ids)))
     event = await asyncio.wait_for(got, 10)
     ack = await asyncio.wait_for(publisher.replies.get(), 10)
     publisher.close()
@@ -837,7 +874,8 @@ async def drive(args: argparse.Namespace) -> None:
         plan.only = frozenset(args.only.split(","))
     print(f"{os.cpu_count()} cores, Python {sys.version.split()[0]}; plan: {plan}", flush=True)
     hub = start_hub(Path(args.profile) if args.profile else None)
-    print(f"hub pid {hub.proc.pid} on port {hub.port}", flush=True)
+    hub.ids = args.ids
+    print(f"hub pid {hub.proc.pid} on port {hub.port}; event ids: {args.ids}", flush=True)
     peers: list[Target] = []
     try:
         await settle(hub.proc.pid)
@@ -851,6 +889,8 @@ async def drive(args: argparse.Namespace) -> None:
             if not args.no_nats:
                 peers.append(start_nats(sizes[0]))
                 await nats_stream(peers[-1])
+            for peer in peers:
+                peer.ids = args.ids  # the same bytes as the hub's publishes
         # Hub and peer runs alternate, so all see the same background noise.
         for run in range(plan.repeats):
             print(f"run {run + 1}/{plan.repeats}: hub …", flush=True)
@@ -887,6 +927,12 @@ def main() -> None:
     )
     parser.add_argument("--no-redis", action="store_true", help="leave Redis Streams out")
     parser.add_argument("--no-nats", action="store_true", help="leave NATS JetStream out")
+    parser.add_argument(
+        "--ids",
+        choices=IDS,
+        default="uuid7",
+        help="event ids publishes carry: as the clients mint (uuid7), random (uuid4), none",
+    )
     parser.add_argument("--raw-server", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--event-bytes", type=int, default=512, help=argparse.SUPPRESS)

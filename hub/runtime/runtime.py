@@ -57,6 +57,7 @@ from hub.core.execution.errors import BackendUnavailable
 from hub.core.execution.settings import RuntimeSettings
 from hub.core.validation import validate_traceparent, validate_workspace
 from hub.core.wire.frames import Exec, RuntimeResult
+from hub.log.ids import mint_id
 from hub.log.intents import BlobStaging
 from hub.runtime.artifacts import artifact_globs
 from hub.runtime.execution import Execution, supervise
@@ -289,7 +290,7 @@ class Runtime:
             if self.index is not None:  # before the request is in the log (see recovery_index)
                 await self.index.opening(self.index.executions, key)
             module = prepared.logged_module
-            draft_id = str(uuid.uuid4())
+            draft_id = mint_id(int(time.time() * 1000))  # time-ordered, as every event id
             # A module sent whole is stored before its execRequested, under that event's
             # intent: a crash between the two leaves no orphan blob.
             async with BlobStaging(self.store, workspace) as staged:

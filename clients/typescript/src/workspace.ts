@@ -85,6 +85,23 @@ function uuid(): string {
   return globalThis.crypto.randomUUID();
 }
 
+/** A new id for a published event: time-ordered (UUIDv7, RFC 9562), as the hub mints its
+ * own, so the hub's id index grows at its end (random ids cost the hub about a fifth of its
+ * ingest; docs/operations.md "Ids"). 48 bits of milliseconds, then 74 random bits. */
+function eventId(now: number = Date.now()): string {
+  const bytes = new Uint8Array(16);
+  globalThis.crypto.getRandomValues(bytes);
+  let ms = Math.floor(now);
+  for (let i = 5; i >= 0; i -= 1) {
+    bytes[i] = ms % 256;
+    ms = Math.floor(ms / 256);
+  }
+  bytes[6] = 0x70 | (bytes[6]! & 0x0f); // version 7
+  bytes[8] = 0x80 | (bytes[8]! & 0x3f); // variant 0b10
+  const hex = Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
 function bytesToBase64(bytes: Uint8Array): string {
   let binary = "";
   for (let i = 0; i < bytes.length; i += 0x8000) {
@@ -124,10 +141,10 @@ export class Workspace {
     if (event.seq) {
       throw new BadRequest("a draft must not carry a seq (the log assigns it)", { field: "seq" });
     }
-    return { ...event, id: event.id || uuid() };
+    return { ...event, id: event.id || eventId() };
   }
 
-  /** Append one event; a missing `id` is minted here (UUID), so a retry is idempotent.
+  /** Append one event; a missing `id` is minted here (UUIDv7), so a retry is idempotent.
    * `expectedSeq`: the head this write is based on. Rejects with `BadRequest`/`TooLarge`
    * (invalid), `Forbidden` (no write right, a hub-only kind, not the owner), `Conflict`
    * (stale `expectedSeq`/`baseRev`, a terminal or foreign item; `details.head`), `NotFound`,

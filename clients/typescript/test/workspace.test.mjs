@@ -177,6 +177,31 @@ test("exec: streaming output, the result, kill and dispose", { timeout: 60_000 }
   }
 });
 
+test("publishes without an id get time-ordered ids (UUIDv7)", async () => {
+  const alice = await session("alice");
+  try {
+    const ws = alice.workspace(name());
+    const before = Date.now();
+    const ids = [];
+    for (let i = 0; i < 3; i += 1) {
+      ids.push((await ws.publish({ kind: "messagePosted", payload: { text: String(i) } })).id);
+    }
+    const after = Date.now();
+    for (const id of ids) {
+      assert.match(id, /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+      const ms = parseInt(id.replaceAll("-", "").slice(0, 12), 16);
+      assert.ok(before <= ms && ms <= after, `${ms} within [${before}, ${after}]`);
+    }
+    const stored = (await ws.events(0)).filter((e) => e.kind === "messagePosted");
+    assert.deepEqual(
+      stored.map((e) => e.id),
+      ids,
+    );
+  } finally {
+    await alice.close();
+  }
+});
+
 test("invalid drafts are refused before sending: nothing is written", async () => {
   const alice = await session("alice");
   try {

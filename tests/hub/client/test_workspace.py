@@ -40,6 +40,19 @@ async def test_publish_is_idempotent_by_id(alice: Session) -> None:
     assert len(set(acked.ids)) == 3
 
 
+async def test_the_client_mints_time_ordered_ids(alice: Session) -> None:
+    """Publishes without an id get a UUIDv7 from the client (hub.core.ids): the ids the hub
+    stores sort as the events were published, so its id index grows at its end."""
+    ws = alice.workspace(name())
+    ids = [(await ws.post_message(str(i))).id for i in range(3)]
+    ids += (await ws.publish_batch([message(str(i)) for i in range(3)])).ids
+    parsed = [uuid.UUID(i) for i in ids]
+    assert all(u.version == 7 and u.variant == uuid.RFC_4122 for u in parsed)
+    assert [i[:13] for i in ids] == sorted(i[:13] for i in ids)  # the millisecond prefix
+    stored = [e.id for e in await ws.events() if isinstance(e, MessagePosted)]
+    assert stored == ids
+
+
 async def test_rate_limited_publishes_wait_and_retry(limited_hub: HubProcess) -> None:
     async with connect(limited_hub.url, limited_hub.token("eager")) as session:
         ws = session.workspace("limited")
