@@ -1,9 +1,11 @@
 """Event ids the hub mints: time-ordered UUIDs (version 7, RFC 9562; the format and why:
 :mod:`hub.core.ids`).
 
-One module for the one way the hub mints ids, used by the SQLite store's writer and by the
-pipeline (hub.workspaces) alike; the PostgreSQL store mints uuid4 (hub.log.postgres). The
-Python client mints its publishes' ids the same way (hub.client.workspace).
+One module for the one way the hub mints ids, used by both stores' writers and by the pipeline
+(hub.workspaces) alike; the Python client mints its publishes' ids the same way
+(hub.client.workspace). On PostgreSQL too the index favours them: 64 writers on one store
+(bench/store_bench.py's setup, 8 workspaces, 4 alternated pairs) appended 14,984 and 16,190
+events/s with uuid4 ids, 17,487 and 18,173 with these (medians of 4, two runs).
 """
 
 from __future__ import annotations

@@ -52,7 +52,6 @@ import contextlib
 import hashlib
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, Final, TypeAlias
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -86,6 +85,7 @@ from hub.log.base import (
 )
 from hub.log.blobs import DEFAULT_MAX_BLOB_BYTES
 from hub.log.codec import decode_page, head_from_row, join_bodies
+from hub.log.ids import mint_ids
 from hub.log.migrations import Conn, check_version, migrate, quote, validate_schema
 from hub.log.writer import (
     EMPTY_TIP,
@@ -124,13 +124,6 @@ _MAX_CACHED_TREES: Final = 100_000
 _REBUILD_PAGE: Final = 5000  # events per page when rebuilding a workspace's stored hashes
 
 Pool: TypeAlias = "asyncpg.Pool[asyncpg.Record]"
-
-
-def _mint_ids(_timestamp_ms: int, count: int) -> list[str]:
-    """``count`` new event ids: random UUIDs (version 4). (The SQLite store mints
-    time-ordered ones, :func:`hub.log.ids.mint_ids`, for its index's sake; not measured
-    on PostgreSQL, so this store keeps minting what it always has.)"""
-    return [str(uuid.uuid4()) for _ in range(count)]
 
 
 def _columns(rows: list[tuple[Event, bytes]]) -> tuple[list[Any], ...]:
@@ -1306,7 +1299,7 @@ class PostgresEventStore(EventStore):
             known=await self._known_ids(conn, batch),
             position=int(found[0]["last"]) + 1,
             now=now,
-            mint=_mint_ids,
+            mint=mint_ids,  # time-ordered: 64 writers 1.12-1.17x over uuid4 (ids.py)
             tree=True,
             kinds_since=lambda workspace, seq: [
                 kind for kind, last in since.get(workspace, {}).items() if last > seq

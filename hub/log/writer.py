@@ -27,8 +27,8 @@ errors, and how ids are minted. The stores differ there on purpose:
   way before its cancelled writer task lets go; SQLite hands whole batches to its thread,
   where a transaction cannot be interrupted. Either way the real outcome reaches the callers
   still waiting, and a retry with the same ids answers ``duplicate``.
-* Ids: PostgreSQL refuses client ids a TEXT column cannot hold (``storable``) and mints uuid4;
-  SQLite mints time-ordered UUIDv7 (:func:`hub.log.ids.mint_ids`, measured for its index).
+* Ids: PostgreSQL refuses client ids a TEXT column cannot hold (``storable``); both mint
+  time-ordered UUIDv7 (:func:`hub.log.ids.mint_ids`, measured for their indexes).
 """
 
 from __future__ import annotations
