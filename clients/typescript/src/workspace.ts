@@ -86,7 +86,7 @@ function uuid(): string {
 }
 
 /** A new id for a published event: time-ordered (UUIDv7, RFC 9562), as the hub mints its
- * own, so the hub's id index grows at its end (random ids cost the hub about a fifth of its
+ * own, so the hub's id index grows at its end (random ids cost the hub up to a fifth of its
  * ingest; docs/operations.md "Ids"). 48 bits of milliseconds, then 74 random bits. */
 function eventId(now: number = Date.now()): string {
   const bytes = new Uint8Array(16);
