@@ -239,6 +239,13 @@ def _carried_events(workspace: str, joined: bytes) -> tuple[Event, ...] | None:
     return tuple(events)
 
 
+def _refusal(workspace: str, reason: str) -> Unavailable:
+    """What a request for a quarantined workspace gets."""
+    return Unavailable(
+        f"workspace {workspace!r} is quarantined: {reason}", workspace=workspace, quarantined=reason
+    )
+
+
 class Workspaces:
     """Decides, appends and folds every write; tells listeners about committed events.
 
@@ -270,23 +277,33 @@ class Workspaces:
         """Where a publish's ``agora.decide``, ``agora.append`` and ``agora.fanout`` spans go
         (set by the hub when tracing is on): children of the caller's span (``agora.publish``)."""
         self.quarantined: dict[str, str] = {}
-        """Workspaces whose recovery failed at start (hub.runtime.recovery), with why: refused
-        with ``unavailable`` (``details.quarantined``) while the hub serves every other."""
+        """Workspaces whose recovery failed at start (hub.runtime.recovery; with workers, the
+        supervisor's, loaded from the recovery index) or whose log could not be read back
+        (:meth:`quarantine_unreadable`), with why: refused with ``unavailable``
+        (``details.quarantined``) while the hub serves every other."""
 
     def quarantine(self, workspace: str, reason: str) -> None:
         self.quarantined[workspace] = reason
         self._live.pop(workspace, None)
+
+    def quarantine_unreadable(self, workspace: str, error: IntegrityError) -> Unavailable:
+        """Quarantine ``workspace`` because its log cannot be read back (``error``: an event
+        from before the nesting limit, a broken chain), as a failed recovery is, and return
+        the ``Unavailable`` to raise from ``error``: such a log is refused with the reason,
+        never answered ``internal`` on every request. Recovery does not read every workspace
+        (the index; on a shared store or with workers, another process's), so the first read
+        of it, by whichever part of the hub, is where such a log is found."""
+        reason = f"reading the log failed: IntegrityError: {error}"[:500]
+        log.error("workspace %s quarantined: %s", workspace, reason)
+        self.quarantine(workspace, reason)
+        return _refusal(workspace, reason)
 
     def refuse_quarantined(self, workspace: str) -> None:
         """Raise ``Unavailable`` (details ``workspace``, ``quarantined``: the reason) for a
         quarantined workspace."""
         reason = self.quarantined.get(workspace)
         if reason is not None:
-            raise Unavailable(
-                f"workspace {workspace!r} is quarantined: {reason}",
-                workspace=workspace,
-                quarantined=reason,
-            )
+            raise _refusal(workspace, reason)
 
     # -- listeners ----------------------------------------------------------------------------
 
@@ -1109,16 +1126,7 @@ class Workspaces:
             try:
                 state = await load_state(self.store, workspace)
             except IntegrityError as e:
-                # A log that cannot be read back (an event from before the nesting limit, a
-                # broken chain): quarantined as a failed recovery is — refused with the reason,
-                # never answered `internal` on every request. Recovery does not read every
-                # workspace (the index; on a shared store, the cluster's own), so the first
-                # open is where such a log is found.
-                reason = f"reading the log failed: IntegrityError: {e}"[:500]
-                log.error("workspace %s quarantined: %s", workspace, reason)
-                self.quarantine(workspace, reason)
-                self.refuse_quarantined(workspace)
-                raise
+                raise self.quarantine_unreadable(workspace, e) from e
             live = _Live(workspace, state)
             self._evict_idle()
             self._live[workspace] = live

@@ -29,7 +29,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Final
 
-from hub.core.errors import Busy, NotFound
+from hub.core.errors import Busy, IntegrityError, NotFound
 from hub.core.events import (
     Event,
     ExecCancelRequested,
@@ -249,9 +249,12 @@ class Journals:
         try:
             journal = WorkspaceJournal(workspace)
             while True:
-                page = await self.store.read_batch(
-                    workspace, after_seq=journal.seq, limit=READ_BATCH
-                )
+                try:
+                    page = await self.store.read_batch(
+                        workspace, after_seq=journal.seq, limit=READ_BATCH
+                    )
+                except IntegrityError as e:
+                    raise self.workspaces.quarantine_unreadable(workspace, e) from e
                 for event in page:
                     journal.fold(event)
                 if len(page) < READ_BATCH:

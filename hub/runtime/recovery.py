@@ -95,8 +95,11 @@ async def recover(
                 closed += 1
                 log.warning("execution %s in %s closed as interrupted", run.exec_id, name)
         except Exception as e:  # one damaged workspace must not keep the hub from starting
-            reason = f"recovery failed: {type(e).__name__}: {e}"[:500]
-            log.error("workspace %s quarantined: %s", name, reason)
+            # (A log that cannot be read back is quarantined where it is read, with why.)
+            reason = workspaces.quarantined.get(name)
+            if reason is None:
+                reason = f"recovery failed: {type(e).__name__}: {e}"[:500]
+                log.error("workspace %s quarantined: %s", name, reason)
             quarantined[name] = reason
             journals.forget(name)
     for name, reason in quarantined.items():

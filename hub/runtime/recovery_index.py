@@ -47,11 +47,13 @@ class _Body(msgspec.Struct, frozen=True, kw_only=True):
     quarantined: dict[str, str] = {}
     # Written by `agora serve --workers` after its start-up recovery: its workers keep no
     # index (one snapshot row cannot be kept by several processes), so the next start of
-    # any kind must scan.
+    # any kind must scan. Such a body still holds what that recovery quarantined (each
+    # worker loads it, and `agora workspaces` lists it), never executions or members.
     stale: bool = False
 
 
-async def _load(store: EventStore) -> _Body | None:
+async def _load(store: EventStore, *, stale: bool = False) -> _Body | None:
+    """The stored body (``stale``: even one marked stale), None if none or unreadable."""
     snapshot = await store.load_snapshot(SYSTEM_WORKSPACE, INDEX_NAME, INDEX_VERSION)
     if snapshot is None:
         return None
@@ -60,12 +62,14 @@ async def _load(store: EventStore) -> _Body | None:
     except msgspec.DecodeError:
         log.warning("the recovery index is unreadable; recovery scans every workspace")
         return None
-    return None if body.stale else body
+    return None if body.stale and not stale else body
 
 
 async def load_quarantined(store: EventStore) -> dict[str, str]:
-    """The workspaces the last recovery quarantined, with why (for ``agora workspaces``)."""
-    body = await _load(store)
+    """The workspaces the last start's recovery quarantined, with why: for ``agora
+    workspaces``, and for each worker of ``agora serve --workers`` (its supervisor
+    recovered)."""
+    body = await _load(store, stale=True)
     return dict(body.quarantined) if body is not None else {}
 
 
@@ -120,16 +124,18 @@ class RecoveryIndex:
 
     async def invalidate(self) -> None:
         """Mark the stored index as not to be trusted (the next start scans every workspace)
-        and stop keeping it: processes that do not keep it are about to write."""
+        and stop keeping it: processes that do not keep it are about to write. What it
+        quarantined is kept (:func:`load_quarantined`)."""
         if not self.enabled:
             return
         async with self._lock:
+            body = _Body(quarantined=dict(sorted(self.quarantined.items())), stale=True)
             snapshot = Snapshot(
                 workspace=SYSTEM_WORKSPACE,
                 name=INDEX_NAME,
                 version=INDEX_VERSION,
                 seq=_SEQ,
-                body=msgspec.json.encode(_Body(stale=True)),
+                body=msgspec.json.encode(body),
             )
             await self.store.save_snapshot(snapshot)
             self.enabled = False

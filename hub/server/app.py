@@ -27,9 +27,10 @@ its follower (other nodes' events to this node's subscribers) and heartbeat unti
 and the runtime have stopped; the node is then marked stopped in the table.
 
 As one worker of ``agora serve --workers N`` (``worker``, :mod:`hub.server.workers`), the hub
-skips the start-up recovery (its supervisor ran it once: :meth:`Hub.recover_for_workers`),
-binds the shared port with ``SO_REUSEPORT``, serves the other workers' upstreams (and its
-own metrics, for worker 0's ``/metrics``: :meth:`Hub.metrics_exposition`) on its internal unix
+skips the start-up recovery (its supervisor ran it once: :meth:`Hub.recover_for_workers`)
+but refuses the workspaces that recovery quarantined (kept in the recovery index), binds
+the shared port with ``SO_REUSEPORT``, serves the other workers' upstreams (and its own
+metrics, for worker 0's ``/metrics``: :meth:`Hub.metrics_exposition`) on its internal unix
 socket, and runs the follower over the SQLite file's cross-process
 ``follow()`` so that its subscribers hear of commits other processes made.
 """
@@ -66,7 +67,7 @@ from hub.observe.metrics import HubMetrics, merge_expositions
 from hub.observe.tracing import Tracing
 from hub.revocations import Revocations
 from hub.runtime import BackendRegistry, Runtime, RuntimeSettings
-from hub.runtime.recovery_index import RecoveryIndex
+from hub.runtime.recovery_index import RecoveryIndex, load_quarantined
 from hub.server.admission import ConnectionAdmission
 from hub.server.blob_ops import BlobOps
 from hub.server.checkpoint_ops import AuditOps
@@ -247,6 +248,9 @@ class Hub:
                     await self.recovery_index.open()
                     await self.runtime.recover()
                     await self.presence.recover()
+                elif not self.store.shared:  # what the supervisor's recovery quarantined
+                    for name, reason in (await load_quarantined(self.store)).items():
+                        self.workspaces.quarantine(name, reason)
                 self.metrics.recovery_seconds.set(time.monotonic() - began)
                 self.recovered = True
                 async with asyncio.TaskGroup() as tg:

@@ -142,9 +142,11 @@ class Presence:
             try:
                 state = await self._workspaces.state(name)
             except Exception as e:  # a damaged workspace must not keep the hub from starting
-                reason = f"presence recovery failed: {type(e).__name__}: {e}"[:500]
-                log.error("workspace %s quarantined: %s", name, reason)
-                self._workspaces.quarantine(name, reason)
+                reason = self._workspaces.quarantined.get(name)  # unreadable: said where read
+                if reason is None:
+                    reason = f"presence recovery failed: {type(e).__name__}: {e}"[:500]
+                    log.error("workspace %s quarantined: %s", name, reason)
+                    self._workspaces.quarantine(name, reason)
                 if index is not None:
                     index.quarantined[name] = reason
                 failed.add(name)

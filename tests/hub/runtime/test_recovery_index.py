@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from hub.core.events import (
     ExecRequested,
@@ -26,7 +27,8 @@ from hub.log.codec import READ_MAX_DEPTH
 from hub.log.factory import open_store
 from hub.runtime.recovery_index import INDEX_NAME, RecoveryIndex, load_quarantined
 from tests.support.hub import HubProcess
-from tests.support.peer import exec_peer, of_exec, of_kind
+from tests.support.peer import ExecPeer, exec_peer, of_exec, of_kind, open_peer
+from tests.support.tokens import mint_exec
 
 
 def _deep(levels: int) -> object:
@@ -113,6 +115,88 @@ async def test_a_workspace_whose_recovery_fails_is_quarantined_and_the_hub_serve
     assert again["code"] == "unavailable" and fine["op"] == "ack", (again, fine)
 
 
+async def test_with_workers_every_worker_refuses_what_the_supervisor_quarantined(
+    tmp_path: Path, start_runtime_hub: Callable[..., HubProcess]
+) -> None:
+    """``agora serve --workers 2``: the supervisor recovers once; what it quarantines is
+    refused by each worker from that worker's first request on (with the reason, never
+    ``internal``), without the worker reading that log again (the supervisor's is the only
+    report of it), and ``agora workspaces`` lists it afterwards. (It was quarantined in the
+    supervisor's process only: a worker's first ``execResult`` there answered ``internal``
+    and the listing showed nothing.)"""
+    data = tmp_path / "old"
+    await _old_data_dir(data)
+    hub = start_runtime_hub(data_dir=data, args=("--workers", "2"))
+    firsts: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    async with asyncio.timeout(30):
+        while len(firsts) < 2:
+            async with open_peer(ExecPeer, hub.url) as p:
+                await p.send({"op": "hello", "rid": 0, "token": mint_exec()})
+                server = (await p.recv())["server"]
+                if server in firsts:
+                    continue
+                result = await p.call("execResult", workspace="bad", execId="open")
+                published = await p.publish("bad", {"kind": "messagePosted", "payload": {}})
+                firsts[server] = (result, published)
+                ran = await p.run(workspace="good", source="true")
+                assert ran["status"] == "completed"
+    for refused in (r for pair in firsts.values() for r in pair):
+        assert refused["op"] == "error" and refused["code"] == "unavailable", refused
+        assert "IntegrityError" in refused["details"]["quarantined"]
+    assert hub.log().count("workspace bad quarantined") == 1  # the supervisor's recovery
+    assert hub.terminate() == 0
+    listed = _agora("workspaces", "--data", str(data), "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["workspace"]: row for row in json.loads(listed.stdout)}
+    assert "IntegrityError" in rows["bad"]["quarantined"] and "quarantined" not in rows["good"]
+
+    hub.restart()  # the next start (the index is stale: a full scan) quarantines it again
+    async with exec_peer(hub.url) as p:
+        again = await p.publish("bad", {"kind": "messagePosted", "payload": {"text": "x"}})
+    assert again["code"] == "unavailable", again
+
+
+FIRST_TOUCHES: list[tuple[str, dict[str, Any]]] = [
+    ("exec", {"backend": "process", "source": "true"}),
+    ("execResult", {"execId": "x"}),
+    ("getExec", {"execId": "x"}),
+    ("kill", {"execId": "x"}),
+    ("dispose", {"execId": "x"}),
+    ("state", {}),
+    ("subscribe", {"afterSeq": 0}),
+    ("publish", {"event": {"kind": "messagePosted", "payload": {}}}),
+]
+
+
+async def test_a_log_found_unreadable_by_any_request_is_refused_with_a_reason(
+    tmp_path: Path, start_runtime_hub: Callable[..., HubProcess]
+) -> None:
+    """A start reads only the logs the index names, so a log nobody's recovery read may be
+    found unreadable by the first request of any kind: each is answered ``unavailable`` with
+    the reason (the execution requests, which read the log through the runtime's journal,
+    answered ``internal``). A fresh start before each, so each request is the first read."""
+    hub = start_runtime_hub()
+    async with exec_peer(hub.url) as p:
+        await p.run(source="true")  # the index exists, and will not name ``bad``
+    assert hub.terminate() == 0
+    async with open_store(None, hub.data_dir) as store:
+        poison = MessagePosted(
+            payload=MessagePayload(data=_deep(READ_MAX_DEPTH + 20)), producer="alice"
+        )
+        await store.append("bad", [poison])
+    with sqlite3.connect(hub.data_dir / "agora.db") as conn:
+        conn.execute("PRAGMA user_version=1")  # (see _old_data_dir)
+    conn.close()
+    for op, fields in FIRST_TOUCHES:
+        hub.restart()
+        async with exec_peer(hub.url) as p:
+            reply = await p.call(op, workspace="bad", **fields)
+        assert (reply["op"], reply["code"]) == ("error", "unavailable"), (op, reply)
+        assert "IntegrityError" in reply["details"]["quarantined"], (op, reply)
+        assert hub.terminate() == 0
+    hub.restart()  # (the fixture stops it)
+
+
 async def test_a_start_reads_only_what_the_index_names(
     tmp_path: Path, start_runtime_hub: Callable[..., HubProcess]
 ) -> None:
@@ -171,7 +255,6 @@ async def test_journals_are_evicted_within_their_byte_bound_and_reloaded(tmp_pat
         again = await journals.get("w0")  # evicted: reloaded from the log on demand
         assert again.record("e0") is not None and again.seq == 10
         await asyncio.sleep(0)
-
 
 
 async def test_on_postgresql_a_poisoned_workspace_is_refused_with_a_reason(
