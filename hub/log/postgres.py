@@ -29,7 +29,7 @@ writers, each a hub node with its own store instance:
   cancelled writer lets go.
 * **Only storable text.** An id with NUL or lone surrogates cannot be held in a TEXT column:
   ``append`` and ``import_events`` refuse it (:class:`BadRequest`), and a read by such a name
-  finds nothing. Minted ids are uuid4 (SQLite mints time-ordered ones).
+  finds nothing. Minted ids are time-ordered (hub.log.ids), as on SQLite.
 * **Heads are read inside the transaction** (never cached across transactions) because other
   nodes write too; ``heads`` is a table maintained in the same transaction as the events.
 * **NOTIFY.** Each committing transaction calls ``pg_notify(channel, payload)`` once per
