@@ -28,7 +28,8 @@ can assert what a policy exposes. The program gets:
 missing directories: blocking, like the container backend's mounts). :func:`stage_etc`
 copies the ``/etc`` files into a directory bound as the sandbox's ``/etc`` — one mount instead
 of one per file (each mount costs a few hundred microseconds of every run's start), and a
-sandbox never sees a file of the host's ``/etc`` that is not on the list.
+sandbox never sees a file of the host's ``/etc`` that is not on the list; a hub makes that copy
+once for all its confined backends (:mod:`backends.staging`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 from hub.core.execution.errors import InvalidRequest
 from hub.core.execution.policy import FilesystemPolicy
@@ -53,10 +54,12 @@ __all__ = [
     "HostView",
     "Mount",
     "Sandbox",
+    "StagedEtc",
     "bwrap_argv",
     "host_view",
     "launcher_argv",
     "stage_etc",
+    "stage_host_etc",
     "workspace_mounts",
 ]
 
@@ -100,7 +103,7 @@ class HostView:
 
     ``dirs``: directories bound at the same path; ``links``: ``(path, target)`` symlinks
     recreated (merged-usr ``/bin -> usr/bin``); ``etc`` / ``network_etc``: the staged
-    directories (:func:`stage_etc`) bound at ``/etc`` for a run without / with the network
+    directories (:func:`stage_host_etc`) bound at ``/etc`` for a run without / with the network
     (``""``: no ``/etc``); ``extra``: further paths the backend needs (an interpreter's prefix,
     a build cache), bound at the same path."""
 
@@ -141,10 +144,17 @@ class Sandbox:
     network: bool = False
 
 
-def host_view(extra: Iterable[str] = (), staging: Path | None = None) -> HostView:
+class StagedEtc(NamedTuple):
+    """The two staged ``/etc`` directories (:func:`stage_host_etc`): for a run without and
+    with the network."""
+
+    etc: str
+    network_etc: str
+
+
+def host_view(extra: Iterable[str] = (), staged: StagedEtc | None = None) -> HostView:
     """The :class:`HostView` of this host: which system directories exist (and which are
-    symlinks), plus ``extra``; with ``staging``, the ``/etc`` copies are made under it
-    (``staging/etc``, ``staging/etc-net``: :func:`stage_etc`). Blocking."""
+    symlinks), plus ``extra``, with ``staged`` as its ``/etc`` (None: no ``/etc``). Blocking."""
     dirs: list[str] = []
     links: list[tuple[str, str]] = []
     for path in SYSTEM_DIRS:
@@ -152,12 +162,17 @@ def host_view(extra: Iterable[str] = (), staging: Path | None = None) -> HostVie
             links.append((path, os.readlink(path)))
         elif os.path.isdir(path):
             dirs.append(path)
-    etc = network_etc = ""
-    if staging is not None:
-        etc = str(stage_etc(staging / "etc", SYSTEM_ETC))
-        network_etc = str(stage_etc(staging / "etc-net", SYSTEM_ETC + NETWORK_ETC))
+    etc, network_etc = staged if staged is not None else ("", "")
     view = HostView(tuple(dirs), tuple(links), etc, network_etc)
     return view.with_extra(os.path.realpath(p) for p in extra)
+
+
+def stage_host_etc(root: Path) -> StagedEtc:
+    """Make the sandboxes' ``/etc`` copies under ``root`` (``root/etc``: :data:`SYSTEM_ETC`;
+    ``root/etc-net``: with :data:`NETWORK_ETC`; :func:`stage_etc`). Blocking."""
+    etc = stage_etc(root / "etc", SYSTEM_ETC)
+    network_etc = stage_etc(root / "etc-net", SYSTEM_ETC + NETWORK_ETC)
+    return StagedEtc(str(etc), str(network_etc))
 
 
 def stage_etc(target: Path, paths: Iterable[str]) -> Path:

@@ -70,6 +70,7 @@ from backends.confine import (
 from backends.lifecycle import BackendLifecycle, elapsed_ms
 from backends.output import OutputChannel
 from backends.runs import Run, RunRegistry, TaskSet
+from backends.staging import EtcStaging
 from hub.core.execution.capabilities import (
     BackendCapabilities,
     ExecutionIsolation,
@@ -100,7 +101,6 @@ DEFAULT_MAX_MEMORY: Final = 2048 * MIB
 DEFAULT_MAX_PIDS: Final = 512
 DEFAULT_MAX_OPEN_FILES: Final = 1024
 DEFAULT_MAX_FILE_BYTES: Final = 1024 * MIB
-STAGING_PREFIX: Final = "agora-sandbox-"  # + "<hub pid>-…": the staged /etc of the sandboxes
 CONFINED_MODES: Final[frozenset[FilesystemMode]] = frozenset(
     {"none", "workspaceReadOnly", "workspaceReadWrite", "paths"}
 )
@@ -215,9 +215,17 @@ def _kill_group(pgid: int, sig: signal.Signals) -> None:
 class Confinement:
     """What confining a program takes on this host, found once by :meth:`probe`: ``bwrap``
     (and whether it can make namespaces here), the host view, the cgroups, the rlimit unit.
-    ``problem`` says why programs cannot be confined ("" when they can)."""
+    ``problem`` says why programs cannot be confined ("" when they can). ``etc_staging``: the
+    hub's staged ``/etc``, shared by its confined instances (None: one of its own)."""
 
-    def __init__(self, bwrap: str | None, extra: Sequence[str], *, cgroups: bool = True) -> None:
+    def __init__(
+        self,
+        bwrap: str | None,
+        extra: Sequence[str],
+        *,
+        cgroups: bool = True,
+        etc_staging: EtcStaging | None = None,
+    ) -> None:
         self._bwrap_hint = bwrap
         self._extra = tuple(extra)
         self._use_cgroups = cgroups
@@ -226,7 +234,9 @@ class Confinement:
         self.cgroups: CgroupHost | None = None
         self.file_block = 0  # bytes per `ulimit -f` block of /bin/sh (dash 512, bash 1024)
         self.problem = "not probed yet"
-        self._staging: Path | None = None
+        # The hub's one staged /etc (backends.staging), else a copy of this instance's own.
+        self._etc = EtcStaging() if etc_staging is None else etc_staging
+        self._holds_etc = False
 
     @property
     def memory(self) -> bool:
@@ -254,11 +264,10 @@ class Confinement:
             )
             log.warning("process backend: %s", self.problem)
             return
-        await asyncio.to_thread(_sweep_staging)
-        self._staging = Path(
-            await asyncio.to_thread(tempfile.mkdtemp, prefix=f"{STAGING_PREFIX}{os.getpid()}-")
-        )
-        self.view = await asyncio.to_thread(host_view, self._extra, self._staging)
+        if not self._holds_etc:
+            staged = await self._etc.acquire()
+            self._holds_etc = True
+            self.view = await asyncio.to_thread(host_view, self._extra, staged)
         argv = bwrap_argv(bwrap, self.view, Sandbox(mounts=()), ["/bin/true"])
         ok, why = await _runs_ok_why(argv)
         if not ok:
@@ -279,32 +288,13 @@ class Confinement:
         log.info("process backend confinement: %s, cgroups %s", bwrap, self.cgroups)
 
     def close(self) -> None:
-        """Remove the staged ``/etc`` and this hub's parent cgroups (when empty). Blocking."""
-        if self._staging is not None:
-            shutil.rmtree(self._staging, ignore_errors=True)
-            self._staging = None
+        """Let go of the staged ``/etc`` (the last instance to hold it removes it) and remove
+        this hub's parent cgroups (when empty). Blocking."""
+        if self._holds_etc:
+            self._holds_etc = False
+            self._etc.release()
         if self.cgroups is not None:
             self.cgroups.close()
-
-
-def _sweep_staging() -> None:
-    """Remove the staged ``/etc`` directories of hubs that are gone (SIGKILLed). Blocking."""
-    root = Path(tempfile.gettempdir())
-    with contextlib.suppress(OSError):
-        for path in root.glob(f"{STAGING_PREFIX}*-*"):
-            pid = path.name[len(STAGING_PREFIX) :].split("-", 1)[0]
-            if pid.isdigit() and not _pid_alive(int(pid)):
-                shutil.rmtree(path, ignore_errors=True)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class ProcessBackend(BackendLifecycle):
@@ -325,6 +315,8 @@ class ProcessBackend(BackendLifecycle):
     ``network_isolation`` (unconfined only): ``None`` probes ``unshare``; ``False`` never
     isolates (then network-disabled requests are refused). ``python``: the interpreter for the
     ``python`` language (default: the hub's own; ``""`` disables the language).
+    ``etc_staging``: the hub's staged ``/etc`` (:mod:`backends.staging`; the registry gives
+    every instance the same one), None for one of its own.
     """
 
     def __init__(
@@ -346,6 +338,7 @@ class ProcessBackend(BackendLifecycle):
         max_pids: int = DEFAULT_MAX_PIDS,
         max_open_files: int = DEFAULT_MAX_OPEN_FILES,
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        etc_staging: EtcStaging | None = None,
     ) -> None:
         self._name = name
         self._confine = confine
@@ -370,7 +363,7 @@ class ProcessBackend(BackendLifecycle):
             shown.append(
                 sys.base_prefix if python is None else str(Path(self._python).parent.parent)
             )
-        self._confinement = Confinement(bwrap, shown, cgroups=cgroups)
+        self._confinement = Confinement(bwrap, shown, cgroups=cgroups, etc_staging=etc_staging)
         self._max_memory = max_memory_bytes
         self._max_pids = max_pids
         self._max_open_files = max_open_files

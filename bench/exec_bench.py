@@ -67,7 +67,7 @@ from backends.base import (
     host_local,
     narrow,
 )
-from backends.confine import Sandbox, bwrap_argv, host_view
+from backends.confine import Sandbox, bwrap_argv, host_view, stage_host_etc
 from backends.container import ContainerBackend, engine_reachable
 from backends.container.images import DEFAULT_IMAGE
 from backends.process import ProcessBackend
@@ -149,7 +149,7 @@ async def process_rows(runs: int) -> list[Row]:
             staging = Path(tempfile.mkdtemp(prefix="agora-bench-etc-"))
             bwrap = bwrap_argv(
                 shutil.which("bwrap") or "bwrap",
-                host_view(staging=staging),
+                host_view(staged=stage_host_etc(staging)),
                 Sandbox(mounts=()),
                 ["true"],
             )

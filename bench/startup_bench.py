@@ -13,7 +13,10 @@ journals and presence to fold). Then ``agora serve`` is started on it twice:
 
 Each row: the wall time from spawning the process to its banner (it prints the banner once
 recovery is done and the socket listens), and its resident memory (``VmRSS``) and peak
-(``VmHWM``) read from /proc at that moment. The process is then stopped with SIGTERM.
+(``VmHWM``) read from /proc at that moment; then, as the hub starts its execution backends in
+the background after the banner (while it already serves), the seconds until it goes quiet
+(a second with under 10 ms of CPU; at most 30 s) and the CPU seconds it used from launch to
+then (``/proc/<pid>/stat``, user + system). The process is then stopped with SIGTERM.
 Bounded: building 1,000 x 1,000 events takes a few minutes on a small machine; ``--keep`` reuses
 built directories.
 """
@@ -51,6 +54,7 @@ from hub.log.factory import open_store  # noqa: E402
 
 BANNER = re.compile(rb"agora serving ws://\S+")
 BANNER_TIMEOUT_S = 900.0
+QUIET_WITHIN_S = 30.0
 BATCH = 500
 
 
@@ -90,8 +94,26 @@ def _status(pid: int) -> dict[str, int]:
     return fields
 
 
-def start_once(data: Path) -> tuple[float, dict[str, int]]:
-    """Spawn ``agora serve`` on ``data``; (seconds to the banner, memory at that moment)."""
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def _until_quiet(pid: int, began: float) -> tuple[float, float]:
+    """(seconds from ``began`` until ``pid`` was quiet, its CPU seconds by then): quiet is
+    four quarter-second polls with under 10 ms of CPU together, bounded by QUIET_WITHIN_S."""
+    quiet_polls, last = 0, _cpu_seconds(pid)
+    while quiet_polls < 4 and time.perf_counter() - began < QUIET_WITHIN_S:
+        time.sleep(0.25)
+        now = _cpu_seconds(pid)
+        quiet_polls = quiet_polls + 1 if now - last < 0.0025 else 0
+        last = now
+    return time.perf_counter() - began - 1.0, last
+
+
+def start_once(data: Path) -> tuple[float, dict[str, int], tuple[float, float]]:
+    """Spawn ``agora serve`` on ``data``; (seconds to the banner, memory at that moment,
+    (seconds until quiet, CPU seconds by then))."""
     env = dict(os.environ, AGORA_SECRET="bench-secret-" + "x" * 32, PYTHONPATH=str(REPO))
     argv = [sys.executable, "-m", "hub", "serve", "--port", "0", "--no-a2a", "--no-http"]
     argv += ["--data", str(data)]
@@ -113,10 +135,11 @@ def start_once(data: Path) -> tuple[float, dict[str, int]]:
             out += chunk
         elapsed = time.perf_counter() - began
         memory = _status(proc.pid)
+        warm = _until_quiet(proc.pid, began)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
-    return elapsed, memory
+    return elapsed, memory, warm
 
 
 def main() -> None:
@@ -127,7 +150,7 @@ def main() -> None:
     args = parser.parse_args()
     root = args.keep or Path(tempfile.mkdtemp(prefix="agora-startup-bench-"))
     header = f"{'workspaces':>10} {'events':>9}  {'start':<8} {'seconds':>8} {'RSS MiB':>8}"
-    print(f"{header} {'peak MiB':>9}")
+    print(f"{header} {'peak MiB':>9} {'quiet s':>8} {'CPU s':>6}")
     try:
         for count in (int(c) for c in args.workspaces.split(",")):
             data = root / f"w{count}-e{args.events}"
@@ -137,10 +160,11 @@ def main() -> None:
                 print(f"# built {count} x {args.events} events in {took:.1f} s", flush=True)
             # A reused directory already has its index: the scan row needs a fresh one.
             for label in ("scan", "indexed") if fresh else ("indexed",):
-                seconds, memory = start_once(data)
+                seconds, memory, (quiet, cpu) = start_once(data)
                 print(
                     f"{count:>10} {count * args.events:>9}  {label:<8} {seconds:>8.2f} "
-                    f"{memory.get('VmRSS', 0) / 1024:>8.1f} {memory.get('VmHWM', 0) / 1024:>9.1f}",
+                    f"{memory.get('VmRSS', 0) / 1024:>8.1f} {memory.get('VmHWM', 0) / 1024:>9.1f}"
+                    f" {quiet:>8.2f} {cpu:>6.2f}",
                     flush=True,
                 )
     finally:

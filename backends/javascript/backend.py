@@ -88,6 +88,7 @@ from backends.lifecycle import BackendLifecycle, elapsed_ms
 from backends.output import OutputChannel
 from backends.process import Confinement
 from backends.runs import Run, RunRegistry, TaskSet
+from backends.staging import EtcStaging
 from hub.core.execution.capabilities import (
     BackendCapabilities,
     ExecutionIsolation,
@@ -202,7 +203,8 @@ class JavaScriptBackend(BackendLifecycle):
     ``writeFile``/``deleteFile``). ``policy``: the widest policy it runs (default:
     :func:`strict_js`, 5 s, network off, the workspace per ``access``, ``max_memory_bytes`` of
     heap). ``deno``: the binary (default: :func:`find_deno`). ``max_pids``: the run's cgroup
-    pids limit when the policy sets none.
+    pids limit when the policy sets none. ``etc_staging``: the hub's staged ``/etc``
+    (:mod:`backends.staging`), None for one of its own.
     """
 
     def __init__(
@@ -220,6 +222,7 @@ class JavaScriptBackend(BackendLifecycle):
         bwrap: str | None = None,
         cgroups: bool = True,
         warm_workers: int = 2,
+        etc_staging: EtcStaging | None = None,
     ) -> None:
         self._name = name
         self._access = access
@@ -235,7 +238,9 @@ class JavaScriptBackend(BackendLifecycle):
         self._max_host_calls = max_host_calls
         self._host_call_timeout_s = host_call_timeout_s
         self._deno = deno if deno is not None else (find_deno() or "")
-        self._confinement = Confinement(bwrap, [self._deno] if self._deno else [], cgroups=cgroups)
+        self._confinement = Confinement(
+            bwrap, [self._deno] if self._deno else [], cgroups=cgroups, etc_staging=etc_staging
+        )
         self._registry = RunRegistry(name, max_concurrent)
         self._stage: Path | None = None
         self._started = False

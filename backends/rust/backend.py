@@ -82,6 +82,7 @@ from backends.runs import Run, RunRegistry, wait_quietly
 from backends.rust.diagnostics import errors, parse_diagnostics, to_diagnostic
 from backends.rust.settings import RustSettings, as_passed
 from backends.rust.source import validate_rust_source, wrap
+from backends.staging import EtcStaging
 from hub.core.execution.capabilities import BackendCapabilities, ExecutionLanguage
 from hub.core.execution.errors import DependencyNotFound, ExecutionInternal
 from hub.core.execution.policy import SandboxPolicy
@@ -360,6 +361,8 @@ class RustBackend(BackendLifecycle):
     closed with this one; a given runner is the caller's to start and close). The default
     policy and the capabilities are the runner's (languages: ``rust``). ``settings``: the
     ``[runtime.rust]`` table (the hub's registry passes it), for the default ``toolchain``.
+    ``etc_staging``: the hub's staged ``/etc`` (:mod:`backends.staging`), for the compiler's
+    confinement and the default runner's; None for copies of their own.
     """
 
     def __init__(
@@ -378,8 +381,10 @@ class RustBackend(BackendLifecycle):
         opt_level: str = "1",
         max_concurrent: int = 4,
         max_cached_binaries: int = 256,
+        etc_staging: EtcStaging | None = None,
     ) -> None:
         self._name = name
+        self._etc_staging = etc_staging
         self.toolchain = toolchain or RustToolchain(settings=settings, cache_dir=cache_dir)
         self._own_runner = runner is None
         self._runner: CodeExecutor = (
@@ -392,6 +397,7 @@ class RustBackend(BackendLifecycle):
                 confine=confine,
                 python="",
                 expose=[str(self.toolchain.cache_dir / "bin")],  # the built binaries, read-only
+                etc_staging=etc_staging,
             )
         )
         self._confine = confine
@@ -443,7 +449,7 @@ class RustBackend(BackendLifecycle):
             )
         if self._confine and self.toolchain.rustc is not None:
             shown = await asyncio.to_thread(self._compiler_view, self.toolchain.rustc)
-            self._confinement = Confinement(None, shown)
+            self._confinement = Confinement(None, shown, etc_staging=self._etc_staging)
             await self._confinement.probe()
         if self._own_runner:
             await self._runner.start()

@@ -51,6 +51,7 @@ from backends.base import (
     SandboxPolicy,
     WorkspaceAccess,
 )
+from backends.staging import EtcStaging
 from hub.config import BackendConfig, BackendKind
 from hub.core.errors import AgoraError, ConfigError, NotFound
 from hub.core.execution.policy import Access
@@ -102,7 +103,7 @@ _POLICY_KEYS: Final[frozenset[str]] = frozenset(
 )
 # Constructor arguments the registry sets itself (never from ``limits``).
 _RESERVED: Final[frozenset[str]] = frozenset(
-    {"name", "policy", "access", "blobs", "runner", "data_dir", "settings"}
+    {"name", "policy", "access", "blobs", "runner", "data_dir", "settings", "etc_staging"}
 )
 
 
@@ -240,10 +241,12 @@ def build_instance(
     blobs: BlobStore | None = None,
     data_dir: Path | None = None,
     settings: Mapping[str, object] | None = None,
+    etc_staging: EtcStaging | None = None,
     where: str = "backends",
 ) -> BackendInstance:
     """The instance ``config`` describes. ``settings``: the backends' own settings by kind
-    (from ``[runtime]``), given as ``settings=`` to a backend whose constructor takes it.
+    (from ``[runtime]``), given as ``settings=`` to a backend whose constructor takes it;
+    ``etc_staging``, the hub's one staged ``/etc`` (:mod:`backends.staging`), likewise.
     Raises :class:`ConfigError` for an unknown or invalid ``limits`` key or value."""
     cls, problem = _import(config.kind)
     if cls is None:
@@ -264,7 +267,12 @@ def build_instance(
                 f"(known: {', '.join(known)})"
             )
         kwargs[key] = value
-    provided: dict[str, object] = {"access": config.access, "blobs": blobs, "data_dir": data_dir}
+    provided: dict[str, object] = {
+        "access": config.access,
+        "blobs": blobs,
+        "data_dir": data_dir,
+        "etc_staging": etc_staging,
+    }
     if settings is not None and config.kind in settings:
         provided["settings"] = settings[config.kind]
     for name, given in provided.items():
@@ -318,15 +326,17 @@ class BackendRegistry:
         data_dir: Path | None = None,
         settings: Mapping[str, object] | None = None,
     ) -> BackendRegistry:
-        """Instances for ``configs`` (``[[backends]]``; empty → :func:`default_configs`).
-        Raises :class:`ConfigError`."""
+        """Instances for ``configs`` (``[[backends]]``; empty → :func:`default_configs`),
+        every confined one sharing one staged ``/etc``. Raises :class:`ConfigError`."""
         configs = tuple(configs) or default_configs()
+        etc_staging = EtcStaging()
         return cls(
             build_instance(
                 c,
                 blobs=blobs,
                 data_dir=data_dir,
                 settings=settings,
+                etc_staging=etc_staging,
                 where=f"backends[{i}] ({c.id})",
             )
             for i, c in enumerate(configs)
