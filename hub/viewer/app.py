@@ -54,8 +54,15 @@ from hub import __version__
 from hub.auth import TokenSigner, bearer_token
 from hub.config import ViewerConfig
 from hub.core.capability import Capability
-from hub.core.chain import GENESIS, verify_chain
-from hub.core.errors import AgoraError, BadRequest, RateLimited, Unauthorized, error_row
+from hub.core.chain import GENESIS, ChainBreak, verify_chain
+from hub.core.errors import (
+    AgoraError,
+    BadRequest,
+    IntegrityError,
+    RateLimited,
+    Unauthorized,
+    error_row,
+)
 from hub.core.records import VerifyReport
 from hub.core.validation import validate_workspace
 from hub.log.base import EventStore
@@ -272,10 +279,20 @@ class _Bounded(StreamingResponse):
 
 async def _verify(store: EventStore, workspace: str) -> VerifyReport:
     """``store.verify`` (the same walk and report), with the hashing of each page in a worker
-    thread: the hub's event loop keeps serving while a large log is checked."""
+    thread: the hub's event loop keeps serving while a large log is checked. A stored row
+    that does not decode is the break, at its seq, as ``agora verify`` reports it (the
+    events before it in its page are checked first), never an ``internal`` error."""
     checked, prev, last = 0, GENESIS, 0
     while True:
-        page = await store.read_batch(workspace, after_seq=last, limit=VERIFY_PAGE)
+        undecodable: ChainBreak | None = None
+        try:
+            page = await store.read_batch(workspace, after_seq=last, limit=VERIFY_PAGE)
+        except IntegrityError as e:
+            seq = e.details.get("seq")
+            bad = seq if isinstance(seq, int) and seq > last else last + 1
+            undecodable = ChainBreak(seq=bad, problem=e.message)
+            before = bad - last - 1
+            page = await store.read_batch(workspace, after_seq=last, limit=before) if before else []
         n, problem = await asyncio.to_thread(verify_chain, page, after_seq=last, prev=prev)
         checked += n
         if problem is not None:
@@ -283,6 +300,8 @@ async def _verify(store: EventStore, workspace: str) -> VerifyReport:
             return VerifyReport(workspace=workspace, checked=checked, head=head, error=problem)
         if page:
             prev, last = page[-1].hash or GENESIS, page[-1].seq
+        if undecodable is not None:
+            return VerifyReport(workspace=workspace, checked=checked, head=last, error=undecodable)
         if len(page) < VERIFY_PAGE:
             return VerifyReport(workspace=workspace, checked=checked, head=last)
 

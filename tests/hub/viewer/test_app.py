@@ -148,6 +148,22 @@ async def test_verify_reports_a_broken_chain(hub: HubProcess) -> None:
     assert report["error"]["seq"] == 2
 
 
+async def test_verify_reports_a_stored_event_that_does_not_decode(hub: HubProcess) -> None:
+    """A row that is not even an event (its JSON cut short behind the hub's back) is a
+    failed verification naming its seq, as ``agora verify`` reports it, not a 500."""
+    await seed(hub)
+    hub.terminate()
+    with sqlite3.connect(hub.data_dir / "agora.db") as db:
+        db.execute("UPDATE events SET body = ? WHERE workspace = 'demo' AND seq = 2", (b'{"id',))
+    hub.restart()
+    async with client(hub, hub.token("carol", ["demo"], ["read"])) as http:
+        response = await http.get("/ui/api/w/demo/verify")
+    assert response.status_code == 200, response.text
+    report = response.json()
+    assert report["ok"] is False and report["head"] == 1 and report["checked"] == 1, report
+    assert report["error"]["seq"] == 2 and "cannot be decoded" in report["error"]["problem"]
+
+
 BIG_EVENTS: Final = 3 * EXPORT_PAGE
 """Events of ~5 KB: an export of three ~5 MB pages, each more than the sockets between a
 stalled client and the hub buffer, so a client that stops reading stalls the response after
