@@ -8,7 +8,8 @@ instance used to make its own copy as it started — four in a hub with the defa
 already served. Each entry is a file-system metadata operation, slow on some disks: on the test
 VM's ext4 a symlink costs about 1.1 ms, a copy 0.5-1.2 s, and a default hub spent about 2 s of
 CPU on the four. The copies are the same, so the registry gives every instance of a hub one
-:class:`EtcStaging`: the first instance to start makes the copy, the last to close removes it.
+:class:`EtcStaging`: the first instance to start makes the copy, the last to close removes it
+(and the registry, as it closes, removes one that a start cancelled midway left).
 An instance built on its own (a test, a benchmark) gets a private one, as before.
 
 The copy lives under the temporary directory as ``agora-sandbox-<hub pid>-…`` (mode 0700, as
@@ -58,17 +59,23 @@ class EtcStaging:
 
     async def acquire(self) -> StagedEtc:
         """The staged directories, made on first use. Raises ``OSError`` when they cannot be
-        made (then nothing is left behind and nothing is held)."""
+        made (then nothing is left behind and nothing is held). Cancelled while the copy is
+        being made (a hub stopped as its backends start), the copy is still recorded when its
+        thread finishes, for the next acquire or :meth:`close`."""
         async with self._making:
             with self._state:
-                if self._staged is not None:
-                    self._users += 1
-                    return self._staged
-            root, staged = await asyncio.to_thread(_make)
+                made = self._staged is not None
+            if not made:
+                await asyncio.to_thread(self._make)
             with self._state:
-                self._root, self._staged = root, staged
+                assert self._staged is not None
                 self._users += 1
-                return staged
+                return self._staged
+
+    def _make(self) -> None:  # in a worker thread
+        root, staged = _make()
+        with self._state:
+            self._root, self._staged = root, staged
 
     def release(self) -> None:
         """Give up one hold; the last removes the copy. Blocking (the removal)."""
@@ -76,6 +83,12 @@ class EtcStaging:
             if self._users == 0:
                 return
             self._users -= 1
+        self.close()
+
+    def close(self) -> None:
+        """Remove the copy if nobody holds it (the owner, once every instance has closed:
+        this also removes one whose acquire was cancelled). Blocking."""
+        with self._state:
             if self._users:
                 return
             root, self._root, self._staged = self._root, None, None

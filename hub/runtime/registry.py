@@ -309,7 +309,10 @@ class BackendRegistry:
     with :meth:`start_all`.
     """
 
-    def __init__(self, instances: Iterable[BackendInstance]) -> None:
+    def __init__(
+        self, instances: Iterable[BackendInstance], *, etc_staging: EtcStaging | None = None
+    ) -> None:
+        self._etc_staging = etc_staging  # what from_config shared among the instances
         self._instances: dict[str, BackendInstance] = {}
         for instance in instances:
             if instance.id in self._instances:
@@ -330,7 +333,7 @@ class BackendRegistry:
         every confined one sharing one staged ``/etc``. Raises :class:`ConfigError`."""
         configs = tuple(configs) or default_configs()
         etc_staging = EtcStaging()
-        return cls(
+        instances = [
             build_instance(
                 c,
                 blobs=blobs,
@@ -340,7 +343,8 @@ class BackendRegistry:
                 where=f"backends[{i}] ({c.id})",
             )
             for i, c in enumerate(configs)
-        )
+        ]
+        return cls(instances, etc_staging=etc_staging)
 
     def __iter__(self) -> Any:
         return iter(list(self._instances.values()))
@@ -397,6 +401,8 @@ class BackendRegistry:
                 await instance.backend.aclose()
             except Exception:
                 log.exception("backend %s failed to close", instance.id)
+        if self._etc_staging is not None:
+            await asyncio.to_thread(self._etc_staging.close)
 
     async def __aenter__(self) -> BackendRegistry:
         return self

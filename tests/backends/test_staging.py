@@ -17,6 +17,7 @@ from hub.config import BackendConfig
 from hub.runtime.registry import BackendRegistry
 from tests.backends.helpers import drain, new_request
 from tests.support.require import require
+from tests.support.waiting import wait_for
 
 HOST_PASSWD = Path("/etc/passwd").read_bytes()
 
@@ -80,3 +81,19 @@ async def test_the_first_acquire_makes_the_copy_and_the_last_release_removes_it(
     again = await staging.acquire()  # made anew
     assert _exists(Path(again.etc)) and Path(again.etc).parent != root
     staging.release()
+
+
+async def test_a_copy_whose_acquire_was_cancelled_is_recorded_and_close_removes_it() -> None:
+    """A hub stopped while its backends start cancels the acquire while the copy is being
+    made in its thread: the copy is still recorded, held by nobody, and the owner's close
+    (the registry's, once every instance closed) removes it instead of leaving it behind."""
+    staging = EtcStaging()
+    before = _stagings()
+    acquiring = asyncio.ensure_future(staging.acquire())
+    await asyncio.sleep(0.01)  # the copy has started in its thread
+    acquiring.cancel()
+    await wait_for(lambda: staging.root is not None, 30)  # recorded by the thread at its end
+    root = staging.root
+    assert staging.users == 0 and _stagings() - before == {root}
+    staging.close()
+    assert not _exists(root) and staging.root is None and _stagings() == before
