@@ -15,7 +15,12 @@ capabilities, default policy and :class:`~backends.runs.RunRegistry`, and implem
   refused before anything is logged;
 * the result's :class:`~hub.core.execution.result.ExecutionMetadata`.
 
-What is left to each backend: :meth:`start`, :meth:`aclose` and ``execute`` (see
+* :meth:`~BackendLifecycle.start`, run once: ``execute`` starts its backend, so a run that
+  reaches a hub still starting its backends starts it a second time; that caller waits for the
+  start under way instead of probing again (a second probe took a second hold on the staged
+  ``/etc`` and, coming halfway through the first, ran bwrap with no host view).
+
+What is left to each backend: :meth:`_start`, :meth:`aclose` and ``execute`` (see
 :mod:`backends.base` for the contract; :func:`backends.captured.captured_result` builds the
 result and :meth:`RunRegistry.close_run <backends.runs.RunRegistry.close_run>` ends the run).
 """
@@ -23,6 +28,7 @@ result and :meth:`RunRegistry.close_run <backends.runs.RunRegistry.close_run>` e
 from __future__ import annotations
 
 import abc
+import asyncio
 import contextlib
 import time
 from collections.abc import Iterable
@@ -53,6 +59,9 @@ class BackendLifecycle(abc.ABC):
     _caps: BackendCapabilities
     _policy: SandboxPolicy
     _registry: RunRegistry
+    # Set by start() (class defaults: a subclass's __init__ need not call one here).
+    _started: bool = False
+    _start_lock: asyncio.Lock | None = None
 
     @property
     def name(self) -> str:
@@ -77,9 +86,24 @@ class BackendLifecycle(abc.ABC):
         """What :meth:`available` says of an open backend (state found by :meth:`start`)."""
         return True, ""
 
-    @abc.abstractmethod
     async def start(self) -> None:
-        """Get ready to run (idempotent; ``execute`` calls it)."""
+        """Get ready to run: :meth:`_start`, once (idempotent; ``execute`` calls it). A caller
+        that comes while a start is under way waits for it; a start that raised or was
+        cancelled is run again by the next caller."""
+        if self._started:
+            return
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            if not self._started:
+                await self._start()
+                self._started = True
+
+    @abc.abstractmethod
+    async def _start(self) -> None:
+        """The backend's own start (probe the host, start its pools), run by :meth:`start`
+        once it has succeeded. A failure the backend reports through :meth:`available`
+        returns; raising lets the next :meth:`start` try again."""
 
     @abc.abstractmethod
     async def aclose(self) -> None:

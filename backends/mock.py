@@ -95,7 +95,7 @@ class MockBackend(BackendLifecycle):
             workspace="none",
         )
 
-    async def start(self) -> None:
+    async def _start(self) -> None:
         return None
 
     async def aclose(self) -> None:

@@ -235,8 +235,8 @@ class PythonBackend(BackendLifecycle):
             return False, self._pool_error
         return True, ""
 
-    async def start(self) -> None:
-        """Start the worker pool (``warm_workers`` spawned at once). Idempotent."""
+    async def _start(self) -> None:
+        """Start the worker pool (``warm_workers`` spawned at once)."""
         if self._pool is not None or self._registry.closed or self._pool_error:
             return
         pool = monty.AsyncMonty(

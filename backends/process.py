@@ -62,6 +62,7 @@ from backends.cgroups import CgroupHost, RunCgroup, RunLimits
 from backends.confine import (
     HostView,
     Sandbox,
+    StagedEtc,
     bwrap_argv,
     host_view,
     launcher_argv,
@@ -236,7 +237,7 @@ class Confinement:
         self.problem = "not probed yet"
         # The hub's one staged /etc (backends.staging), else a copy of this instance's own.
         self._etc = EtcStaging() if etc_staging is None else etc_staging
-        self._holds_etc = False
+        self._staged: StagedEtc | None = None  # held from self._etc, until close()
 
     @property
     def memory(self) -> bool:
@@ -264,10 +265,9 @@ class Confinement:
             )
             log.warning("process backend: %s", self.problem)
             return
-        if not self._holds_etc:
-            staged = await self._etc.acquire()
-            self._holds_etc = True
-            self.view = await asyncio.to_thread(host_view, self._extra, staged)
+        if self._staged is None:
+            self._staged = await self._etc.acquire()
+        self.view = await asyncio.to_thread(host_view, self._extra, self._staged)
         argv = bwrap_argv(bwrap, self.view, Sandbox(mounts=()), ["/bin/true"])
         ok, why = await _runs_ok_why(argv)
         if not ok:
@@ -290,8 +290,8 @@ class Confinement:
     def close(self) -> None:
         """Let go of the staged ``/etc`` (the last instance to hold it removes it) and remove
         this hub's parent cgroups (when empty). Blocking."""
-        if self._holds_etc:
-            self._holds_etc = False
+        if self._staged is not None:
+            self._staged = None
             self._etc.release()
         if self.cgroups is not None:
             self.cgroups.close()
@@ -371,7 +371,6 @@ class ProcessBackend(BackendLifecycle):
         self._kill_grace_s = kill_grace_s
         self._path = path
         self._registry = RunRegistry(name, max_concurrent)
-        self._started = False
         self._caps = self._capabilities(network=False)
 
     # -- CodeExecutor (the rest: BackendLifecycle) ----------------------------------------
@@ -383,11 +382,9 @@ class ProcessBackend(BackendLifecycle):
             return False, self._confinement.problem
         return True, ""
 
-    async def start(self) -> None:
+    async def _start(self) -> None:
         """Probe confinement (bwrap, cgroups, rlimits; sweeping cgroups of dead hubs) or, for
-        an unconfined instance, network isolation. Idempotent."""
-        if self._started:
-            return
+        an unconfined instance, network isolation."""
         if self._confine:
             await self._confinement.probe()
             self._caps = self._capabilities(network=not self._confinement.problem)
@@ -395,7 +392,6 @@ class ProcessBackend(BackendLifecycle):
             if self._want_netns is not False:
                 self._netns = await probe_network_isolation()
             self._caps = self._capabilities(network=bool(self._netns))
-        self._started = True
 
     async def aclose(self) -> None:
         await self._registry.aclose()

@@ -178,8 +178,6 @@ class ContainerBackend(BackendLifecycle):
         )
         self._client: Any = None
         self._state: tuple[bool, str] = (False, "not started")
-        self._start_lock = asyncio.Lock()
-        self._started = False
         self._idle: collections.deque[str] = collections.deque()
         self._boxes: dict[str, _Box] = {}
         self._filling = False
@@ -215,27 +213,23 @@ class ContainerBackend(BackendLifecycle):
     def _readiness(self) -> tuple[bool, str]:
         return self._state
 
-    async def start(self) -> None:
+    async def _start(self) -> None:
         """Connect to the engine, make sure the image is there (building it if allowed),
-        sweep leftovers of this owner, and start filling the warm pool. Idempotent; on failure
+        sweep leftovers of this owner, and start filling the warm pool. On failure
         :meth:`available` says why (it does not raise)."""
-        async with self._start_lock:
-            if self._started:
-                return
-            self._started = True
-            try:
-                self._client = await self._call(
-                    connect_engine, self._base_url, self._engine_timeout_s, self._threads
-                )
-                await self._ensure_image()
-                removed = await self.sweep()
-                if removed:
-                    log.info("%s: removed %d leftover containers", self._name, removed)
-            except ExecutionError as e:
-                self._state = (False, e.message)
-                log.warning("%s backend unavailable: %s", self._name, e.message)
-                return
-            self._state = (True, "")
+        try:
+            self._client = await self._call(
+                connect_engine, self._base_url, self._engine_timeout_s, self._threads
+            )
+            await self._ensure_image()
+            removed = await self.sweep()
+            if removed:
+                log.info("%s: removed %d leftover containers", self._name, removed)
+        except ExecutionError as e:
+            self._state = (False, e.message)
+            log.warning("%s backend unavailable: %s", self._name, e.message)
+            return
+        self._state = (True, "")
         self._schedule_fill()
 
     async def aclose(self) -> None:

@@ -243,8 +243,6 @@ class JavaScriptBackend(BackendLifecycle):
         )
         self._registry = RunRegistry(name, max_concurrent)
         self._stage: Path | None = None
-        self._started = False
-        self._start_lock: asyncio.Lock | None = None
         self._warm_workers = warm_workers
         self._warm_shape = _Shape(
             memory=max(
@@ -297,18 +295,8 @@ class JavaScriptBackend(BackendLifecycle):
             return False, self._problem
         return True, ""
 
-    async def start(self) -> None:
-        """Find deno, probe the confinement (bwrap, cgroups), stage the runner. Idempotent."""
-        if self._started:
-            return
-        if self._start_lock is None:
-            self._start_lock = asyncio.Lock()
-        async with self._start_lock:  # concurrent first runs wait for one probe
-            if not self._started:
-                await self._start()
-                self._started = True
-
     async def _start(self) -> None:
+        """Find deno, probe the confinement (bwrap, cgroups), stage the runner."""
         if not self._deno or not os.access(self._deno, os.X_OK):
             self._problem = (
                 "the deno binary is missing: `pip install deno` (the PyPI package ships it)"

@@ -409,7 +409,6 @@ class RustBackend(BackendLifecycle):
         self._registry = RunRegistry(name, max_concurrent)
         self._build_locks: dict[str, asyncio.Lock] = {}
         self._build_waiters: dict[str, int] = {}
-        self._started = False
         self.builds = 0
         self.cache_hits = 0
 
@@ -436,11 +435,9 @@ class RustBackend(BackendLifecycle):
             return False, f"the compiler cannot be confined: {self._confinement.problem}"
         return self._runner.available()
 
-    async def start(self) -> None:
-        """Probe rustc, the compiler's confinement, and start the runner (idempotent).
-        serde_json is built on first use."""
-        if self._started:
-            return
+    async def _start(self) -> None:
+        """Probe rustc, the compiler's confinement, and start the runner. serde_json is built
+        on first use."""
         await self.toolchain.probe()
         # The runner and the compiler see these directories: they must exist to be bound.
         for sub in ("bin", "deps", "work"):
@@ -448,12 +445,12 @@ class RustBackend(BackendLifecycle):
                 (self.toolchain.cache_dir / sub).mkdir, parents=True, exist_ok=True
             )
         if self._confine and self.toolchain.rustc is not None:
-            shown = await asyncio.to_thread(self._compiler_view, self.toolchain.rustc)
-            self._confinement = Confinement(None, shown, etc_staging=self._etc_staging)
+            if self._confinement is None:  # one (and one hold on /etc), whatever is retried
+                shown = await asyncio.to_thread(self._compiler_view, self.toolchain.rustc)
+                self._confinement = Confinement(None, shown, etc_staging=self._etc_staging)
             await self._confinement.probe()
         if self._own_runner:
             await self._runner.start()
-        self._started = True
 
     async def aclose(self) -> None:
         await self._registry.aclose()

@@ -324,8 +324,8 @@ class WasmBackend(BackendLifecycle):
 
     # -- CodeExecutor (the rest: BackendLifecycle) ----------------------------------------
 
-    async def start(self) -> None:
-        """Create the engine, the linker and the worker threads (idempotent)."""
+    async def _start(self) -> None:
+        """Create the engine, the linker and the worker threads."""
         if self._engine is not None or self._registry.closed:
             return
         config = wasmtime.Config()

@@ -590,9 +590,7 @@ async def test_fork_bomb_is_bounded(hostile: Hostile, targets: Targets) -> None:
     # forking at the timeout, which then kills it all, or still hold every pid when the shell
     # forks its own `sleep`, which the limit then refuses the shell itself (it exits 2).
     refused = result.reason == "exit" and b"can't fork" in result.stderr
-    assert result.reason == "timeout" or refused or targets.marker.encode() in result.stdout, (
-        result
-    )
+    assert result.reason == "timeout" or refused or targets.marker.encode() in result.stdout, result
     assert peak <= HOSTILE_PIDS
     assert await hostile.leftovers(targets, hostile.last_ids) == []
 

@@ -45,12 +45,19 @@ class Idle(BackendLifecycle):
         self._registry = RunRegistry("idle", 2)
         self.readiness = (True, "")
         self.starts = 0
+        self.gate: asyncio.Event | None = None  # set: _start waits for it
+        self.fail: Exception | None = None  # set: _start raises it (once)
 
     def _readiness(self) -> tuple[bool, str]:
         return self.readiness
 
-    async def start(self) -> None:
+    async def _start(self) -> None:
         self.starts += 1
+        if self.gate is not None:
+            await self.gate.wait()
+        failure, self.fail = self.fail, None
+        if failure is not None:
+            raise failure
 
     async def aclose(self) -> None:
         await self._registry.aclose()
@@ -88,10 +95,45 @@ async def test_admission_checks_availability_then_the_request() -> None:
     with pytest.raises(UnsupportedLanguage):
         await backend._check_request(_request(backend, language=ExecutionLanguage.PYTHON))
     result = await collect(backend.execute(_request(backend, identity="agent-1"), None))
-    assert backend.starts == 3 and len(backend._registry) == 0
+    assert backend.starts == 1 and len(backend._registry) == 0  # started once, by the first
     assert result.metadata is not None
     assert (result.metadata.backend, result.metadata.isolation) == ("idle", "hostLocal")
     assert (result.metadata.language, result.metadata.identity) == ("command", "agent-1")
+
+
+async def test_starts_that_come_while_one_is_under_way_wait_for_it() -> None:
+    """``execute`` starts its backend, so a run reaching a hub that is still starting its
+    backends starts one a second time: it waits for the start under way, and ``_start`` runs
+    once."""
+    backend = Idle()
+    backend.gate = asyncio.Event()
+    starts = [asyncio.ensure_future(backend.start()) for _ in range(5)]
+    await asyncio.sleep(0.01)
+    assert backend.starts == 1 and not any(s.done() for s in starts)  # all wait for the first
+    backend.gate.set()
+    await asyncio.gather(*starts)
+    await backend.start()
+    assert backend.starts == 1
+
+
+async def test_a_start_that_raised_or_was_cancelled_is_run_again() -> None:
+    backend = Idle()
+    backend.fail = OSError("no engine yet")
+    with pytest.raises(OSError):
+        await backend.start()
+    await backend.start()
+    assert backend.starts == 2
+    cancelled = Idle()
+    cancelled.gate = asyncio.Event()
+    first = asyncio.ensure_future(cancelled.start())
+    waiting = asyncio.ensure_future(cancelled.start())
+    await asyncio.sleep(0.01)
+    first.cancel()
+    await asyncio.sleep(0.01)
+    assert cancelled.starts == 2 and not waiting.done()  # the waiter starts it anew
+    cancelled.gate.set()
+    await waiting
+    assert cancelled.starts == 2
 
 
 async def test_cancel_waits_until_the_run_has_ended() -> None:

@@ -7,15 +7,22 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-from backends.base import ExecutionLanguage, Source
+import pytest
+
+from backends.base import CodeExecutor, ExecutionLanguage, Source
 from backends.confine import StagedEtc
+from backends.javascript import JavaScriptBackend, find_deno
+from backends.process import ProcessBackend
+from backends.rust import RustBackend
 from backends.staging import STAGING_PREFIX, EtcStaging
 from hub.config import BackendConfig
 from hub.runtime.registry import BackendRegistry
-from tests.backends.helpers import drain, new_request
+from tests.backends.helpers import drain, host_rust_settings, new_request
 from tests.support.require import require
 from tests.support.waiting import wait_for
 
@@ -97,3 +104,50 @@ async def test_a_copy_whose_acquire_was_cancelled_is_recorded_and_close_removes_
     assert staging.users == 0 and _stagings() - before == {root}
     staging.close()
     assert not _exists(root) and staging.root is None and _stagings() == before
+
+
+def _process(staging: EtcStaging, tmp_path: Path) -> CodeExecutor:
+    return ProcessBackend(etc_staging=staging)
+
+
+def _javascript(staging: EtcStaging, tmp_path: Path) -> CodeExecutor:
+    return JavaScriptBackend(etc_staging=staging)
+
+
+def _rust(staging: EtcStaging, tmp_path: Path) -> CodeExecutor:
+    return RustBackend(
+        settings=host_rust_settings(), cache_dir=tmp_path / "cache", etc_staging=staging
+    )
+
+
+@pytest.mark.parametrize(
+    ("make", "holds", "needs"),
+    [(_process, 1, "bwrap"), (_javascript, 1, "deno"), (_rust, 2, "rustc")],
+    ids=["process", "js", "rust"],
+)
+async def test_starts_that_come_while_a_backend_starts_wait_for_that_start(
+    make: Callable[[EtcStaging, Path], CodeExecutor], holds: int, needs: str, tmp_path: Path
+) -> None:
+    """``execute`` starts its backend, so a run that reaches a hub still starting its backends
+    starts it a second time. Each such start used to probe again: it took another hold on the
+    staged /etc (never given back, so the copy outlived the hub), and one that came after the
+    first had taken its hold but before it had found the host view probed bwrap with no
+    system directories ("execvp /bin/true: No such file or directory", and the backend stayed
+    unavailable). Starts now come every 2 ms for as long as the first takes."""
+    found = find_deno() if needs == "deno" else shutil.which(needs)
+    require(needs, bool(found and shutil.which("bwrap")), f"{needs} or bwrap is not installed")
+    staging = EtcStaging()
+    backend = make(staging, tmp_path)
+    first = asyncio.ensure_future(backend.start())
+    later: list[asyncio.Future[None]] = []
+    while not first.done() and len(later) < 2000:
+        later.append(asyncio.ensure_future(backend.start()))
+        await asyncio.sleep(0.002)
+    try:
+        await asyncio.gather(first, *later)
+        ok, why = backend.available()
+        assert ok, why
+        assert staging.users == holds  # one hold per confinement, however many starts
+    finally:
+        await backend.aclose()
+    assert staging.users == 0 and staging.root is None  # the last close removed the copy
