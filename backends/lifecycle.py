@@ -13,8 +13,7 @@ capabilities, default policy and :class:`~backends.runs.RunRegistry`, and implem
 * :meth:`~BackendLifecycle.admit`, the same checks run *before* the runtime writes
   ``execRequested``, holding a slot of the concurrency cap: what the backend would refuse is
   refused before anything is logged;
-* the result's :class:`~hub.core.execution.result.ExecutionMetadata`.
-
+* the result's :class:`~hub.core.execution.result.ExecutionMetadata`;
 * :meth:`~BackendLifecycle.start`, run once: ``execute`` starts its backend, so a run that
   reaches a hub still starting its backends starts it a second time; that caller waits for the
   start under way instead of probing again (a second probe took a second hold on the staged
@@ -102,7 +101,7 @@ class BackendLifecycle(abc.ABC):
     @abc.abstractmethod
     async def _start(self) -> None:
         """The backend's own start (probe the host, start its pools), run by :meth:`start`
-        once it has succeeded. A failure the backend reports through :meth:`available`
+        until one has returned. A failure the backend reports through :meth:`available`
         returns; raising lets the next :meth:`start` try again."""
 
     @abc.abstractmethod
