@@ -106,36 +106,23 @@ CONFINED_MODES: Final[frozenset[FilesystemMode]] = frozenset(
     {"none", "workspaceReadOnly", "workspaceReadWrite", "paths"}
 )
 
-# The result of the one-per-process probe: the argv prefix that puts a program in a new network
-# namespace, or () when none works. None = not probed yet.
-_netns_prefix: tuple[str, ...] | None = None
-_probe_lock: asyncio.Lock | None = None
-
-
 async def probe_network_isolation() -> tuple[str, ...]:
     """The command prefix that runs a program without network (``unshare --net --`` as root,
-    ``unshare -rn --`` otherwise), or ``()`` if neither works here. Probed once per process."""
-    global _netns_prefix, _probe_lock
-    if _netns_prefix is not None:
-        return _netns_prefix
-    if _probe_lock is None:
-        _probe_lock = asyncio.Lock()
-    async with _probe_lock:
-        if _netns_prefix is not None:
-            return _netns_prefix
-        found: tuple[str, ...] = ()
-        unshare = shutil.which("unshare", path=DEFAULT_PATH + ":/usr/sbin:/sbin")
-        if unshare is not None:
-            candidates = [(unshare, "--net", "--"), (unshare, "-rn", "--")]
-            if os.geteuid() != 0:
-                candidates.reverse()
-            for prefix in candidates:
-                if await _runs_ok([*prefix, "true"]):
-                    found = prefix
-                    break
-        _netns_prefix = found
-        log.info("process backend network isolation: %s", " ".join(found) or "unavailable")
-        return found
+    ``unshare -rn --`` otherwise), or ``()`` if neither works here. Probed by each unconfined
+    instance as it starts (one ``unshare … true`` or two: a few milliseconds; no state kept
+    beyond the instance)."""
+    unshare = shutil.which("unshare", path=DEFAULT_PATH + ":/usr/sbin:/sbin")
+    if unshare is None:
+        return ()
+    candidates = [(unshare, "--net", "--"), (unshare, "-rn", "--")]
+    if os.geteuid() != 0:
+        candidates.reverse()
+    for prefix in candidates:
+        if await _runs_ok([*prefix, "true"]):
+            log.info("process backend network isolation: %s", " ".join(prefix))
+            return prefix
+    log.info("process backend network isolation: unavailable")
+    return ()
 
 
 async def _runs_ok(argv: Sequence[str]) -> bool:

@@ -68,7 +68,7 @@ def replay(hub: HubProcess, workspace: str) -> list[dict[str, Any]]:
 
 def network_isolation_works() -> bool:
     """Whether the process backend can disable the network here (its own probe, run in a
-    child so that this process keeps no probe state)."""
+    child)."""
     probe = (
         "import asyncio; from backends.process import probe_network_isolation as p; "
         "print(bool(asyncio.run(p())))"

@@ -28,6 +28,7 @@ from backends.cgroups import HUB_PREFIX, CgroupHost, RunLimits
 from backends.process import ProcessBackend, probe_network_isolation
 from tests.backends.helpers import BOUND_S
 from tests.backends.rigs import Listener, Rig, confined_open
+from tests.support.require import require
 
 PYTHON = ExecutionLanguage.PYTHON
 
@@ -331,9 +332,12 @@ async def test_without_network_isolation_disabled_network_is_refused() -> None:
         assert result.status == "completed"
 
 
-async def test_probe_is_cached() -> None:
+async def test_the_probe_finds_unshare_here_and_keeps_no_state() -> None:
     first = await probe_network_isolation()
-    assert await probe_network_isolation() is first
+    # The namespaces bwrap needs (CI requires them): unshare makes one too.
+    require("bwrap", bool(first), "unshare cannot make a network namespace here")
+    assert first[-1:] == ("--",) and first[0].endswith("unshare")
+    assert await probe_network_isolation() == first  # found anew, the same
 
 
 # -- the instances a hub configures ------------------------------------------------------------
