@@ -304,7 +304,7 @@ class Bridge:
         out: list[Event] = []
         after = max(opened_seq - 1, 0)
         while True:
-            page = await self.workspaces.store.read_batch(workspace, after_seq=after, limit=2000)
+            page = await self.workspaces.read_batch(workspace, after_seq=after, limit=2000)
             out.extend(ev for ev in page if ev.correlation_id == cid)
             if len(page) < 2000:
                 return out

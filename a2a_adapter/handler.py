@@ -15,7 +15,7 @@ SDK's routes (JSON-RPC, HTTP+JSON, SSE, version check, error encoding) serve it:
   update after that seq, so a peer that lost its connection misses nothing.
 - ``GetTask``/``ListTasks``/``CancelTask`` go through :class:`~a2a_adapter.store.LogTaskStore`.
 
-Every hub error becomes an A2A error in one place (:func:`a2a_error`).
+Every hub error becomes an A2A error in one place (:func:`a2a_adapter.errors.a2a_error`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import re
 import uuid
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from typing import Any, Final, TypeVar, get_args
+from typing import Any, Final, TypeVar
 
 import msgspec
 from a2a.server.cluster import ConcurrentTaskModificationError, TaskVersion
@@ -58,9 +58,7 @@ from a2a.types.a2a_pb2 import (
     TaskState,
     TaskStatusUpdateEvent,
 )
-from a2a.utils import errors as a2a_errors
 from a2a.utils.errors import (
-    A2AError,
     ExtendedAgentCardNotConfiguredError,
     InvalidParamsError,
     PushNotificationNotSupportedError,
@@ -72,6 +70,7 @@ from a2a.utils.task import apply_history_length, validate_history_length, valida
 from google.protobuf import json_format
 
 from a2a_adapter.auth import until_token_ends
+from a2a_adapter.errors import a2a_error, error_data
 from a2a_adapter.files import intake_file_parts
 from a2a_adapter.inline import inline_files
 from a2a_adapter.mapping import (
@@ -94,7 +93,7 @@ from a2a_adapter.store import (
 )
 from a2a_adapter.taskview import TaskView
 from hub.core.capability import ANY, Capability
-from hub.core.errors import A2AErrorName, AgoraError, Busy, Exists, Forbidden, error_row
+from hub.core.errors import AgoraError, Busy, Exists, Forbidden
 from hub.core.events import (
     Event,
     FeedbackProvided,
@@ -108,7 +107,7 @@ from hub.follow import FollowerClosed
 from hub.revocations import Revocations
 from hub.workspaces import Workspaces
 
-__all__ = ["BLOCKING_TIMEOUT_S", "RESUME_HEADER", "AgoraRequestHandler", "a2a_error"]
+__all__ = ["BLOCKING_TIMEOUT_S", "RESUME_HEADER", "AgoraRequestHandler"]
 
 log = logging.getLogger(__name__)
 
@@ -126,27 +125,6 @@ _SEQ_TEXT: Final = re.compile(r"[0-9]+(\.0*)?")
 CARD_URL_KEY: Final = "agora.cardUrl"
 CONSUMER_KEY: Final = "agora.consumer"
 TOPIC_KEY: Final = "agora.topic"
-
-# The A2A error class of each hub error code comes from the core's one error table.
-_A2A_ERRORS: Final[dict[str, type[A2AError]]] = {
-    name: getattr(a2a_errors, name) for name in get_args(A2AErrorName)
-}
-
-
-def a2a_error(error: AgoraError) -> A2AError:
-    """The A2A error for a hub error (``data.agoraCode`` keeps the hub's code)."""
-    cls = _A2A_ERRORS[error_row(error.code).a2a]
-    if error.blame == "client":
-        return cls(message=error.message, data=_error_data(error))
-    return cls(message="the hub failed; retry", data=_error_data(error))
-
-
-def _error_data(error: AgoraError) -> dict[str, Any]:
-    """``{"agoraCode": code, **details}`` (the details only for a client error)."""
-    data: dict[str, Any] = {"agoraCode": error.code}
-    if error.blame == "client":
-        data.update(plain(msgspec.to_builtins(error.details)))
-    return data
 
 
 def _message_event_id(agent: str, message: Message) -> str:
@@ -253,7 +231,7 @@ class AgoraRequestHandler(RequestHandler):
             try:
                 await self.runtime.kill(ref.workspace, params.id, capability=cap)
             except AgoraError as e:
-                raise TaskNotCancelableError(message=e.message, data=_error_data(e)) from e
+                raise TaskNotCancelableError(message=e.message, data=error_data(e)) from e
         else:
             cancelled = view.task()
             cancelled.status.state = TaskState.TASK_STATE_CANCELED

@@ -49,6 +49,7 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError, UnsupportedOperationError
 
+from a2a_adapter.errors import a2a_error
 from a2a_adapter.mapping import CROSSINGS, TERMINAL_STATES, MappingError, from_a2a, task_id_of
 from a2a_adapter.taskindex import TaskIndex
 from a2a_adapter.taskview import TaskKind, TaskView
@@ -193,9 +194,8 @@ async def load_view(
     Only for a task as of an earlier seq (a resume point); the current task is in the index."""
     view = TaskView(task_id, ref.workspace, ref.kind)
     after = max(ref.opened_seq - 1, 0)
-    store = workspaces.store
     while True:
-        page = await store.read_batch(
+        page = await workspaces.read_batch(
             ref.workspace, after_seq=after, until_seq=until_seq, limit=READ_BATCH
         )
         for ev in page:
@@ -267,7 +267,7 @@ class LogTaskStore(VersionedTaskStore):
         try:
             indexes = [await self.index.tasks(name) for name in sorted(set(names))]
         except AgoraError as e:
-            raise InvalidParamsError(message=e.message, data={"agoraCode": e.code}) from e
+            raise a2a_error(e) from e  # (a quarantined workspace is not the caller's error)
         page: list[Task] = []
         more = False
         for view in self.index.merged(indexes, before=cursor, state=state, after_millis=after_ms):

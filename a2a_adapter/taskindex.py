@@ -151,9 +151,8 @@ class TaskIndex:
         return index
 
     async def _catch_up(self, index: WorkspaceTasks, head: int) -> None:
-        store = self.workspaces.store
         while index.seq < head:
-            page = await store.read_batch(
+            page = await self.workspaces.read_batch(
                 index.workspace, after_seq=index.seq, until_seq=head, limit=PAGE
             )
             if not page:

@@ -122,7 +122,6 @@ class LogFollower:
         reader = _Reader(workspace, self.buffer)
         self._readers.setdefault(workspace, set()).add(reader)
         cursor = SeqCursor(after_seq)
-        store = self.workspaces.store
         try:
             catch_up = True
             while True:
@@ -131,7 +130,7 @@ class LogFollower:
                 if catch_up:
                     reader.overflowed = False
                     reader.buffer.clear()
-                    page = await store.read_batch(
+                    page = await self.workspaces.read_batch(
                         workspace, after_seq=cursor.last, limit=READ_BATCH
                     )
                     for ev in page:

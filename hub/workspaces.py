@@ -71,7 +71,7 @@ from hub.core.validation import (
     validate_workspace,
 )
 from hub.log.base import AppendItem, EventStore
-from hub.log.codec import UNDECODABLE, decode_joined
+from hub.log.codec import UNDECODABLE, check_depth, decode_joined
 from hub.log.ids import mint_id
 from hub.log.intents import BlobStaging, sweep_intents
 from hub.log.loading import load_state, save_snapshot_if_due
@@ -314,6 +314,37 @@ class Workspaces:
         self._listeners.remove(listener)
 
     # -- reads --------------------------------------------------------------------------------
+
+    async def read_batch(
+        self, workspace: str, *, after_seq: int = 0, until_seq: int | None = None, limit: int
+    ) -> list[Event]:
+        """The store's :meth:`~hub.log.base.EventStore.read_batch`, as every door reads a log
+        (a subscriber's follow, the journals, the A2A tasks): a quarantined workspace is
+        refused, and one whose page cannot be read back is quarantined
+        (:meth:`quarantine_unreadable`) rather than answered ``internal``. Raises
+        ``Unavailable``."""
+        self.refuse_quarantined(workspace)
+        try:
+            return await self.store.read_batch(
+                workspace, after_seq=after_seq, until_seq=until_seq, limit=limit
+            )
+        except IntegrityError as e:
+            raise self.quarantine_unreadable(workspace, e) from e
+
+    async def read_raw(
+        self, workspace: str, *, after_seq: int = 0, limit: int
+    ) -> list[tuple[int, bytes]]:
+        """The store's :meth:`~hub.log.base.EventStore.read_raw` for a subscription's
+        catch-up, which hands the bytes on undecoded: checked as a decoding read checks them
+        (:func:`hub.log.codec.check_depth`: an event from before the nesting bound), refused
+        and quarantined as :meth:`read_batch`. Raises ``Unavailable``."""
+        self.refuse_quarantined(workspace)
+        page = await self.store.read_raw(workspace, after_seq=after_seq, limit=limit)
+        try:
+            check_depth([body for _, body in page], [seq for seq, _ in page], "seq")
+        except IntegrityError as e:
+            raise self.quarantine_unreadable(workspace, e) from e
+        return page
 
     async def state(self, workspace: str, *, at_seq: int | None = None) -> WorkspaceState:
         """The committed state, now or at ``at_seq`` (time travel). Raises ``BadRequest``."""

@@ -544,7 +544,9 @@ class EventStore(abc.ABC):
     async def read_raw(
         self, workspace: str, *, after_seq: int = 0, limit: int = 1000
     ) -> list[tuple[int, bytes]]:
-        """Like :meth:`read_batch` but the stored JSON bytes, for fan-out without re-encoding."""
+        """Like :meth:`read_batch` but the stored JSON bytes, verbatim and unchecked (``agora
+        export`` copies a damaged log as it is); a door that hands them on checks them
+        (:meth:`hub.workspaces.Workspaces.read_raw`)."""
 
     @abc.abstractmethod
     async def lookup_ids(self, workspace: str, ids: Sequence[str]) -> dict[str, Event]:

@@ -109,6 +109,16 @@ def join_bodies(bodies: Sequence[bytes | str], keys: Iterable[int], key_name: st
     :meth:`hub.log.base.EventStore.read_joined`). Raises :class:`IntegrityError` naming the
     first row nested deeper than :data:`READ_MAX_DEPTH`, as :func:`decode_page` would."""
     raw = [as_bytes(b) for b in bodies]
+    check_depth(raw, keys, key_name)
+    return b"[" + b",".join(raw) + b"]"
+
+
+def check_depth(raw: Sequence[bytes], keys: Iterable[int], key_name: str) -> None:
+    """Raise :class:`IntegrityError` naming the first of the stored bodies ``raw`` nested
+    deeper than :data:`READ_MAX_DEPTH` (what :func:`decode_page` refuses), for the readers that
+    hand stored bytes on undecoded (:func:`join_bodies`, a subscription's catch-up:
+    :meth:`hub.workspaces.Workspaces.read_raw`). Costs one bracket count per body unless one
+    holds that many."""
     if raw and max(map(_bracket_count, raw)) > READ_MAX_DEPTH:  # as decode_page decides
         for key, body in zip(keys, raw, strict=True):
             if json_too_deep(body, READ_MAX_DEPTH):
@@ -117,7 +127,6 @@ def join_bodies(bodies: Sequence[bytes | str], keys: Iterable[int], key_name: st
                     f"stored event at {key_name} {key} cannot be decoded: {bad}",
                     **{key_name: key},
                 ) from bad
-    return b"[" + b",".join(raw) + b"]"
 
 
 class Row(Protocol):

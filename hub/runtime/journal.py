@@ -29,7 +29,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Final
 
-from hub.core.errors import Busy, IntegrityError, NotFound
+from hub.core.errors import Busy, NotFound
 from hub.core.events import (
     Event,
     ExecCancelRequested,
@@ -249,12 +249,9 @@ class Journals:
         try:
             journal = WorkspaceJournal(workspace)
             while True:
-                try:
-                    page = await self.store.read_batch(
-                        workspace, after_seq=journal.seq, limit=READ_BATCH
-                    )
-                except IntegrityError as e:
-                    raise self.workspaces.quarantine_unreadable(workspace, e) from e
+                page = await self.workspaces.read_batch(
+                    workspace, after_seq=journal.seq, limit=READ_BATCH
+                )
                 for event in page:
                     journal.fold(event)
                 if len(page) < READ_BATCH:
@@ -296,7 +293,7 @@ class Journals:
         """The events of ``exec_id`` with ``after_seq < seq <= until_seq``, in seq order."""
         after = after_seq
         while after < until_seq:
-            page = await self.store.read_batch(
+            page = await self.workspaces.read_batch(
                 workspace, after_seq=after, until_seq=until_seq, limit=READ_BATCH
             )
             if not page:

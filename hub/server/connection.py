@@ -805,7 +805,7 @@ class Connection:
         try:
             cursor = subscription.cursor
             while (last := cursor.last) < head:
-                page = await self.hub.store.read_raw(
+                page = await self.hub.workspaces.read_raw(
                     workspace, after_seq=last, limit=min(CATCH_UP_PAGE, head - last)
                 )
                 if not page:
