@@ -76,6 +76,12 @@ def _bracket_count(body: bytes) -> int:
     return body.count(b"[") + body.count(b"{")
 
 
+def _may_nest_too_deep(body: bytes) -> bool:
+    """Whether ``body`` is long enough to nest deeper than :data:`READ_MAX_DEPTH`: each level
+    takes an opening bracket (a shorter body needs no count)."""
+    return len(body) > READ_MAX_DEPTH
+
+
 UNDECODABLE: Final = (msgspec.DecodeError, msgspec.ValidationError, TooDeep)
 """What :func:`decode_body` and :func:`decode_joined` raise for a damaged body."""
 
@@ -117,9 +123,12 @@ def check_depth(raw: Sequence[bytes], keys: Iterable[int], key_name: str) -> Non
     """Raise :class:`IntegrityError` naming the first of the stored bodies ``raw`` nested
     deeper than :data:`READ_MAX_DEPTH` (what :func:`decode_page` refuses), for the readers that
     hand stored bytes on undecoded (:func:`join_bodies`, a subscription's catch-up:
-    :meth:`hub.workspaces.Workspaces.read_raw`). Costs one bracket count per body unless one
-    holds that many."""
-    if raw and max(map(_bracket_count, raw)) > READ_MAX_DEPTH:  # as decode_page decides
+    :meth:`hub.workspaces.Workspaces.read_raw`). Costs one bracket count per body longer than
+    that (and a full check only of a page with a body holding that many brackets)."""
+    if (
+        raw
+        and max(map(_bracket_count, filter(_may_nest_too_deep, raw)), default=0) > READ_MAX_DEPTH
+    ):
         for key, body in zip(keys, raw, strict=True):
             if json_too_deep(body, READ_MAX_DEPTH):
                 bad = TooDeep(f"nested deeper than {READ_MAX_DEPTH} levels")
