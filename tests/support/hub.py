@@ -16,6 +16,7 @@ import itertools
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -149,8 +150,29 @@ class HubProcess:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            stacks = self._stacks()
             self.kill()
-            raise AssertionError(f"agora serve ignored SIGTERM for {timeout}s") from None
+            raise AssertionError(
+                f"agora serve ignored SIGTERM for {timeout}s; its log ends:\n{self.log()}{stacks}"
+            ) from None
+
+    def _stacks(self) -> str:
+        """Where a hub that will not stop is waiting: its threads' Python stacks, by py-spy
+        where it is installed (a diagnostic for a rare hang; nothing without it)."""
+        spy = shutil.which("py-spy")
+        if spy is None or self.proc is None:
+            return ""
+        try:
+            done = subprocess.run(
+                [spy, "dump", "--nonblocking", "--pid", str(self.proc.pid)],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return f"\n(py-spy dump failed: {e})"
+        return f"\npy-spy dump:\n{done.stdout[-LOG_TAIL:]}{done.stderr[-2000:]}"
 
     def kill(self) -> None:
         """SIGKILL: a crash (no shutdown, no close frames, no goodbye to the database)."""
