@@ -218,7 +218,8 @@ class AgoraRequestHandler(RequestHandler):
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task:
         """Append ``workCancelled`` (or ask the runtime to kill an execution). Raises
         TaskNotFoundError, TaskNotCancelableError (terminal, or the caller is neither the
-        requester nor the owner)."""
+        requester nor the owner), InternalError when the hub cannot take the cancel now (its
+        log is locked or down: retry)."""
         cap = capability_of(context)
         ref, view = await self._find(params.id, cap)
         if view.terminal:
@@ -231,6 +232,8 @@ class AgoraRequestHandler(RequestHandler):
             try:
                 await self.runtime.kill(ref.workspace, params.id, capability=cap)
             except AgoraError as e:
+                if e.blame != "client":
+                    raise a2a_error(e) from e  # the hub failed: retry, the task may yet end
                 raise TaskNotCancelableError(message=e.message, data=error_data(e)) from e
         else:
             cancelled = view.task()
@@ -246,7 +249,9 @@ class AgoraRequestHandler(RequestHandler):
                     prev_version=TaskVersion.MISSING,
                     context=context,
                 )
-            except UnsupportedOperationError as e:
+            except (UnsupportedOperationError, InvalidParamsError) as e:
+                # The log refused the cancel (a client error); an InternalError (the log
+                # cannot take it now) goes out as it is: retry.
                 raise TaskNotCancelableError(message=e.message, data=e.data) from e
             except ConcurrentTaskModificationError as e:
                 raise TaskNotCancelableError(message=f"task {params.id} has ended") from e

@@ -343,7 +343,9 @@ class LogTaskStore(VersionedTaskStore):
         try:
             result = await self.workspaces.publish(ref.workspace, [draft], producer=cap.agent)
         except AgoraError as e:
-            raise UnsupportedOperationError(message=e.message, data={"agoraCode": e.code}) from e
+            # The one table's class: a log that cannot take the write now (``unavailable``)
+            # is a server error the peer retries, not an unsupported operation.
+            raise a2a_error(e) from e
         return TaskVersion(result.events[-1].seq)
 
     async def delete(self, task_id: str, context: ServerCallContext) -> None:

@@ -6,7 +6,9 @@ The other side of each work item is a workspace member working through Workspace
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +26,7 @@ from a2a.types.a2a_pb2 import (
     TaskState,
 )
 from a2a.utils.errors import (
+    InternalError,
     InvalidParamsError,
     TaskNotCancelableError,
     TaskNotFoundError,
@@ -40,6 +43,8 @@ from hub.core.capability import Capability
 from hub.core.errors import Exists
 from hub.core.events import (
     Completed,
+    ExecCancelRequested,
+    ExecCancelRequestedPayload,
     ExecFinished,
     ExecFinishedPayload,
     ExecOutput,
@@ -53,6 +58,7 @@ from hub.core.events import (
     WorkClaimed,
     WorkPublished,
 )
+from hub.log.sqlite import SqliteEventStore
 from hub.workspaces import Workspaces
 from tests.a2a_adapter.peers import WORKSPACE, TokenFactory, Worker, open_client
 from tests.support.a2a import a2a_listening
@@ -195,6 +201,42 @@ async def test_only_requester_or_owner_may_cancel(
         await workspaces.publish(WORKSPACE, [WorkClaimed(correlation_id=task_id)], producer="bob")
         with pytest.raises(TaskNotCancelableError):
             await other.cancel_task(CancelTaskRequest(id=task_id))
+
+
+async def test_a_cancel_the_log_cannot_take_now_is_a_server_error_to_retry(
+    tmp_path: Path, signer: TokenSigner, token: TokenFactory
+) -> None:
+    """Another process holds the log's write lock past the store's busy timeout: CancelTask
+    answers InternalError with ``agoraCode: unavailable`` (retry), not TaskNotCancelable
+    (which tells the peer the task can never be cancelled), and nothing is written; once the
+    lock is gone the same cancel works."""
+    store = SqliteEventStore(tmp_path / "agora.db", blobs_dir=tmp_path / "blobs", busy_timeout=0.3)
+    async with store:
+        ws = Workspaces(store)
+        config = HubConfig()
+        service = A2AService(ws, signer, config, host="127.0.0.1", port=0, blocking_timeout=20)
+        async with (
+            a2a_listening(service),
+            open_client(service.url, token(), streaming=False) as client,
+        ):
+            req = SendMessageRequest(message=message("job"))
+            req.configuration.return_immediately = True
+            [r] = [r async for r in client.send_message(req)]
+            task_id = r.task.id
+            other = sqlite3.connect(tmp_path / "agora.db", isolation_level=None)
+            try:
+                other.execute("BEGIN IMMEDIATE")  # the write lock, as another writer holds it
+                with pytest.raises(InternalError) as refused:
+                    await client.cancel_task(CancelTaskRequest(id=task_id))
+                assert isinstance(refused.value.data, dict)
+                assert refused.value.data["agoraCode"] == "unavailable"
+                other.execute("ROLLBACK")
+            finally:
+                other.close()
+            assert [e.kind for e in await events(ws)].count("workCancelled") == 0
+            cancelled = await client.cancel_task(CancelTaskRequest(id=task_id))
+            assert cancelled.status.state == S.TASK_STATE_CANCELED
+        await ws.aclose()
 
 
 async def test_continue_with_task_id_only_fills_the_context(
@@ -432,6 +474,77 @@ class FakeRuntime:
 
     async def kill(self, workspace: str, exec_id: str, *, capability: Capability) -> None:
         raise NotImplementedError
+
+
+class PendingRuntime(FakeRuntime):
+    """Accepts an execution and never runs it; a kill asks for its cancel in the log, as the
+    runtime does (``execCancelRequested``)."""
+
+    async def exec(
+        self, workspace: str, request: A2AExecRequest, *, exec_id: str, capability: Capability
+    ) -> str:
+        await self.workspaces.publish(
+            workspace,
+            [
+                ExecRequested(
+                    payload=ExecRequestedPayload(
+                        exec_id=exec_id, backend=request.backend, source=request.source
+                    )
+                )
+            ],
+            producer=capability.agent,
+            trusted=True,
+        )
+        return exec_id
+
+    async def kill(self, workspace: str, exec_id: str, *, capability: Capability) -> None:
+        await self.workspaces.publish(
+            workspace,
+            [ExecCancelRequested(payload=ExecCancelRequestedPayload(exec_id=exec_id))],
+            producer=capability.agent,
+            trusted=True,
+        )
+
+
+async def test_a_kill_the_log_cannot_take_now_is_a_server_error_to_retry(
+    tmp_path: Path, signer: TokenSigner, token: TokenFactory
+) -> None:
+    """As for a work item's cancel: the runtime's kill fails with ``unavailable`` (the log's
+    write lock held by another process) and CancelTask answers InternalError, not
+    TaskNotCancelable."""
+    store = SqliteEventStore(tmp_path / "agora.db", blobs_dir=tmp_path / "blobs", busy_timeout=0.3)
+    async with store:
+        ws = Workspaces(store)
+        service = A2AService(
+            ws, signer, HubConfig(), host="127.0.0.1", port=0, runtime=PendingRuntime(ws)
+        )
+        exec_part = Part()
+        exec_part.data.CopyFrom(
+            json_format.ParseDict(
+                {"agora.exec": {"backend": "process", "source": "sleep 9"}}, struct_pb2.Value()
+            )
+        )
+        req = SendMessageRequest(
+            message=Message(
+                message_id="m-held", role=Role.ROLE_USER, parts=[exec_part], context_id=WORKSPACE
+            )
+        )
+        req.configuration.return_immediately = True
+        runner = token(rights=("read", "write", "exec"), backends=("process",))
+        async with a2a_listening(service), open_client(service.url, runner, streaming=False) as c:
+            [r] = [r async for r in c.send_message(req)]
+            other = sqlite3.connect(tmp_path / "agora.db", isolation_level=None)
+            try:
+                other.execute("BEGIN IMMEDIATE")
+                with pytest.raises(InternalError) as refused:
+                    await c.cancel_task(CancelTaskRequest(id=r.task.id))
+                assert isinstance(refused.value.data, dict)
+                assert refused.value.data["agoraCode"] == "unavailable"
+                other.execute("ROLLBACK")
+            finally:
+                other.close()
+        assert "execCancelRequested" not in [e.kind for e in await events(ws)]
+        await ws.aclose()
 
 
 async def test_exec_part_runs_through_the_runtime(
