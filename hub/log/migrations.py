@@ -44,8 +44,8 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         1,
         "events, heads, blobs, snapshots",
         (
-            # The log. ``position`` is assigned from max(position) + 1 under a table lock (see
-            # hub.log.postgres), so it is gapless and its order is commit order.
+            # The log. ``position`` was assigned from max(position) + 1 under a table lock
+            # until migration 10 (a sequence since: see hub.log.postgres, "Ordering").
             """
             CREATE TABLE {schema}.events (
                 position  BIGINT PRIMARY KEY,
@@ -251,6 +251,49 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             """
             CREATE INDEX events_exec_lifecycle ON {schema}.events (workspace, seq)
             WHERE kind IN ('execRequested', 'execStarted', 'execFinished')
+            """,
+        ),
+    ),
+    Migration(
+        10,
+        "positions from a sequence, events.tx: writers of different workspaces in parallel",
+        (
+            # The writing transaction of each event (NULL for the events written before this
+            # migration, all committed): read_all's horizon (hub.log.postgres, "Ordering").
+            # Nullable then defaulted, so the table is not rewritten.
+            "ALTER TABLE {schema}.events ADD COLUMN tx xid8",
+            "ALTER TABLE {schema}.events ALTER COLUMN tx SET DEFAULT pg_current_xact_id()",
+            "CREATE SEQUENCE {schema}.positions AS BIGINT MINVALUE 1",
+            """
+            SELECT setval('{schema}.positions',
+                          COALESCE((SELECT max(position) FROM {schema}.events), 0) + 1, false)
+            """,
+            # A batch's block of n positions, taken with the transaction's id under a lock held
+            # for these statements only (a session lock, let go before COMMIT): so the order
+            # of the writing transactions' ids is the order of their blocks, which is what
+            # read_all's horizon needs. The first id of the transaction is the one it gets
+            # here: nothing the writer does before writes.
+            """
+            CREATE FUNCTION {schema}.take_positions(n BIGINT) RETURNS BIGINT
+            LANGUAGE plpgsql AS $$
+            DECLARE
+                first BIGINT;
+            BEGIN
+                PERFORM pg_advisory_lock(hashtextextended('{schema}.positions', 0));
+                BEGIN
+                    PERFORM pg_current_xact_id();
+                    first := nextval('{schema}.positions');
+                    IF n > 1 THEN
+                        PERFORM setval('{schema}.positions', first + n - 1);
+                    END IF;
+                EXCEPTION WHEN OTHERS THEN
+                    PERFORM pg_advisory_unlock(hashtextextended('{schema}.positions', 0));
+                    RAISE;
+                END;
+                PERFORM pg_advisory_unlock(hashtextextended('{schema}.positions', 0));
+                RETURN first;
+            END
+            $$
             """,
         ),
     ),

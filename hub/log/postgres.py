@@ -4,29 +4,33 @@ Same interface and semantics as :class:`hub.log.sqlite.SqliteEventStore` (the co
 suite in tests/hub/log runs on both); what differs is how it stays correct with several
 writers, each a hub node with its own store instance:
 
-* **Commit order = position order.** Every writing transaction first takes
-  ``LOCK TABLE events IN EXCLUSIVE MODE`` (eventsourcing's choice), then assigns positions from
-  ``max(position) + 1``. The lock conflicts with every other writer's lock (and any stray
-  ``INSERT``) but not with readers' ``SELECT``, and is held until COMMIT, so transactions that
-  write events are serialized: positions are gapless and a transaction's events become visible
-  before the next writer even reads ``max(position)``. A reader following ``read_all`` by
-  position can therefore never see position *n + 1* while *n* is still to come. A sequence
-  would not do: ``nextval`` is not transactional, so a transaction could take 5, another 6 and
-  commit first, and a follower at 6 would skip 5 forever. The lock is scoped to the schema's
-  table (stores in other schemas never wait for each other) and bounded by ``lock_timeout``.
-  docs/operations.md, "PostgreSQL", has the discussion.
-* **One writer, group commit** (:mod:`hub.log.writer`, shared with the SQLite store): ``append``
-  enqueues on a bounded queue; one writer task owned by the store drains every queued request
-  (up to ``batch_max`` events) into ONE transaction on its own connection: lock, read the heads
-  of the workspaces involved and the already-stored ids, check and seal every request in memory
-  (:func:`hub.log.writer.decide_batch`), then one statement inserts every row, updates ``heads``
-  and sends the notifications. One request's ``Conflict`` never fails the others; a failed
-  transaction fails every request of the batch with :class:`Unavailable` (then nothing of it was
-  written, except when the connection died during COMMIT itself: the outcome is then unknown,
-  and a retry with the same ids answers ``duplicate`` if it was written). Unlike SQLite's, a
-  request whose caller was cancelled before its transaction began is dropped (a transaction here
-  holds the log's lock for every node), and a transaction under way is finished before a
-  cancelled writer lets go.
+* **Per-workspace write locks.** Every writing transaction first takes a transaction advisory
+  lock per workspace of its batch (:func:`workspace_lock_key`, in key order: no cycle), then
+  reads those heads and holds the locks until COMMIT: a workspace's writers are serialized
+  (gapless seqs, each batch on the head it read) while writers of different workspaces,
+  on any node, commit in parallel. (Until migration 10, ``LOCK TABLE events IN EXCLUSIVE
+  MODE`` serialized every writer.) It also takes the table ROW EXCLUSIVE, which holds off
+  an older node's or an operator's EXCLUSIVE lock without serializing the writers.
+* **Never skip a late commit.** Positions come from a sequence, in one block per batch taken
+  with the transaction's id under a short lock (migration 10's ``take_positions``), so
+  transaction-id order is block order; each row records its transaction (``tx``). ``read_all``
+  stops at the first row whose transaction is not older than every running one
+  (``pg_snapshot_xmin``): below it, any transaction holding a lower block has ended. A
+  follower by position can therefore never see position *n + 1* while *n* is still to come;
+  positions may have gaps (a refused request's, a failed transaction's). docs/operations.md,
+  "Ordering", has the discussion.
+* **One writer, group commit** (:mod:`hub.log.writer`, shared with the SQLite store):
+  ``append`` enqueues on a bounded queue; one writer task owned by the store drains every
+  queued request (up to ``batch_max`` events) into ONE transaction on its own connection: lock
+  its workspaces, take its positions, read their heads and the already-stored ids, check and
+  seal every request in memory (:func:`hub.log.writer.decide_batch`), then one statement
+  inserts every row, updates ``heads`` and sends the notifications. One request's ``Conflict``
+  never fails the others; a failed transaction fails every request of the batch with
+  :class:`Unavailable` (then nothing of it was written, except when the connection died during
+  COMMIT itself: the outcome is then unknown, and a retry with the same ids answers
+  ``duplicate`` if it was written). Unlike SQLite's, a request whose caller was cancelled
+  before its transaction began is dropped (a transaction here holds its workspaces' locks for
+  every node), and a transaction under way is finished before a cancelled writer lets go.
 * **Only storable text.** An id with NUL or lone surrogates cannot be held in a TEXT column:
   ``append`` and ``import_events`` refuse it (:class:`BadRequest`), and a read by such a name
   finds nothing. Minted ids are time-ordered (hub.log.ids), as on SQLite.
@@ -52,7 +56,7 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
 from typing import Any, Final, TypeAlias
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -187,6 +191,14 @@ def _storable(text: str) -> bool:
     return True
 
 
+def workspace_lock_key(schema: str, workspace: str) -> int:
+    """The advisory lock key of ``workspace``'s writers in ``schema``: 64 bits of BLAKE2b,
+    signed as PostgreSQL's bigint. (Advisory keys are the database's, shared by its schemas:
+    the schema is hashed in.)"""
+    digest = hashlib.blake2b(f"{schema}\x00{workspace}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
 _TOUCHED: Final = (
     "greatest(now(), {b}.stored_at + interval '1 microsecond', "
     "timestamptz 'epoch' + (coalesce({at}::bigint, 0) + 1) * interval '1 microsecond')"
@@ -199,13 +211,18 @@ class _Sql:
 
     def __init__(self, schema: str) -> None:
         s = quote(schema)
-        self.lock = f"LOCK TABLE {s}.events IN EXCLUSIVE MODE"
-        # The last position and the heads of the workspaces of a batch, in one round trip:
-        # always one row (workspace NULL when none of them has a head yet).
+        # Taken first by every writing transaction: ROW EXCLUSIVE (what an INSERT takes
+        # anyway) does not conflict with itself, so writers of different workspaces run in
+        # parallel, but it waits for (and holds off) anyone holding the table EXCLUSIVE: a
+        # node of an older version (one table lock per batch) or an operator's lock.
+        self.lock = f"LOCK TABLE {s}.events IN ROW EXCLUSIVE MODE"
+        # The batch's block of $2 positions (migration 10's take_positions, evaluated once:
+        # a CTE) and the heads of its workspaces, in one round trip: always one row
+        # (workspace NULL when none of them has a head yet).
         self.tips = f"""
-            SELECT (SELECT COALESCE(MAX(position), 0) FROM {s}.events) AS last,
-                   h.workspace, h.seq, h.hash, h.position, h.timestamp
-            FROM (VALUES (1)) AS one
+            WITH block AS (SELECT {s}.take_positions($2::bigint) AS first)
+            SELECT block.first, h.workspace, h.seq, h.hash, h.position, h.timestamp
+            FROM block
             LEFT JOIN {s}.heads AS h ON h.workspace = ANY($1::text[])
         """
         self.known_ids = (
@@ -339,8 +356,12 @@ class _Sql:
             f"SELECT seq, body FROM {s}.events WHERE workspace = $1 AND seq > $2 AND seq <= $3 "
             "ORDER BY seq LIMIT $4"
         )
+        # Each event past $1 and whether it is below the horizon: written before migration 10,
+        # or by a transaction older than every one still running ("Ordering" above).
         self.all = (
-            f"SELECT position, body FROM {s}.events WHERE position > $1 ORDER BY position LIMIT $2"
+            "SELECT position, body, "
+            "tx IS NULL OR tx < pg_snapshot_xmin(pg_current_snapshot()) "
+            f"FROM {s}.events WHERE position > $1 ORDER BY position LIMIT $2"
         )
         self.save_snapshot = (
             f"INSERT INTO {s}.snapshots (workspace, name, version, seq, body) "
@@ -890,7 +911,7 @@ class PostgresEventStore(EventStore):
     ``open`` refuses an old schema). ``batch_max``: the most events one group commit writes (a
     larger single request is written alone). ``queue_max``: the most requests waiting for the
     writer (one ``append_many`` call counts once); ``append`` then waits for room.
-    ``lock_timeout``: seconds to wait for the log's write lock held by another node before
+    ``lock_timeout``: seconds to wait for a workspace's write lock held by another node before
     failing with :class:`Unavailable`. ``channel``: the NOTIFY channel (default
     ``<schema>_events``, so ``agora_events``).
     """
@@ -926,8 +947,8 @@ class PostgresEventStore(EventStore):
         self.command_timeout = command_timeout
         self.blobs = blobs if blobs is not None else PostgresBlobStore(self._get_pool, schema)
         self._sql = _Sql(schema)
-        self._lock = f"SET LOCAL lock_timeout = {int(lock_timeout * 1000)}; {self._sql.lock}"
-        self._begin = f"BEGIN ISOLATION LEVEL READ COMMITTED; {self._lock}"
+        self._timeout = f"SET LOCAL lock_timeout = {int(lock_timeout * 1000)}"
+        self._begin = f"BEGIN ISOLATION LEVEL READ COMMITTED; {self._timeout}; {self._sql.lock}"
         self._writer: Conn | None = None  # the writer's own connection (_writer_connection)
         self._pool: Pool | None = None
         self._commits = GroupCommit(batch_max=batch_max, queue_max=queue_max, storable=_storable)
@@ -1108,7 +1129,7 @@ class PostgresEventStore(EventStore):
     async def _transact(self, batch: list[WriteRequest]) -> list[WriteOutcome]:
         """Write one batch in one transaction; one outcome per request, in order."""
         try:
-            conn = await self._begun()
+            conn = await self._begun({r.workspace for r in batch})
             try:
                 decision, now = await self._decide(conn, batch)
                 trees: dict[str, TreeTip] = {}
@@ -1146,15 +1167,27 @@ class PostgresEventStore(EventStore):
             self._writer = await asyncpg.connect(self.dsn, command_timeout=self.command_timeout)
         return self._writer
 
-    async def _begun(self) -> Conn:
-        """The writer's connection, in a transaction holding the log's write lock: BEGIN, the
-        lock's timeout and the lock in one round trip (the simple query protocol takes
-        several statements); then come the heads, the ids already stored, the rows and
-        COMMIT. A connection found lost here (the server restarted, an operator ended it)
+    def _locks(self, workspaces: Iterable[str]) -> str:
+        """The statements that take the write locks of ``workspaces``, one transaction
+        advisory lock each, in key order (two batches locking the same workspaces never wait
+        for each other in a cycle). A key is 64 bits of a hash of schema and workspace: two
+        workspaces sharing one only wait for each other. Integers: safe in the text."""
+        return "; ".join(
+            f"SELECT pg_advisory_xact_lock({key})"
+            for key in sorted({workspace_lock_key(self.schema, w) for w in workspaces})
+        )
+
+    async def _begun(self, workspaces: Collection[str]) -> Conn:
+        """The writer's connection, in a transaction holding the write locks of the batch's
+        ``workspaces``: BEGIN, the locks' timeout, the table's ROW EXCLUSIVE lock and the
+        workspaces' locks in one round trip (the simple query protocol takes several
+        statements); then come the positions with the heads, the ids already stored, the rows
+        and COMMIT. A connection found lost here (the server restarted, an operator ended it)
         is replaced once: nothing of the batch was sent yet."""
+        begin = f"{self._begin}; {self._locks(workspaces)}"
         conn = await self._writer_connection()
         try:
-            await conn.execute(self._begin)
+            await conn.execute(begin)
         except Exception as e:
             if not _connection_lost(e):
                 await self._roll_back(conn)
@@ -1163,7 +1196,7 @@ class PostgresEventStore(EventStore):
             self._writer = None
             conn = await self._writer_connection()
             try:
-                await conn.execute(self._begin)
+                await conn.execute(begin)
             except BaseException:
                 await self._roll_back(conn)
                 raise
@@ -1284,7 +1317,9 @@ class PostgresEventStore(EventStore):
     async def _decide(self, conn: Conn, batch: list[WriteRequest]) -> tuple[Decision, int]:
         """Check and seal every request of the batch in memory (:func:`decide_batch`), holding the
         lock. Returns the decision and the batch's timestamp."""
-        found = await conn.fetch(self._sql.tips, sorted({r.workspace for r in batch}))
+        # A block for every event the batch may write (a refused request's stay unused).
+        size = sum(r.size for r in batch)
+        found = await conn.fetch(self._sql.tips, sorted({r.workspace for r in batch}), size)
         tips: dict[str, Tip] = {
             r["workspace"]: (r["seq"], r["hash"], r["position"], r["timestamp"])
             for r in found
@@ -1297,7 +1332,7 @@ class PostgresEventStore(EventStore):
             batch,
             tip=lambda workspace: tips.get(workspace, EMPTY_TIP),
             known=await self._known_ids(conn, batch),
-            position=int(found[0]["last"]) + 1,
+            position=int(found[0]["first"]),
             now=now,
             mint=mint_ids,  # time-ordered: 64 writers 1.12-1.17x over uuid4 (ids.py)
             tree=True,
@@ -1378,14 +1413,14 @@ class PostgresEventStore(EventStore):
         return _hash_map(rows)
 
     async def rebuild_hashes(self, workspace: str) -> int:
-        """See :meth:`EventStore.rebuild_hashes`: under the log's write lock, so no node
-        appends meanwhile."""
+        """See :meth:`EventStore.rebuild_hashes`: under the workspace's write lock, so no node
+        appends to it meanwhile."""
         if not _storable(workspace):
             return 0
         try:
             pool = self._get_pool()
             async with pool.acquire() as conn, conn.transaction(isolation="read_committed"):
-                await conn.execute(self._lock)
+                await conn.execute(f"{self._timeout}; {self._locks([workspace])}")
                 size = int(await conn.fetchval(self._sql.head_seq, workspace) or 0)
                 tip = await self._rebuild(conn, workspace, size)
         except _DRIVER_ERRORS as e:
@@ -1538,6 +1573,8 @@ class PostgresEventStore(EventStore):
         if limit <= 0:
             return []
         rows = await self._fetch(self._sql.all, (after_position, limit), "reading events")
+        settled = next((i for i, r in enumerate(rows) if not r[2]), len(rows))
+        rows = rows[:settled]  # up to the horizon: nothing can still commit below it
         return decode_page([r[1] for r in rows], [r[0] for r in rows], "position")
 
     async def lookup_ids(self, workspace: str, ids: Sequence[str]) -> dict[str, Event]:

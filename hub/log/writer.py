@@ -21,10 +21,10 @@ errors, and how ids are minted. The stores differ there on purpose:
 
 * Tips: SQLite caches them across transactions (one store owns the file; ``PRAGMA
   data_version`` reveals another writer); PostgreSQL reads them in every transaction, under
-  the table lock, because other hub nodes append too.
+  the workspaces' write locks, because other hub nodes append too.
 * Cancelled callers: PostgreSQL drops the requests whose caller gave up before the
-  transaction began (a transaction holds the log's lock for every node) and finishes one under
-  way before its cancelled writer task lets go; SQLite hands whole batches to its thread,
+  transaction began (a transaction holds its workspaces' locks for every node) and finishes
+  one under way before its cancelled writer task lets go; SQLite hands whole batches to its thread,
   where a transaction cannot be interrupted. Either way the real outcome reaches the callers
   still waiting, and a retry with the same ids answers ``duplicate``.
 * Ids: PostgreSQL refuses client ids a TEXT column cannot hold (``storable``); both mint

@@ -6,6 +6,7 @@ test_conformance.py, which runs on PostgreSQL too).
   the final log, never skipping an event that committed late;
 * schema migrations: idempotent, concurrent-safe, refusing a newer schema, ``agora db migrate``;
 * NOTIFY ``<workspace>:<seq>`` on commit, received by a LISTEN connection;
+* writers of different workspaces in parallel, and read_all's horizon;
 * the write lock's timeout, the URL options, the factory scheme, blobs shared between nodes.
 
 Every test gets its own schema (random name), dropped with CASCADE afterwards. The database is
@@ -33,7 +34,12 @@ from hub.core.errors import BadRequest, Conflict, IntegrityError, Unavailable
 from hub.core.events import Event, MessagePayload, MessagePosted, encode_event
 from hub.log.factory import open_store
 from hub.log.migrations import LATEST, SchemaVersionError, current_version, migrate
-from hub.log.postgres import PostgresEventStore, parse_notification, parse_url
+from hub.log.postgres import (
+    PostgresEventStore,
+    parse_notification,
+    parse_url,
+    workspace_lock_key,
+)
 from tests.support.postgres import POSTGRES_DSN, pg_run, postgres_unavailable
 from tests.support.require import require
 
@@ -134,10 +140,10 @@ async def test_two_writers_follower_never_skips(schema: str) -> None:
             assert report.checked == head.seq
 
 
-async def test_positions_are_read_after_the_lock(schema: str) -> None:
-    """A node waiting for the write lock assigns positions only once it holds it, after
-    everything committed before: here another writer (by hand, holding the lock) commits
-    position 2 while node b waits, and b's event gets position 3."""
+async def test_writers_of_different_workspaces_do_not_wait_for_each_other(schema: str) -> None:
+    """A transaction holding workspace w's write lock (by hand, as a node in the middle of a
+    batch of w) holds back the appends to w only: an append to another workspace commits
+    meanwhile, and the one to w commits once that transaction ends, after what it wrote."""
     async with (
         PostgresEventStore(DSN, schema=schema) as a,
         PostgresEventStore(DSN, schema=schema) as b,
@@ -145,30 +151,55 @@ async def test_positions_are_read_after_the_lock(schema: str) -> None:
     ):
         await a.append("w", [msg("first")])
         async with blocker.transaction():
-            await blocker.execute(f'LOCK TABLE "{schema}".events IN EXCLUSIVE MODE')
+            await blocker.execute(
+                "SELECT pg_advisory_xact_lock($1)", workspace_lock_key(schema, "w")
+            )
             late = asyncio.create_task(b.append("w", [msg("waits")]))
+            await asyncio.sleep(0.1)  # b's batch is waiting for the lock
+            # (Another node: one node's batches go one after another.)
+            other = await asyncio.wait_for(a.append("other", [msg("goes")]), 5)
+            assert other.seqs == [1]
             await asyncio.sleep(0.2)
             assert not late.done()
-            other = seal(
+        result = await late
+        assert result.seqs == [2]
+        assert result.events[0].position > other.events[0].position
+        assert [e.workspace for e in await a.read_all()] == ["w", "other", "w"]
+
+
+async def test_read_all_stops_below_a_block_still_being_written(schema: str) -> None:
+    """The horizon: a transaction took a block of positions (as a node's batch does) and
+    has not committed; an append after it commits with a higher position. read_all shows
+    nothing from that block on until the transaction ends, so a follower by position never
+    passes the block's event and never skips it: it then reads both, in position order."""
+    async with PostgresEventStore(DSN, schema=schema) as store, connection() as slow:
+        first = await store.append("w", [msg("first")])
+        async with slow.transaction():
+            block = await slow.fetchval(f'SELECT "{schema}".take_positions(1)')
+            after = await store.append("x", [msg("commits first")])
+            assert after.events[0].position > block > first.events[0].position
+            assert [e.id for e in await store.read_all()] == first.ids
+            assert await store.read_all(after_position=first.events[0].position) == []
+            late = seal(
                 msg("by hand"),
                 id="h",
                 workspace="other",
                 seq=1,
-                position=2,
+                position=block,
                 timestamp=1,
                 producer="",
                 prev="",
             )
-            await blocker.execute(
+            await slow.execute(
                 f'INSERT INTO "{schema}".events '
                 "(position, workspace, seq, id, kind, timestamp, hash, body) "
-                "VALUES (2, 'other', 1, 'h', 'messagePosted', 1, $1, $2)",
-                other.hash,
-                encode_event(other),
+                "VALUES ($1, 'other', 1, 'h', 'messagePosted', 1, $2, $3)",
+                block,
+                late.hash,
+                encode_event(late),
             )
-        result = await late
-        assert (result.events[0].position, result.events[0].seq) == (3, 2)
-        assert [e.position for e in await a.read_all()] == [1, 2, 3]
+        followed = await store.read_all(after_position=first.events[0].position)
+        assert [e.id for e in followed] == ["h", *after.ids]
 
 
 async def test_lock_timeout_is_unavailable(schema: str) -> None:
@@ -452,15 +483,23 @@ async def test_migration_3_adds_the_tree_to_an_existing_log(schema: str) -> None
             "DROP COLUMN stored_at"
         )
         await conn.execute(f'DROP INDEX "{schema}".events_presence')  # migration 8
+        # Migration 10 (positions from a sequence, events.tx): the rows keep no tx.
+        await conn.execute(f'DROP FUNCTION "{schema}".take_positions')
+        await conn.execute(f'DROP SEQUENCE "{schema}".positions')
+        await conn.execute(f'ALTER TABLE "{schema}".events DROP COLUMN tx')
         await conn.execute(f'DELETE FROM "{schema}".schema_version WHERE version >= 3')
         assert await current_version(conn, schema) == 2
     async with PostgresEventStore(DSN, schema=schema) as store:
         assert await store.read_hash_map("ws", [0]) == {}
-        await store.append("ws", [msg("after")])
+        after = await store.append("ws", [msg("after")])
         # 6 leaves: 6 leaf hashes + 3 + 1 interior ones, every one of them stored.
         assert len(await store.read_hash_map("ws", list(range(20)))) == 10
+        # The events from before migration 10 (no tx) are below the horizon; the sequence
+        # starts past them.
+        assert [e.position for e in await store.read_all()] == [1, 2, 3, 4, 5, 6]
+        assert after.events[0].position == 6
     async with connection() as conn:
-        assert await current_version(conn, schema) == LATEST == 9
+        assert await current_version(conn, schema) == LATEST == 10
 
 
 async def cut_log(schema: str, workspace: str, seq: int) -> None:
