@@ -286,7 +286,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
                     IF n > 1 THEN
                         PERFORM setval('{schema}.positions', first + n - 1);
                     END IF;
-                EXCEPTION WHEN OTHERS THEN
+                EXCEPTION WHEN OTHERS OR query_canceled THEN  -- (OTHERS leaves out a cancel)
                     PERFORM pg_advisory_unlock(hashtextextended('{schema}.positions', 0));
                     RAISE;
                 END;

@@ -1207,7 +1207,9 @@ class PostgresEventStore(EventStore):
         batch opens another), so no batch ever begins inside a broken transaction."""
         try:
             if not conn.is_closed() and conn.is_in_transaction():
-                await conn.execute("ROLLBACK")
+                # (And any session lock left: take_positions lets go of its own even when
+                # it fails, so this is a second line only.)
+                await conn.execute("ROLLBACK; SELECT pg_advisory_unlock_all()")
         except Exception:  # any: asyncpg may not know yet that the server is gone
             conn.terminate()
         if self._writer is conn and conn.is_closed():
