@@ -556,7 +556,11 @@ class EventStore(abc.ABC):
 
     @abc.abstractmethod
     async def read_all(self, *, after_position: int = 0, limit: int = 1000) -> list[Event]:
-        """Up to ``limit`` events of every workspace with ``position > after_position``."""
+        """Up to ``limit`` events of every workspace with ``position > after_position``, in
+        position order, never one below a position that may still commit: a follower that
+        reads on from the last position it got skips nothing. A page may come shorter than
+        ``limit``, or empty, while events follow it (PostgreSQL returns only what is below
+        its horizon, docs/operations.md, "Ordering"): a short page is not the end."""
 
     @abc.abstractmethod
     async def head(self, workspace: str) -> Head | None:

@@ -268,29 +268,36 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             SELECT setval('{schema}.positions',
                           COALESCE((SELECT max(position) FROM {schema}.events), 0) + 1, false)
             """,
-            # A batch's block of n positions, taken with the transaction's id under a lock held
-            # for these statements only (a session lock, let go before COMMIT): so the order
-            # of the writing transactions' ids is the order of their blocks, which is what
-            # read_all's horizon needs. The first id of the transaction is the one it gets
-            # here: nothing the writer does before writes.
+            # A batch's block of n positions from the sequence ``positions``, taken with the
+            # transaction's id under a lock held for these statements only (a session lock,
+            # let go before COMMIT): so the order of the writing transactions' ids is the
+            # order of their blocks, which is what read_all's horizon needs. The id must be
+            # the transaction's first (it wrote nothing before): else refused, as a bug. The
+            # sequence is the caller's argument, not a name written here, so a schema
+            # restored under another name keeps working.
             """
-            CREATE FUNCTION {schema}.take_positions(n BIGINT) RETURNS BIGINT
-            LANGUAGE plpgsql AS $$
+            CREATE FUNCTION {schema}.take_positions(n BIGINT, positions REGCLASS)
+            RETURNS BIGINT LANGUAGE plpgsql AS $$
             DECLARE
+                key CONSTANT BIGINT := positions::oid::bigint;  -- (its name depends on search_path)
                 first BIGINT;
             BEGIN
-                PERFORM pg_advisory_lock(hashtextextended('{schema}.positions', 0));
+                IF pg_current_xact_id_if_assigned() IS NOT NULL THEN
+                    RAISE EXCEPTION 'take_positions: this transaction wrote before it'
+                        USING ERRCODE = 'object_not_in_prerequisite_state';
+                END IF;
+                PERFORM pg_advisory_lock(key);
                 BEGIN
                     PERFORM pg_current_xact_id();
-                    first := nextval('{schema}.positions');
+                    first := nextval(positions);
                     IF n > 1 THEN
-                        PERFORM setval('{schema}.positions', first + n - 1);
+                        PERFORM setval(positions, first + n - 1);
                     END IF;
                 EXCEPTION WHEN OTHERS OR query_canceled THEN  -- (OTHERS leaves out a cancel)
-                    PERFORM pg_advisory_unlock(hashtextextended('{schema}.positions', 0));
+                    PERFORM pg_advisory_unlock(key);
                     RAISE;
                 END;
-                PERFORM pg_advisory_unlock(hashtextextended('{schema}.positions', 0));
+                PERFORM pg_advisory_unlock(key);
                 RETURN first;
             END
             $$

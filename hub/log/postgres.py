@@ -114,6 +114,11 @@ DEFAULT_SCHEMA: Final = "agora"
 DEFAULT_POOL_SIZE: Final = 10
 DEFAULT_QUEUE_MAX: Final = 4096
 DEFAULT_BATCH_MAX: Final = 1024
+BATCH_WORKSPACES_MAX: Final = 64
+"""The most workspaces one transaction writes: it takes an advisory lock per workspace, and
+PostgreSQL's lock table is shared by the whole server (``max_locks_per_transaction`` times the
+connections: 64 times 100 by default), so a batch of 1024 workspaces from each of a few nodes could
+take it all. A batch that would name more ends there; the next one takes the rest."""
 DEFAULT_LOCK_TIMEOUT_S: Final = 10.0
 DEFAULT_COMMAND_TIMEOUT_S: Final = 60.0
 # ``follow``: how often the LISTEN connection is checked, and the reconnect backoff bounds.
@@ -220,7 +225,7 @@ class _Sql:
         # a CTE) and the heads of its workspaces, in one round trip: always one row
         # (workspace NULL when none of them has a head yet).
         self.tips = f"""
-            WITH block AS (SELECT {s}.take_positions($2::bigint) AS first)
+            WITH block AS (SELECT {s}.take_positions($2::bigint, '{s}.positions') AS first)
             SELECT block.first, h.workspace, h.seq, h.hash, h.position, h.timestamp
             FROM block
             LEFT JOIN {s}.heads AS h ON h.workspace = ANY($1::text[])
@@ -356,13 +361,26 @@ class _Sql:
             f"SELECT seq, body FROM {s}.events WHERE workspace = $1 AND seq > $2 AND seq <= $3 "
             "ORDER BY seq LIMIT $4"
         )
-        # Each event past $1 and whether it is below the horizon: written before migration 10,
-        # or by a transaction older than every one still running ("Ordering" above).
-        self.all = (
-            "SELECT position, body, "
-            "tx IS NULL OR tx < pg_snapshot_xmin(pg_current_snapshot()) "
-            f"FROM {s}.events WHERE position > $1 ORDER BY position LIMIT $2"
-        )
+        # Each event past $1 and whether it is below the horizon (docs/operations.md,
+        # "Ordering"): written before migration 10 (no tx); or by a transaction older than
+        # every one of this statement's snapshot still running that may be writing the log
+        # (``horizon``); or restored from another cluster (a tx past the snapshot's xmax: a
+        # transaction of this one that committed is below it). A running transaction is
+        # left out only when pg_locks, read after the snapshot, shows it still running
+        # without any write lock on events: the hub's writers take ROW EXCLUSIVE before they
+        # have an id and keep it to the end, so one that has ended since counts.
+        self.all = f"""
+            WITH snap AS MATERIALIZED (SELECT pg_current_snapshot() AS s),
+            horizon AS MATERIALIZED (
+                SELECT min(x) AS h
+                FROM snap, pg_snapshot_xip(snap.s) AS x
+            )
+            SELECT e.position, e.body,
+                   e.tx IS NULL OR horizon.h IS NULL OR e.tx < horizon.h
+                   OR e.tx >= pg_snapshot_xmax(snap.s)
+            FROM {s}.events AS e, snap, horizon
+            WHERE e.position > $1 ORDER BY e.position LIMIT $2
+        """
         self.save_snapshot = (
             f"INSERT INTO {s}.snapshots (workspace, name, version, seq, body) "
             "VALUES ($1, $2, $3, $4, $5) "
@@ -951,7 +969,12 @@ class PostgresEventStore(EventStore):
         self._begin = f"BEGIN ISOLATION LEVEL READ COMMITTED; {self._timeout}; {self._sql.lock}"
         self._writer: Conn | None = None  # the writer's own connection (_writer_connection)
         self._pool: Pool | None = None
-        self._commits = GroupCommit(batch_max=batch_max, queue_max=queue_max, storable=_storable)
+        self._commits = GroupCommit(
+            batch_max=batch_max,
+            queue_max=queue_max,
+            storable=_storable,
+            workspaces_max=BATCH_WORKSPACES_MAX,
+        )
         self._last_timestamp = 0
         # Frontiers of the workspaces this node wrote, keyed by their chain head: reused only
         # while the head read under the lock is still theirs (other nodes append too).
@@ -1422,7 +1445,7 @@ class PostgresEventStore(EventStore):
         try:
             pool = self._get_pool()
             async with pool.acquire() as conn, conn.transaction(isolation="read_committed"):
-                await conn.execute(f"{self._timeout}; {self._locks([workspace])}")
+                await conn.execute(f"{self._timeout}; {self._sql.lock}; {self._locks([workspace])}")
                 size = int(await conn.fetchval(self._sql.head_seq, workspace) or 0)
                 tip = await self._rebuild(conn, workspace, size)
         except _DRIVER_ERRORS as e:

@@ -192,7 +192,9 @@ class GroupCommit:
     """The bounded request queue and the one writer task of a store.
 
     ``storable(id)``: whether the store can hold that client-chosen id (an append or import
-    with one it cannot is a :class:`BadRequest`). Use :meth:`start` once the store's
+    with one it cannot is a :class:`BadRequest`). ``workspaces_max``: the most workspaces
+    one batch writes (PostgreSQL takes a lock per workspace, from a server-wide lock table;
+    None: any number). Use :meth:`start` once the store's
     resources are open and :meth:`close` to drain: stop taking requests, commit every accepted
     one (including those waiting for room in the queue), then release the store's resources.
     """
@@ -203,9 +205,11 @@ class GroupCommit:
         batch_max: int,
         queue_max: int,
         storable: Callable[[str], bool] = _any_id,
+        workspaces_max: int | None = None,
     ) -> None:
         self.batch_max = batch_max
         self.queue_max = queue_max
+        self.workspaces_max = workspaces_max
         self._storable = storable
         self.task: asyncio.Task[None] | None = None
         self.accepting = False
@@ -504,6 +508,7 @@ class GroupCommit:
         # not fit the last batch), oldest first.
         taken: collections.deque[WriteRequest] = collections.deque()
         batch_max = self.batch_max
+        workspaces_max = self.workspaces_max
         try:
             while True:
                 if not taken:
@@ -517,6 +522,7 @@ class GroupCommit:
                 first = taken.popleft()
                 batch = [first]
                 size = first.size
+                workspaces = {first.workspace}
                 # Drain whatever else is queued: that is the group in group commit.
                 while size < batch_max:
                     if not taken:
@@ -527,6 +533,10 @@ class GroupCommit:
                         continue
                     if size + taken[0].size > batch_max:
                         break  # the next batch's
+                    if workspaces_max is not None and taken[0].workspace not in workspaces:
+                        if len(workspaces) >= workspaces_max:
+                            break  # the next batch's too
+                        workspaces.add(taken[0].workspace)
                     request = taken.popleft()
                     batch.append(request)
                     size += request.size

@@ -10,9 +10,11 @@ after the test (the ``store_kind`` fixture calls ``cleanup``).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 import sqlite3
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ from typing import Final
 
 import asyncpg
 
+from hub.core.events import Event
 from hub.log.base import EventStore
 from hub.log.postgres import PostgresEventStore
 from hub.log.sqlite import SqliteEventStore
@@ -162,3 +165,25 @@ STORE_KINDS: Final[dict[str, StoreKind]] = {
         _postgres_delete_hashes,
     ),
 }
+
+
+async def read_all_from(
+    store: EventStore, count: int, *, after: int = 0, page: int = 1000, within: float = 10.0
+) -> list[Event]:
+    """``count`` events of ``read_all`` past position ``after``, read ``page`` at a time. On
+    PostgreSQL a short page is not the end of the log: read_all stops at its horizon while an
+    older transaction of the database runs (autovacuum's included), so this reads on until
+    ``count`` events came or ``within`` seconds passed (then returns what came, for the
+    test's assertion to show)."""
+    out: list[Event] = []
+    deadline = time.monotonic() + within
+    while len(out) < count:
+        batch = await store.read_all(after_position=after, limit=min(page, count - len(out)))
+        out.extend(batch)
+        if batch:
+            after = batch[-1].position
+        elif time.monotonic() > deadline:
+            break
+        else:
+            await asyncio.sleep(0.01)
+    return out

@@ -40,7 +40,7 @@ from hub.core.events import (
 from hub.core.records import JoinedPage, Snapshot
 from hub.core.rules.decide import FILE_KINDS
 from hub.log.base import AppendItem, EventStore
-from tests.hub.log.stores import StoreKind
+from tests.hub.log.stores import StoreKind, read_all_from
 
 
 def msg(text: str = "hello", *, id: str = "", producer: str = "alice") -> MessagePosted:
@@ -49,17 +49,6 @@ def msg(text: str = "hello", *, id: str = "", producer: str = "alice") -> Messag
 
 async def read_everything(store: EventStore, workspace: str) -> list[Event]:
     return [e async for e in store.read(workspace)]
-
-
-async def read_all_positions(store: EventStore, page: int = 7) -> list[Event]:
-    out: list[Event] = []
-    after = 0
-    while True:
-        batch = await store.read_all(after_position=after, limit=page)
-        out.extend(batch)
-        if len(batch) < page:
-            return out
-        after = batch[-1].position
 
 
 # -- appending -------------------------------------------------------------------------------
@@ -340,7 +329,7 @@ async def test_two_writers_race_position_order_is_commit_order(store: EventStore
         return out
 
     a, b = await asyncio.gather(writer("alpha", 60), writer("beta", 60))
-    everything = await read_all_positions(store)
+    everything = await read_all_from(store, len(a) + len(b), page=7)
     positions = [e.position for e in everything]
     assert positions == list(range(positions[0], positions[0] + len(everything)))
     assert len(everything) == len(a) + len(b)
@@ -452,9 +441,10 @@ async def test_read_all_pages_by_position(store: EventStore) -> None:
     written: list[Event] = []
     for i in range(9):
         written.extend((await store.append(f"w{i % 2}", [msg(str(i))])).events)
-    assert await read_all_positions(store, page=4) == written
-    tail = await store.read_all(after_position=written[4].position, limit=100)
+    assert await read_all_from(store, len(written), page=4) == written
+    tail = await read_all_from(store, 4, after=written[4].position, page=100)
     assert tail == written[5:]
+    assert await store.read_all(after_position=written[-1].position) == []
 
 
 async def test_lookup_ids(store: EventStore) -> None:

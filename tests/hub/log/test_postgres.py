@@ -35,11 +35,13 @@ from hub.core.events import Event, MessagePayload, MessagePosted, encode_event
 from hub.log.factory import open_store
 from hub.log.migrations import LATEST, SchemaVersionError, current_version, migrate
 from hub.log.postgres import (
+    BATCH_WORKSPACES_MAX,
     PostgresEventStore,
     parse_notification,
     parse_url,
     workspace_lock_key,
 )
+from tests.hub.log.stores import read_all_from
 from tests.support.postgres import POSTGRES_DSN, pg_run, postgres_unavailable
 from tests.support.require import require
 
@@ -92,7 +94,6 @@ async def test_two_writers_follower_never_skips(schema: str) -> None:
     a third follows by position. What it followed must be the final log, position by
     position: an event that committed late with a lower position would be skipped."""
     writers_per_node, appends_each = 8, 40
-    done = asyncio.Event()
     followed: list[tuple[int, str]] = []
 
     async with (
@@ -106,16 +107,17 @@ async def test_two_writers_follower_never_skips(schema: str) -> None:
                 batch = [msg(f"{node}{k}-{i}-{j}") for j in range(1 + (i % 3))]
                 await store.append(f"ws{(k + i) % 5}", batch)
 
+        expected_count = 2 * writers_per_node * sum(1 + (i % 3) for i in range(appends_each))
+
         async def follow() -> None:
+            # Until it has every event: a page may come short, or empty, while any older
+            # transaction of the database runs (the horizon), so an empty page is no end.
             after = 0
-            while True:
-                finished = done.is_set()  # read BEFORE the page: nothing commits after it
+            while len(followed) < expected_count:
                 page = await follower.read_all(after_position=after, limit=37)
                 followed.extend((e.position, e.id) for e in page)
                 if page:
                     after = page[-1].position
-                elif finished:
-                    return
                 else:
                     await asyncio.sleep(0)
 
@@ -126,13 +128,12 @@ async def test_two_writers_follower_never_skips(schema: str) -> None:
                     tg.create_task(write(a, "a", k))
                     tg.create_task(write(b, "b", k))
         finally:
-            done.set()
-            await follow_task
+            await asyncio.wait_for(follow_task, 30)
 
-        final = await follower.read_all(limit=1_000_000)
-        expected_count = 2 * writers_per_node * sum(1 + (i % 3) for i in range(appends_each))
+        final = await read_all_from(follower, expected_count)
         assert len(final) == expected_count
-        assert [e.position for e in final] == list(range(1, expected_count + 1))  # gapless
+        # No request refused and no batch failed here, so no position went unused.
+        assert [e.position for e in final] == list(range(1, expected_count + 1))
         assert followed == [(e.position, e.id) for e in final]
         for head in await follower.heads():
             report = await follower.verify(head.workspace)
@@ -164,7 +165,7 @@ async def test_writers_of_different_workspaces_do_not_wait_for_each_other(schema
         result = await late
         assert result.seqs == [2]
         assert result.events[0].position > other.events[0].position
-        assert [e.workspace for e in await a.read_all()] == ["w", "other", "w"]
+        assert [e.workspace for e in await read_all_from(a, 3)] == ["w", "other", "w"]
 
 
 async def test_read_all_stops_below_a_block_still_being_written(schema: str) -> None:
@@ -175,10 +176,12 @@ async def test_read_all_stops_below_a_block_still_being_written(schema: str) -> 
     async with PostgresEventStore(DSN, schema=schema) as store, connection() as slow:
         first = await store.append("w", [msg("first")])
         async with slow.transaction():
-            block = await slow.fetchval(f'SELECT "{schema}".take_positions(1)')
+            block = await slow.fetchval(
+                f'SELECT "{schema}".take_positions(1, \'"{schema}".positions\')'
+            )
             after = await store.append("x", [msg("commits first")])
             assert after.events[0].position > block > first.events[0].position
-            assert [e.id for e in await store.read_all()] == first.ids
+            assert [e.id for e in await read_all_from(store, 1)] == first.ids
             assert await store.read_all(after_position=first.events[0].position) == []
             late = seal(
                 msg("by hand"),
@@ -198,8 +201,69 @@ async def test_read_all_stops_below_a_block_still_being_written(schema: str) -> 
                 late.hash,
                 encode_event(late),
             )
-        followed = await store.read_all(after_position=first.events[0].position)
+        followed = await read_all_from(store, 2, after=first.events[0].position)
         assert [e.id for e in followed] == ["h", *after.ids]
+
+
+async def test_positions_are_refused_to_a_transaction_that_wrote_first(schema: str) -> None:
+    """The horizon needs a writer's transaction id to be taken with its block: one that
+    already has an id (it wrote before) is refused, not given a block out of order."""
+    async with PostgresEventStore(DSN, schema=schema) as store, connection() as conn:
+        await store.append("w", [msg("first")])
+        take = f"""SELECT "{schema}".take_positions(1, '"{schema}".positions')"""
+        async with conn.transaction():
+            await conn.fetchval(take)  # the first id of its transaction: given
+        with pytest.raises(asyncpg.ObjectNotInPrerequisiteStateError):
+            async with conn.transaction():
+                await conn.execute("SELECT pg_current_xact_id()")  # as a write would
+                await conn.fetchval(take)
+        assert (
+            await conn.fetchval(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                "AND pid = pg_backend_pid()"
+            )
+            == 0
+        )
+
+
+async def test_events_restored_from_another_cluster_are_read(schema: str) -> None:
+    """A restore (pg_dump, replication) brings each event's tx from the cluster it was
+    written on, perhaps far past this one's transaction ids: read_all still returns them (a
+    visible event with a tx past the snapshot's xmax cannot be this cluster's, so it was
+    committed), and the events written after them."""
+    async with (
+        PostgresEventStore(DSN, schema=schema) as store,
+        connection() as conn,
+        connection() as running,
+    ):
+        await store.append("w", [msg("one"), msg("two")])
+        await conn.execute(
+            f'UPDATE "{schema}".events SET tx = (pg_current_xact_id()::text::bigint '
+            "+ 10000000)::text::xid8"
+        )
+        async with running.transaction():
+            await running.execute("SELECT pg_current_xact_id()")  # an older transaction runs
+            later = await store.append("w", [msg("three")])
+            # The restored events are read; the one written after the running transaction
+            # began waits for it (the horizon).
+            assert [e.seq for e in await store.read_all()] == [1, 2]
+        got = await read_all_from(store, 3)
+        assert [e.seq for e in got] == [1, 2, 3]
+        assert got[-1] == later.events[0]
+
+
+async def test_a_batch_writes_at_most_64_workspaces(schema: str) -> None:
+    """Each workspace of a batch takes a lock from PostgreSQL's server-wide lock table, so a
+    batch names at most BATCH_WORKSPACES_MAX of them: 150 appends to 150 workspaces queued at
+    once go in three transactions or more, every one written."""
+    sizes: list[int] = []
+    async with PostgresEventStore(DSN, schema=schema) as store:
+        store.observe_commits(lambda requests, seconds, failed: sizes.append(requests))
+        results = await asyncio.gather(*(store.append(f"w{i}", [msg(str(i))]) for i in range(150)))
+        assert [r.seqs for r in results] == [[1]] * 150
+        assert len(await store.heads()) == 150
+    assert BATCH_WORKSPACES_MAX == 64
+    assert max(sizes) <= 64 and sum(sizes) == 150 and len(sizes) >= 3
 
 
 async def test_lock_timeout_is_unavailable(schema: str) -> None:
@@ -230,7 +294,7 @@ async def test_the_writer_opens_a_new_connection_after_losing_its_own(schema: st
         assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
         result = await store.append("w", [msg("two")])
         assert result.seqs == [2]
-        assert [e.seq for e in await store.read_all()] == [1, 2]
+        assert [e.seq for e in await read_all_from(store, 2)] == [1, 2]
         replaced = store._writer
         assert replaced is not None and replaced.get_server_pid() != pid
         await store.append("w", [msg("three")])
@@ -496,7 +560,7 @@ async def test_migration_3_adds_the_tree_to_an_existing_log(schema: str) -> None
         assert len(await store.read_hash_map("ws", list(range(20)))) == 10
         # The events from before migration 10 (no tx) are below the horizon; the sequence
         # starts past them.
-        assert [e.position for e in await store.read_all()] == [1, 2, 3, 4, 5, 6]
+        assert [e.position for e in await read_all_from(store, 6)] == [1, 2, 3, 4, 5, 6]
         assert after.events[0].position == 6
     async with connection() as conn:
         assert await current_version(conn, schema) == LATEST == 10
