@@ -422,6 +422,16 @@ class FakeRuntime:
         self, workspace: str, request: A2AExecRequest, *, exec_id: str, capability: Capability
     ) -> str:
         capability.require("exec", workspace)
+        await self.request(workspace, request, exec_id=exec_id, capability=capability)
+        task = asyncio.create_task(self._run(workspace, exec_id))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return exec_id
+
+    async def request(
+        self, workspace: str, request: A2AExecRequest, *, exec_id: str, capability: Capability
+    ) -> None:
+        """``execRequested`` by the asking agent, as the runtime writes it."""
         await self.workspaces.publish(
             workspace,
             [
@@ -434,10 +444,6 @@ class FakeRuntime:
             producer=capability.agent,
             trusted=True,
         )
-        task = asyncio.create_task(self._run(workspace, exec_id))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-        return exec_id
 
     async def _run(self, workspace: str, exec_id: str) -> None:
         await asyncio.sleep(0.1)
@@ -483,18 +489,7 @@ class PendingRuntime(FakeRuntime):
     async def exec(
         self, workspace: str, request: A2AExecRequest, *, exec_id: str, capability: Capability
     ) -> str:
-        await self.workspaces.publish(
-            workspace,
-            [
-                ExecRequested(
-                    payload=ExecRequestedPayload(
-                        exec_id=exec_id, backend=request.backend, source=request.source
-                    )
-                )
-            ],
-            producer=capability.agent,
-            trusted=True,
-        )
+        await self.request(workspace, request, exec_id=exec_id, capability=capability)
         return exec_id
 
     async def kill(self, workspace: str, exec_id: str, *, capability: Capability) -> None:
