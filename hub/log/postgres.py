@@ -362,23 +362,16 @@ class _Sql:
             "ORDER BY seq LIMIT $4"
         )
         # Each event past $1 and whether it is below the horizon (docs/operations.md,
-        # "Ordering"): written before migration 10 (no tx); or by a transaction older than
-        # every one of this statement's snapshot still running that may be writing the log
-        # (``horizon``); or restored from another cluster (a tx past the snapshot's xmax: a
-        # transaction of this one that committed is below it). A running transaction is
-        # left out only when pg_locks, read after the snapshot, shows it still running
-        # without any write lock on events: the hub's writers take ROW EXCLUSIVE before they
-        # have an id and keep it to the end, so one that has ended since counts.
+        # "Ordering"), of this statement's one snapshot: written before migration 10 (no
+        # tx); or by a transaction older than every one still running (below xmin); or
+        # restored from another cluster (a tx at or past xmax: a transaction of this one
+        # that committed is below it, and the rest are not visible).
         self.all = f"""
-            WITH snap AS MATERIALIZED (SELECT pg_current_snapshot() AS s),
-            horizon AS MATERIALIZED (
-                SELECT min(x) AS h
-                FROM snap, pg_snapshot_xip(snap.s) AS x
-            )
+            WITH snap AS MATERIALIZED (SELECT pg_current_snapshot() AS s)
             SELECT e.position, e.body,
-                   e.tx IS NULL OR horizon.h IS NULL OR e.tx < horizon.h
+                   e.tx IS NULL OR e.tx < pg_snapshot_xmin(snap.s)
                    OR e.tx >= pg_snapshot_xmax(snap.s)
-            FROM {s}.events AS e, snap, horizon
+            FROM {s}.events AS e, snap
             WHERE e.position > $1 ORDER BY e.position LIMIT $2
         """
         self.save_snapshot = (

@@ -21,7 +21,16 @@ import msgspec
 
 from hub.core.chain import compute_hash
 from hub.core.events import Event, MessagePosted, decode_event, encode_event
+from hub.log.migrations import MIGRATIONS, quote
 from tests.support.postgres import new_schema, pg_run, url_for
+
+
+def _take_positions_sql() -> str:
+    """Migration 10's ``CREATE FUNCTION … take_positions`` statement."""
+    [statement] = [
+        s for m in MIGRATIONS for s in m.statements if "FUNCTION {schema}.take_positions" in s
+    ]
+    return statement
 
 
 class Backdoor:
@@ -52,6 +61,14 @@ class Backdoor:
                     f'CREATE TABLE "{dst}"."{table}" (LIKE "{src}"."{table}" INCLUDING ALL)'
                 )
                 await c.execute(f'INSERT INTO "{dst}"."{table}" SELECT * FROM "{src}"."{table}"')
+            # And what is not a table: the positions sequence where the source's stands, and
+            # the function taking blocks from it (migration 10's own text).
+            await c.execute(f'CREATE SEQUENCE "{dst}".positions AS BIGINT MINVALUE 1')
+            await c.execute(
+                f"""SELECT setval('"{dst}".positions', last_value, is_called) """
+                f'FROM "{src}".positions'
+            )
+            await c.execute(_take_positions_sql().format(schema=quote(dst)))
 
         pg_run(clone)
         return Backdoor(data, dst)
