@@ -274,9 +274,12 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             # order of their blocks, which is what read_all's horizon needs. The id must be
             # the transaction's first (it wrote nothing before): else refused, as a bug. The
             # sequence is the caller's argument, not a name written here, so a schema
-            # restored under another name keeps working.
+            # restored under another name keeps working. ``above``: the last position stored
+            # (read by the caller after its ROW EXCLUSIVE lock): the block starts past it,
+            # so a node of an older version, assigning max(position) + 1 under its EXCLUSIVE
+            # lock, never takes positions of the sequence's, nor the reverse.
             """
-            CREATE FUNCTION {schema}.take_positions(n BIGINT, positions REGCLASS)
+            CREATE FUNCTION {schema}.take_positions(n BIGINT, positions REGCLASS, above BIGINT)
             RETURNS BIGINT LANGUAGE plpgsql AS $$
             DECLARE
                 key CONSTANT BIGINT := positions::oid::bigint;  -- (its name depends on search_path)
@@ -289,8 +292,8 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
                 PERFORM pg_advisory_lock(key);
                 BEGIN
                     PERFORM pg_current_xact_id();
-                    first := nextval(positions);
-                    IF n > 1 THEN
+                    first := greatest(nextval(positions), above + 1);
+                    IF n > 1 OR first > currval(positions) THEN
                         PERFORM setval(positions, first + n - 1);
                     END IF;
                 EXCEPTION WHEN OTHERS OR query_canceled THEN  -- (OTHERS leaves out a cancel)

@@ -222,10 +222,17 @@ class _Sql:
         # node of an older version (one table lock per batch) or an operator's lock.
         self.lock = f"LOCK TABLE {s}.events IN ROW EXCLUSIVE MODE"
         # The batch's block of $2 positions (migration 10's take_positions, evaluated once:
-        # a CTE) and the heads of its workspaces, in one round trip: always one row
-        # (workspace NULL when none of them has a head yet).
+        # a CTE; past the last position stored, which an older node may have written) and
+        # the heads of its workspaces, in one round trip: always one row (workspace NULL
+        # when none of them has a head yet).
         self.tips = f"""
-            WITH block AS (SELECT {s}.take_positions($2::bigint, '{s}.positions') AS first)
+            WITH block AS (
+                SELECT {s}.take_positions(
+                    $2::bigint,
+                    '{s}.positions',
+                    (SELECT COALESCE(max(position), 0) FROM {s}.events)
+                ) AS first
+            )
             SELECT block.first, h.workspace, h.seq, h.hash, h.position, h.timestamp
             FROM block
             LEFT JOIN {s}.heads AS h ON h.workspace = ANY($1::text[])

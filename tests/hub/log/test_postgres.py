@@ -168,6 +168,48 @@ async def test_writers_of_different_workspaces_do_not_wait_for_each_other(schema
         assert [e.workspace for e in await read_all_from(a, 3)] == ["w", "other", "w"]
 
 
+async def test_a_node_of_the_older_version_writing_meanwhile_shares_no_position(
+    schema: str,
+) -> None:
+    """A node of the version before migration 10 still running takes the table EXCLUSIVE and
+    writes max(position) + 1 (by hand here). A new node's batch waits for it (its ROW
+    EXCLUSIVE lock) and takes its block past what that wrote: no position is taken twice,
+    and a follower by position reads them all, in order."""
+    async with (
+        PostgresEventStore(DSN, schema=schema) as a,
+        PostgresEventStore(DSN, schema=schema) as b,
+        connection() as old,
+    ):
+        await a.append("w", [msg("first")])
+        async with old.transaction():
+            await old.execute(f'LOCK TABLE "{schema}".events IN EXCLUSIVE MODE')
+            late = asyncio.create_task(b.append("w", [msg("waits")]))
+            await asyncio.sleep(0.2)
+            assert not late.done()
+            position = await old.fetchval(f'SELECT max(position) + 1 FROM "{schema}".events')
+            by_hand = seal(
+                msg("by hand"),
+                id="h",
+                workspace="other",
+                seq=1,
+                position=position,
+                timestamp=1,
+                producer="",
+                prev="",
+            )
+            await old.execute(
+                f'INSERT INTO "{schema}".events '
+                "(position, workspace, seq, id, kind, timestamp, hash, body) "
+                "VALUES ($1, 'other', 1, 'h', 'messagePosted', 1, $2, $3)",
+                position,
+                by_hand.hash,
+                encode_event(by_hand),
+            )
+        result = await late
+        assert result.events[0].position > position
+        assert [e.id for e in await read_all_from(a, 3)][1:] == ["h", *result.ids]
+
+
 async def test_read_all_stops_below_a_block_still_being_written(schema: str) -> None:
     """The horizon: a transaction took a block of positions (as a node's batch does) and
     has not committed; an append after it commits with a higher position. read_all shows
@@ -177,7 +219,7 @@ async def test_read_all_stops_below_a_block_still_being_written(schema: str) -> 
         first = await store.append("w", [msg("first")])
         async with slow.transaction():
             block = await slow.fetchval(
-                f'SELECT "{schema}".take_positions(1, \'"{schema}".positions\')'
+                f'SELECT "{schema}".take_positions(1, \'"{schema}".positions\', 0)'
             )
             after = await store.append("x", [msg("commits first")])
             assert after.events[0].position > block > first.events[0].position
@@ -210,7 +252,7 @@ async def test_positions_are_refused_to_a_transaction_that_wrote_first(schema: s
     already has an id (it wrote before) is refused, not given a block out of order."""
     async with PostgresEventStore(DSN, schema=schema) as store, connection() as conn:
         await store.append("w", [msg("first")])
-        take = f"""SELECT "{schema}".take_positions(1, '"{schema}".positions')"""
+        take = f"""SELECT "{schema}".take_positions(1, '"{schema}".positions', 0)"""
         async with conn.transaction():
             await conn.fetchval(take)  # the first id of its transaction: given
         with pytest.raises(asyncpg.ObjectNotInPrerequisiteStateError):
