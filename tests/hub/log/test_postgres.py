@@ -168,6 +168,29 @@ async def test_writers_of_different_workspaces_do_not_wait_for_each_other(schema
         assert [e.workspace for e in await read_all_from(a, 3)] == ["w", "other", "w"]
 
 
+async def insert_by_hand(conn: asyncpg.Connection, schema: str, position: int) -> None:
+    """Write event ``h``, the first of workspace ``other``, at ``position``, as a writer
+    outside the store would (in ``conn``'s transaction)."""
+    event = seal(
+        msg("by hand"),
+        id="h",
+        workspace="other",
+        seq=1,
+        position=position,
+        timestamp=1,
+        producer="",
+        prev="",
+    )
+    await conn.execute(
+        f'INSERT INTO "{schema}".events '
+        "(position, workspace, seq, id, kind, timestamp, hash, body) "
+        "VALUES ($1, 'other', 1, 'h', 'messagePosted', 1, $2, $3)",
+        position,
+        event.hash,
+        encode_event(event),
+    )
+
+
 async def test_a_node_of_the_older_version_writing_meanwhile_shares_no_position(
     schema: str,
 ) -> None:
@@ -187,24 +210,7 @@ async def test_a_node_of_the_older_version_writing_meanwhile_shares_no_position(
             await asyncio.sleep(0.2)
             assert not late.done()
             position = await old.fetchval(f'SELECT max(position) + 1 FROM "{schema}".events')
-            by_hand = seal(
-                msg("by hand"),
-                id="h",
-                workspace="other",
-                seq=1,
-                position=position,
-                timestamp=1,
-                producer="",
-                prev="",
-            )
-            await old.execute(
-                f'INSERT INTO "{schema}".events '
-                "(position, workspace, seq, id, kind, timestamp, hash, body) "
-                "VALUES ($1, 'other', 1, 'h', 'messagePosted', 1, $2, $3)",
-                position,
-                by_hand.hash,
-                encode_event(by_hand),
-            )
+            await insert_by_hand(old, schema, position)
         result = await late
         assert result.events[0].position > position
         assert [e.id for e in await read_all_from(a, 3)][1:] == ["h", *result.ids]
@@ -225,24 +231,7 @@ async def test_read_all_stops_below_a_block_still_being_written(schema: str) -> 
             assert after.events[0].position > block > first.events[0].position
             assert [e.id for e in await read_all_from(store, 1)] == first.ids
             assert await store.read_all(after_position=first.events[0].position) == []
-            late = seal(
-                msg("by hand"),
-                id="h",
-                workspace="other",
-                seq=1,
-                position=block,
-                timestamp=1,
-                producer="",
-                prev="",
-            )
-            await slow.execute(
-                f'INSERT INTO "{schema}".events '
-                "(position, workspace, seq, id, kind, timestamp, hash, body) "
-                "VALUES ($1, 'other', 1, 'h', 'messagePosted', 1, $2, $3)",
-                block,
-                late.hash,
-                encode_event(late),
-            )
+            await insert_by_hand(slow, schema, block)
         followed = await read_all_from(store, 2, after=first.events[0].position)
         assert [e.id for e in followed] == ["h", *after.ids]
 
