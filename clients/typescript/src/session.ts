@@ -13,6 +13,10 @@
  *   not be retried (4401, 1008, 1009) end the session with `Unauthorized`, `BadRequest`,
  *   `TooLarge`; so does the same close repeated `maxIdenticalCloses` times with nothing
  *   delivered in between (no silent endless reconnect).
+ * - **Failover.** Given several nodes of one hub (`connect([url1, url2], token)`, nodes that
+ *   share one PostgreSQL log), the session opens on the first that answers and, when its node
+ *   goes away, tries the next one on each failed attempt (round robin, under the backoff);
+ *   feeds resume by seq, which every node agrees on: no gap, no duplicate.
  */
 
 import { Backoff, type BackoffOptions, sleep } from "./backoff.js";
@@ -109,9 +113,20 @@ interface Closed {
   reason: string;
 }
 
+/** The nodes a session may use: one URL, or several nodes of one hub in order of preference.
+ * Throws `BadRequest` for an empty list or an empty URL. */
+function nodeUrls(url: string | readonly string[]): readonly string[] {
+  const urls = typeof url === "string" ? [url] : [...url];
+  if (urls.length === 0 || !urls.every((u) => typeof u === "string" && u.length > 0)) {
+    throw new BadRequest("url: a hub URL, or a non-empty list of them", { field: "url" });
+  }
+  return Object.freeze(urls);
+}
+
 /** A connection to one hub, reconnecting as needed. Build it with {@link connect}. */
 export class Session {
-  readonly url: string;
+  /** The hub nodes this session may use, in order of preference (see {@link connect}). */
+  readonly urls: readonly string[];
   agent = "";
   rights: string[] = [];
   server = "";
@@ -142,9 +157,10 @@ export class Session {
   #refreshTimer: ReturnType<typeof setTimeout> | null = null;
   #inbox: unknown[] = []; // frames read, not yet dispatched (see #receive)
   #pumping = false;
+  #at = 0; // index in urls of the node in use (or tried next)
 
-  constructor(url: string, token: string, options: SessionOptions = {}) {
-    this.url = url;
+  constructor(url: string | readonly string[], token: string, options: SessionOptions = {}) {
+    this.urls = nodeUrls(url);
     this.#token = token;
     this.#options = options;
     this.#factory = options.socketFactory ?? null;
@@ -152,6 +168,11 @@ export class Session {
     this.retryRateLimited = options.retryRateLimited ?? true;
     this.backoff =
       options.backoff instanceof Backoff ? options.backoff : new Backoff(options.backoff);
+  }
+
+  /** The URL of the node in use (or the one tried next). */
+  get url(): string {
+    return this.urls[this.#at] as string;
   }
 
   /** How many times the session reconnected. */
@@ -170,9 +191,22 @@ export class Session {
     if (this.#opened) throw new BadRequest("a session can be opened once");
     this.#opened = true;
     this.#factory ??= await defaultFactory();
-    const socket = await this.#handshake();
+    const socket = await this.#firstHandshake();
     this.#run = this.#serveLoop(socket);
     return this;
+  }
+
+  /** Open on the first node of {@link urls} that answers; the last `Unavailable` when none
+   * does. Any other refusal (a bad token) is every node's answer: rejected at once. */
+  async #firstHandshake(): Promise<SocketLike> {
+    for (let at = 0; ; at += 1) {
+      this.#at = at;
+      try {
+        return await this.#handshake();
+      } catch (e) {
+        if (!(e instanceof Unavailable) || at === this.urls.length - 1) throw e;
+      }
+    }
   }
 
   /** Close the connection and end every subscription and pending call. Idempotent. */
@@ -489,6 +523,9 @@ export class Session {
         if (e instanceof Unauthorized || e instanceof BadRequest) throw e;
         if (!(e instanceof AgoraError)) throw e;
         last = e.message;
+        // Fail over: the next attempt goes to the next node (round robin). Feeds resume by
+        // seq, which every node sharing the log agrees on: no gap, no duplicate.
+        this.#at = (this.#at + 1) % this.urls.length;
       }
     }
   }
@@ -641,6 +678,8 @@ function parseFrame(data: unknown): Frame | null {
 }
 
 /** A session with the hub at `url` (`ws://host:port`) authenticated by `token`, opened.
+ * `url` may list several nodes of one hub (`["ws://node-a:8765", "ws://node-b:8765"]`): the
+ * session opens on the first that answers and fails over to the next when its node goes away.
  *
  * ```ts
  * const session = await connect("ws://127.0.0.1:8765", token);
@@ -650,7 +689,7 @@ function parseFrame(data: unknown): Frame | null {
  * ```
  */
 export async function connect(
-  url: string,
+  url: string | readonly string[],
   token: string,
   options: SessionOptions = {},
 ): Promise<Session> {

@@ -2,7 +2,16 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
-import { BadRequest, Forbidden, Unauthorized, connect, ERROR_CODES } from "../dist/index.js";
+import { createServer } from "node:net";
+
+import {
+  BadRequest,
+  Forbidden,
+  Unauthorized,
+  Unavailable,
+  connect,
+  ERROR_CODES,
+} from "../dist/index.js";
 import { mint, name, startHub } from "./support/hub.mjs";
 
 let hub;
@@ -109,4 +118,48 @@ test("close ends iterating subscribers cleanly; calls after it are SessionClosed
   await session.close();
   assert.equal(await reading, "ended");
   await assert.rejects(ws.postMessage("two"), (e) => e.name === "SessionClosed");
+});
+
+/** A loopback URL where nothing listens (a port just released). */
+async function deadUrl() {
+  const server = createServer();
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  return `ws://127.0.0.1:${port}`;
+}
+
+test("several nodes: the session opens on the first that answers", async () => {
+  const urls = [await deadUrl(), hub.url];
+  const session = await connect(urls, hub.token("alice"));
+  try {
+    assert.deepEqual(session.urls, urls);
+    assert.equal(session.url, hub.url);
+    assert.equal(session.agent, "alice");
+    assert.equal((await session.workspace(name()).postMessage("via the second")).seq, 1);
+  } finally {
+    await session.close();
+  }
+});
+
+test("several nodes: none answering is Unavailable; a bad token is refused at once", async () => {
+  await assert.rejects(
+    connect([await deadUrl(), await deadUrl()], hub.token("alice"), { openTimeout: 2 }),
+    (e) => e instanceof Unavailable,
+  );
+  // The first node refuses the token: every node would, so the second is not tried.
+  await assert.rejects(connect([hub.url, await deadUrl()], "not-a-jwt"), (e) => {
+    assert.ok(e instanceof Unauthorized);
+    return true;
+  });
+});
+
+test("several nodes: an empty list or an empty URL is BadRequest", async () => {
+  for (const urls of [[], [""], [hub.url, ""]]) {
+    await assert.rejects(connect(urls, hub.token("alice")), (e) => {
+      assert.ok(e instanceof BadRequest);
+      assert.equal(e.details.field, "url");
+      return true;
+    });
+  }
 });

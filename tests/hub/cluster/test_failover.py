@@ -1,12 +1,17 @@
 """Client failover (issue 16 item 6): ``connect([url1, url2, …])`` over real nodes sharing one
 PostgreSQL schema. A node killed with SIGKILL mid-stream: the session moves to the other node
 and its subscription resumes with no gap and no duplicate; a publish after the move is
-acknowledged; a dead first node at open is skipped."""
+acknowledged; a dead first node at open is skipped. The same for the TypeScript client
+(``clients/typescript``, driven through ``test/support/failover.mjs``): a reader and a
+pipelining writer whose first node is killed under them."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -14,7 +19,8 @@ from hub.client import connect
 from hub.core.backoff import Backoff
 from hub.core.errors import BadRequest, Unavailable
 from hub.core.events import MessagePosted
-from tests.support.hub import StartHub
+from tests.support.hub import HubProcess, StartHub
+from tests.support.node import CLIENT_DIR, build, node_env, require_node
 from tests.support.tokens import mint
 
 pytestmark = pytest.mark.slow
@@ -130,11 +136,130 @@ async def test_a_node_killed_under_load_loses_no_acknowledged_event(
             tg.create_task(write(k))
     assert killed.is_set()
     assert len(acked) == writers * per_writer
-    async with connect(b.url, mint("auditor")) as auditor:
-        events = await auditor.workspace("load").events()
+    await _check_log(b, "load", acked)
+
+
+# -- the TypeScript client ------------------------------------------------------------------
+
+FAILOVER_SCRIPT = CLIENT_DIR / "test" / "support" / "failover.mjs"
+LINE_TIMEOUT = 60.0  # seconds for the script's next line (a failover takes about one)
+
+
+@pytest.fixture(scope="module")
+def node() -> str:
+    node, npm = require_node()
+    build(npm)
+    return node
+
+
+class TsSession:
+    """``failover.mjs`` as a subprocess: a TypeScript session on several nodes, reporting one
+    JSON object per line (ready, progress, then its result)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+
+    async def line(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        raw = await asyncio.wait_for(self.proc.stdout.readline(), LINE_TIMEOUT)
+        if not raw:
+            assert self.proc.stderr is not None
+            err = await self.proc.stderr.read()
+            raise AssertionError(f"failover.mjs ended: {err.decode(errors='replace')[-3000:]}")
+        line: dict[str, Any] = json.loads(raw)
+        assert "error" not in line, line
+        return line
+
+    async def until(self, key: str) -> dict[str, Any]:
+        """The first line with ``key`` (a result line has no ``progress``)."""
+        while True:
+            line = await self.line()
+            if key in line:
+                return line
+
+
+StartTs = Callable[..., Awaitable[TsSession]]
+
+
+@pytest.fixture
+async def ts_session(node: str) -> AsyncIterator[StartTs]:
+    """``await ts_session(mode, **args)``: a started :class:`TsSession` (killed after the
+    test if still running)."""
+    started: list[asyncio.subprocess.Process] = []
+
+    async def start(mode: str, **args: Any) -> TsSession:
+        proc = await asyncio.create_subprocess_exec(
+            node,
+            str(FAILOVER_SCRIPT),
+            mode,
+            json.dumps(args),
+            cwd=CLIENT_DIR,
+            env=node_env(),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        started.append(proc)
+        return TsSession(proc)
+
+    yield start
+    for proc in started:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+
+
+async def test_ts_subscription_moves_to_the_next_node_with_no_gap_or_duplicate(
+    pg_url: str, start_node: StartHub, ts_session: StartTs
+) -> None:
+    a, b = start_node(pg_url), start_node(pg_url)
+    total = 60
+    reader = await ts_session(
+        "read", urls=[a.url, b.url], token=mint("reader"), workspace="w", count=total
+    )
+    assert (await reader.until("ready"))["ready"] == a.url
+    async with connect(b.url, mint("writer"), backoff=FAST) as writer:
+        ws = writer.workspace("w")
+        for i in range(total):
+            await ws.post_message(f"m{i}")
+            if i == total // 3:
+                a.kill()  # SIGKILL: no close frame, the socket just dies
+            await asyncio.sleep(0.01)
+    result = await reader.until("texts")
+    assert result["url"] == b.url and result["reconnects"] >= 1
+    assert result["texts"] == [f"m{i}" for i in range(total)]
+    seqs = result["seqs"]
+    assert seqs == sorted(set(seqs)) and seqs[0] == 1  # in order, once each
+    assert result["after"] > seqs[-1]  # the session publishes through its new node
+
+
+async def test_ts_writer_killed_under_load_loses_no_acknowledged_event(
+    pg_url: str, start_node: StartHub, ts_session: StartTs
+) -> None:
+    """A TypeScript writer pipelines publishes (8 in flight) through node A; A dies by SIGKILL
+    with publishes in flight; every publish is still acknowledged through B (a retry of one A
+    had committed answers ``duplicate`` with its seq) and the log holds each event once."""
+    a, b = start_node(pg_url), start_node(pg_url)
+    total = 180
+    writer = await ts_session(
+        "write", urls=[a.url, b.url], token=mint("tsw"), workspace="load", count=total, window=8
+    )
+    assert (await writer.until("ready"))["ready"] == a.url
+    while (await writer.until("progress"))["progress"] < total // 3:
+        pass
+    a.kill()
+    result = await writer.until("acks")
+    assert result["url"] == b.url and result["reconnects"] >= 1
+    acked = dict(result["acks"])
+    assert len(acked) == total
+    await _check_log(b, "load", acked)
+
+
+async def _check_log(node: HubProcess, workspace: str, acked: dict[str, int]) -> None:
+    async with connect(node.url, mint("auditor")) as auditor:
+        events = await auditor.workspace(workspace).events()
     messages = [e for e in events if isinstance(e, MessagePosted)]
     ids = [e.id for e in messages]
-    assert len(ids) == len(set(ids)) == writers * per_writer  # none lost, none twice
+    assert len(ids) == len(set(ids)) == len(acked)  # none lost, none twice
     by_id = {e.id: e.seq for e in messages}
     assert all(by_id[i] == seq for i, seq in acked.items())  # each ack named its stored seq
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
