@@ -9,7 +9,8 @@ already served. Each entry is a file-system metadata operation, slow on some dis
 VM's ext4 a symlink costs about 1.1 ms, a copy 0.5-1.2 s, and a default hub spent about 2 s of
 CPU on the four. The copies are the same, so the registry gives every instance of a hub one
 :class:`EtcStaging`: the first instance to start makes the copy, the last to close removes it
-(and the registry, as it closes, removes one that a start cancelled midway left).
+(and the registry, as it closes, removes one that a start cancelled midway left, waiting for it
+to be made first).
 An instance built on its own (a test, a benchmark) gets a private one, as before.
 
 The copy lives under the temporary directory as ``agora-sandbox-<hub pid>-…`` (mode 0700, as
@@ -41,7 +42,9 @@ class EtcStaging:
     closes its confinement in a worker thread)."""
 
     def __init__(self) -> None:
-        self._making = asyncio.Lock()  # one copy, however many instances start at once
+        # The copy under way (in its thread), awaited by every acquire until it ends: one
+        # copy, however many instances start at once, and whichever of them is cancelled.
+        self._making: asyncio.Task[None] | None = None
         self._state = threading.Lock()  # the count and the directory, against release()
         self._root: Path | None = None
         self._staged: StagedEtc | None = None
@@ -59,18 +62,24 @@ class EtcStaging:
 
     async def acquire(self) -> StagedEtc:
         """The staged directories, made on first use. Raises ``OSError`` when they cannot be
-        made (then nothing is left behind and nothing is held). Cancelled while the copy is
-        being made (a hub stopped as its backends start), the copy is still recorded when its
-        thread finishes, for the next acquire or :meth:`close`."""
-        async with self._making:
+        made (then nothing is left behind and nothing is held; the next acquire tries again).
+        Cancelled while the copy is being made (a hub stopped as its backends start), the copy
+        goes on in its thread and is recorded when it ends: the next acquire waits for that
+        one rather than making another, and :meth:`aclose` removes it."""
+        while True:
             with self._state:
-                made = self._staged is not None
-            if not made:
-                await asyncio.to_thread(self._make)
-            with self._state:
-                assert self._staged is not None
-                self._users += 1
-                return self._staged
+                if self._staged is not None:
+                    self._users += 1
+                    return self._staged
+            making = self._making
+            if making is None or making.done():  # none yet, or removed since, or it failed
+                making = self._making = asyncio.create_task(
+                    asyncio.to_thread(self._make), name="agora-etc-staging"
+                )
+                # Its failure is raised to the acquires awaiting it; with none left (all
+                # cancelled), retrieved here so that it is not reported as never retrieved.
+                making.add_done_callback(_retrieve)
+            await asyncio.shield(making)
 
     def _make(self) -> None:  # in a worker thread
         root, staged = _make()
@@ -85,15 +94,29 @@ class EtcStaging:
             self._users -= 1
         self.close()
 
+    async def aclose(self) -> None:
+        """:meth:`close`, once a copy still being made (its acquire cancelled) has ended: the
+        owner's close, once every instance has closed (the registry's)."""
+        making = self._making
+        if making is not None and not making.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(making)
+        await asyncio.to_thread(self.close)
+
     def close(self) -> None:
-        """Remove the copy if nobody holds it (the owner, once every instance has closed:
-        this also removes one whose acquire was cancelled). Blocking."""
+        """Remove the copy if nobody holds it (this also removes one whose acquire was
+        cancelled, once its thread has recorded it: :meth:`aclose` waits for that). Blocking."""
         with self._state:
             if self._users:
                 return
             root, self._root, self._staged = self._root, None, None
         if root is not None:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _make() -> tuple[Path, StagedEtc]:

@@ -402,7 +402,7 @@ class BackendRegistry:
             except Exception:
                 log.exception("backend %s failed to close", instance.id)
         if self._etc_staging is not None:
-            await asyncio.to_thread(self._etc_staging.close)
+            await self._etc_staging.aclose()
 
     async def __aenter__(self) -> BackendRegistry:
         return self

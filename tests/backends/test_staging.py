@@ -106,6 +106,39 @@ async def test_a_copy_whose_acquire_was_cancelled_is_recorded_and_close_removes_
     assert not _exists(root) and staging.root is None and _stagings() == before
 
 
+async def test_an_acquire_after_a_cancelled_one_waits_for_the_same_copy() -> None:
+    """Cancelled while its copy is being made, an acquire leaves the copy to the next one,
+    which waits for it rather than making a second (that one used to be made beside it, and
+    the first, overwritten when both threads finished, stayed on disk until the process
+    exited)."""
+    staging = EtcStaging()
+    before = _stagings()
+    acquiring = asyncio.ensure_future(staging.acquire())
+    await asyncio.sleep(0.01)  # the copy has started in its thread
+    acquiring.cancel()
+    held = await staging.acquire()
+    assert staging.users == 1 and _stagings() - before == {Path(held.etc).parent}
+    staging.release()
+    assert _stagings() == before
+
+
+async def test_aclose_waits_for_a_copy_still_being_made() -> None:
+    """The registry closes its staging once every instance closed: a copy whose acquire was
+    cancelled and that is still being made is waited for and removed (close() alone found
+    nothing yet, and the thread recorded it afterwards, for nobody)."""
+    staging = EtcStaging()
+    before = _stagings()
+    acquiring = asyncio.ensure_future(staging.acquire())
+    await asyncio.sleep(0.01)
+    acquiring.cancel()
+    await staging.aclose()
+    assert staging.root is None and _stagings() == before
+    again = await staging.acquire()  # still usable: made anew
+    assert _exists(Path(again.etc))
+    staging.release()
+    assert _stagings() == before
+
+
 def _process(staging: EtcStaging, tmp_path: Path) -> CodeExecutor:
     return ProcessBackend(etc_staging=staging)
 
