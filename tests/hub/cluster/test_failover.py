@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from hub.client import connect
+from hub.client import Workspace, connect
 from hub.core.backoff import Backoff
 from hub.core.errors import BadRequest, Unavailable
 from hub.core.events import MessagePosted
@@ -34,6 +34,16 @@ def dead_url() -> str:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     return f"ws://127.0.0.1:{port}"
+
+
+async def post_killing(ws: Workspace, total: int, node: HubProcess) -> None:
+    """Post ``m0`` … ``m<total-1>``, killing ``node`` (SIGKILL: no close frame, its sockets
+    just die) after a third of them."""
+    for i in range(total):
+        await ws.post_message(f"m{i}")
+        if i == total // 3:
+            node.kill()
+        await asyncio.sleep(0.01)
 
 
 async def test_subscription_moves_to_the_next_node_with_no_gap_or_duplicate(
@@ -61,12 +71,7 @@ async def test_subscription_moves_to_the_next_node_with_no_gap_or_duplicate(
 
         async with asyncio.TaskGroup() as tg:
             task = tg.create_task(read())
-            ws = writer.workspace("w")
-            for i in range(total):
-                await ws.post_message(f"m{i}")
-                if i == total // 3:
-                    a.kill()  # SIGKILL: no close frame, the socket just dies
-                await asyncio.sleep(0.01)
+            await post_killing(writer.workspace("w"), total, a)
             await asyncio.wait_for(asyncio.shield(task), 30)
         assert reader.url == b.url and reader.reconnects >= 1
         assert texts == [f"m{i}" for i in range(total)]
@@ -218,12 +223,7 @@ async def test_ts_subscription_moves_to_the_next_node_with_no_gap_or_duplicate(
     )
     assert (await reader.until("ready"))["ready"] == a.url
     async with connect(b.url, mint("writer"), backoff=FAST) as writer:
-        ws = writer.workspace("w")
-        for i in range(total):
-            await ws.post_message(f"m{i}")
-            if i == total // 3:
-                a.kill()  # SIGKILL: no close frame, the socket just dies
-            await asyncio.sleep(0.01)
+        await post_killing(writer.workspace("w"), total, a)
     result = await reader.until("texts")
     assert result["url"] == b.url and result["reconnects"] >= 1
     assert result["texts"] == [f"m{i}" for i in range(total)]
