@@ -106,6 +106,7 @@ CONFINED_MODES: Final[frozenset[FilesystemMode]] = frozenset(
     {"none", "workspaceReadOnly", "workspaceReadWrite", "paths"}
 )
 
+
 async def probe_network_isolation() -> tuple[str, ...]:
     """The command prefix that runs a program without network (``unshare --net --`` as root,
     ``unshare -rn --`` otherwise), or ``()`` if neither works here. Probed by each unconfined

@@ -1,13 +1,17 @@
 """Cluster benchmark: ``agora serve`` nodes sharing one PostgreSQL log, beside one SQLite node.
 
-    python bench/cluster_bench.py [--quick] [--store postgresql://…] [--repeats N] [--nodes 1,2,3]
+    python bench/cluster_bench.py [--quick] [--store postgresql://…] [--repeats N]
+                                  [--nodes 1,2,3] [--owners]
 
 Every configuration runs real ``agora serve`` processes (data directories on the real disk,
 durable appends in the path); this driver is the single timing process holding every client,
 so publish and receipt times come from one clock. Configurations, in one run:
 
 - SQLite, 1 node: the embedded default;
-- PostgreSQL, 1, 2 and 3 nodes on one schema (``--nodes``).
+- PostgreSQL, 1, 2 and 3 nodes on one schema (``--nodes``); with ``--owners`` each node runs
+  with ``[cluster] owners`` (one node decides each workspace; a publisher connected to another
+  node is relayed to it, so "disjoint" and "shared" then say where the clients connect, not
+  which node decides).
 
 Measured, medians of ``--repeats`` runs (default 3), after one pass per configuration that is
 not counted (a fresh node's first run opens its connections and warms its caches):
@@ -119,9 +123,10 @@ def token() -> str:
     return TokenSigner(SECRET.encode()).issue("bench", ["*"], ["read", "write"], ttl_seconds=86400)
 
 
-def start_node(store_url: str | None, workdir: Path) -> Node:
+def start_node(store_url: str | None, workdir: Path, *, owners: bool = False) -> Node:
     """Start ``agora serve`` on ``store_url`` (None: SQLite in ``workdir``/data) and wait for
-    its banner. Publish rate limits are lifted (a policy, not a capacity)."""
+    its banner. Publish rate limits are lifted (a policy, not a capacity). ``owners``: with
+    ``[cluster] owners`` (each workspace decided by one node, the others relaying to it)."""
     workdir.mkdir(parents=True, exist_ok=True)
     config = (
         "[server]\na2a_port = 0\n\n[limits]\npublish_rate = 1000000.0\n"
@@ -130,6 +135,8 @@ def start_node(store_url: str | None, workdir: Path) -> Node:
     config += "publish_burst = 1000000\n"
     if store_url is not None:
         config += f'\n[storage]\nstore = "{store_url}"\n'
+    if owners:
+        config += "\n[cluster]\nowners = true\n"
     (workdir / "agora.toml").write_text(config)
     log = workdir / "node.log"
     argv = [sys.executable, "-m", "hub", "serve", "--host", "127.0.0.1", "--port", "0"]
@@ -151,7 +158,7 @@ def start_node(store_url: str | None, workdir: Path) -> Node:
 
 
 @contextlib.contextmanager
-def start_nodes(store_url: str | None, count: int) -> Iterator[list[Node]]:
+def start_nodes(store_url: str | None, count: int, *, owners: bool = False) -> Iterator[list[Node]]:
     """``count`` nodes on one store (SQLite: ``count`` must be 1), stopped on exit. A
     PostgreSQL URL without ``schema`` gets a fresh one, dropped on exit."""
     if store_url is None and count != 1:
@@ -164,7 +171,7 @@ def start_nodes(store_url: str | None, count: int) -> Iterator[list[Node]]:
     nodes: list[Node] = []
     try:
         for i in range(count):
-            nodes.append(start_node(store_url, workdir / f"node-{i}"))
+            nodes.append(start_node(store_url, workdir / f"node-{i}", owners=owners))
         yield nodes
     finally:
         for node in nodes:
@@ -479,15 +486,20 @@ async def _measure(nodes: list[Node], repeats: int, quick: bool, label: str) -> 
 
 
 def run(
-    store_url: str, *, quick: bool, repeats: int, counts: tuple[int, ...] = (1, 2, 3)
+    store_url: str,
+    *,
+    quick: bool,
+    repeats: int,
+    counts: tuple[int, ...] = (1, 2, 3),
+    owners: bool = False,
 ) -> dict[str, tuple[int, Figures]]:
     """Every configuration, in this order: SQLite 1 node, then PostgreSQL with each of
-    ``counts`` nodes. Label -> (nodes, figures)."""
+    ``counts`` nodes (with ``[cluster] owners`` when ``owners``). Label -> (nodes, figures)."""
     configs: list[tuple[str, str | None, int]] = [("SQLite, 1 node", None, 1)]
     configs += [(f"PostgreSQL, {n} node{'s' if n > 1 else ''}", store_url, n) for n in counts]
     results: dict[str, tuple[int, Figures]] = {}
     for label, url, count in configs:
-        with start_nodes(url, count) as nodes:
+        with start_nodes(url, count, owners=owners and url is not None) as nodes:
             results[label] = (count, asyncio.run(_measure(nodes, repeats, quick, label)))
     return results
 
@@ -549,6 +561,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--nodes", default="1,2,3", help="PostgreSQL node counts, comma-separated (1-3)"
     )
+    parser.add_argument(
+        "--owners",
+        action="store_true",
+        help="PostgreSQL nodes with [cluster] owners: one node decides each workspace",
+    )
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
@@ -558,7 +575,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--nodes: comma-separated integers")
     if not counts or not all(1 <= n <= 3 for n in counts):
         parser.error("--nodes: between 1 and 3 (12 workspaces split over the nodes)")
-    results = run(args.store, quick=args.quick, repeats=args.repeats, counts=counts)
+    results = run(
+        args.store, quick=args.quick, repeats=args.repeats, counts=counts, owners=args.owners
+    )
     print(report(results, args.repeats))
     return 0
 

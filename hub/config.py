@@ -167,13 +167,19 @@ class ClusterConfig(_Section, frozen=True):
     """``[cluster]``: this node's id and the cluster's timing, used when the store is shared
     (PostgreSQL; docs/operations.md, "Running several nodes"). ``agora serve`` lets the
     environment override each key (``AGORA_NODE_ID``, ``AGORA_HEARTBEAT_S``,
-    ``AGORA_NODE_TIMEOUT_S``)."""
+    ``AGORA_NODE_TIMEOUT_S``, ``AGORA_CLUSTER_OWNERS``, ``AGORA_NODE_URL``)."""
 
     # None: a fresh ``<host>-<pid>-<8 hex>`` per process, so a restarted node is a new node
     # and its predecessor is reaped like any dead one. Pinned, one running process may use it.
     node_id: str | None = None
     heartbeat_s: Seconds = 2.0  # between beats, and between looks for dead nodes
     timeout_s: Seconds = 10.0  # a node whose last beat is older is dead
+    # One node decides each workspace: the others relay its frames there (docs/operations.md,
+    # "Owners: one node decides a workspace"). Off: every node decides what it receives.
+    owners: bool = False
+    # Where the other nodes reach this one (ws:// or wss://); None: the URL it serves on,
+    # which a wildcard host cannot be (then required with owners).
+    url: Annotated[str, msgspec.Meta(pattern=r"^wss?://[^\s/]+/?$", max_length=512)] | None = None
 
 
 class AuthConfig(_Section, frozen=True):
@@ -274,6 +280,8 @@ class HubConfig(_Section, frozen=True):
         node_id: str | None = None,
         heartbeat_s: float | None = None,
         timeout_s: float | None = None,
+        owners: bool | None = None,
+        url: str | None = None,
         source: str = "command line",
     ) -> HubConfig:
         """A copy with each given (non-``None``) value replacing the file's; command-line flags
@@ -296,12 +304,16 @@ class HubConfig(_Section, frozen=True):
                 data=storage.data if data is None else str(data),
                 store=storage.store if store is None else store,
             )
-        if node_id is not None or heartbeat_s is not None or timeout_s is not None:
+        given = {
+            "node_id": node_id,
+            "heartbeat_s": heartbeat_s,
+            "timeout_s": timeout_s,
+            "owners": owners,
+            "url": url,
+        }
+        if any(value is not None for value in given.values()):
             cluster = msgspec.structs.replace(
-                cluster,
-                node_id=cluster.node_id if node_id is None else node_id,
-                heartbeat_s=cluster.heartbeat_s if heartbeat_s is None else heartbeat_s,
-                timeout_s=cluster.timeout_s if timeout_s is None else timeout_s,
+                cluster, **{key: value for key, value in given.items() if value is not None}
             )
         replaced = msgspec.structs.replace(self, server=server, storage=storage, cluster=cluster)
         # Re-validate: replace() does not check Meta constraints.

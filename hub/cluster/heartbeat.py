@@ -91,7 +91,7 @@ class _Sql:
             INSERT INTO {n} AS n (node_id) VALUES ($1)
             ON CONFLICT (node_id) DO UPDATE
             SET started_at = now(), last_beat = now(), stopped_at = NULL, reaped_by = NULL,
-                reap_claimed_at = NULL, reaped_at = NULL
+                reap_claimed_at = NULL, reaped_at = NULL, url = NULL
         """
         self.fresh = (
             f"SELECT last_beat >= now() - make_interval(secs => $2) AND stopped_at IS NULL "
@@ -124,6 +124,14 @@ class _Sql:
             "AND reaped_at IS NULL"
         )
         self.prune = f"DELETE FROM {n} WHERE reaped_at < now() - make_interval(secs => $1)"
+        # The nodes alive now that others can reach (owners, hub.cluster.owners): beating
+        # within the timeout, not stopped, not claimed, with a URL (set once serving).
+        self.set_url = f"UPDATE {n} SET url = $2 WHERE node_id = $1"
+        self.live = (
+            f"SELECT node_id, url FROM {n} WHERE url IS NOT NULL AND stopped_at IS NULL "
+            "AND reaped_by IS NULL AND reaped_at IS NULL "
+            "AND last_beat >= now() - make_interval(secs => $1) ORDER BY node_id"
+        )
         # Seconds since each running node's last beat, on the database's clock (the metrics).
         self.lags = (
             f"SELECT node_id, extract(epoch FROM now() - last_beat)::float8 AS lag FROM {n} "
@@ -185,6 +193,9 @@ class Heartbeat:
         # after the reaping (the hub's agora_cluster_heartbeat_lag_seconds); None: not asked.
         self.on_lags: Callable[[list[tuple[str, float]]], None] | None = None
         self.reaped: list[str] = []  # nodes this one reaped (for tests and logs)
+        # Told the live nodes that can be reached, {node id: url}, once an interval (and
+        # after publish_url): the owners' view of the cluster (hub.cluster.owners).
+        self.on_live: Callable[[dict[str, str]], None] | None = None
 
     def on_node_dead(self, hook: NodeHook) -> None:
         """Run ``hook(node_id)`` for each dead node this node claims (see the module
@@ -239,6 +250,23 @@ class Heartbeat:
         clock. Raises ``Unavailable``."""
         rows = await self._fetch(self._sql.lags, doing="reading heartbeat lags")
         return [(r["node_id"], float(r["lag"])) for r in rows]
+
+    async def live_urls(self) -> dict[str, str]:
+        """{node id: url} of every node alive now (beat within ``timeout``, not stopped, not
+        claimed) that published a URL, this one included. Raises :class:`Unavailable`."""
+        rows = await self._fetch(self._sql.live, self.timeout, doing="listing live nodes")
+        return {r["node_id"]: r["url"] for r in rows}
+
+    async def publish_url(self, url: str) -> None:
+        """Record where the other nodes reach this one (once it serves), then tell
+        ``on_live``. Raises :class:`Unavailable`."""
+        async with self._connection("recording the node's URL") as conn:
+            await conn.execute(self._sql.set_url, self.node_id, url)
+        await self._tell_live()
+
+    async def _tell_live(self) -> None:
+        if self.on_live is not None:
+            self.on_live(await self.live_urls())
 
     async def dead_nodes(self) -> list[NodeInfo]:
         """Other nodes that are dead (beat older than ``timeout``, or stopped) and not reaped
@@ -373,6 +401,7 @@ class Heartbeat:
                 while await self.reap_one() is not None:
                     pass
                 await self._fetch(self._sql.prune, self.retention, doing="pruning nodes")
+                await self._tell_live()
                 if self.on_lags is not None:
                     self.on_lags(await self.lags())
             except Unavailable as e:

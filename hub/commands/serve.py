@@ -39,9 +39,13 @@ CLUSTER_ENV: Final = {
     "AGORA_NODE_ID": "node_id",
     "AGORA_HEARTBEAT_S": "heartbeat_s",
     "AGORA_NODE_TIMEOUT_S": "timeout_s",
+    "AGORA_CLUSTER_OWNERS": "owners",
+    "AGORA_NODE_URL": "url",
 }
 """Environment variables that override ``[cluster]`` keys (docs/operations.md); an empty one
 counts as unset."""
+
+_FLAGS: Final = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 
 ORPHAN_CHECK_S: Final = 1.0
 """How often a worker of ``--workers`` checks that its supervisor still runs."""
@@ -322,8 +326,14 @@ def with_cluster_env(config: HubConfig, env: Mapping[str, str]) -> HubConfig:
     values: dict[str, Any] = {}
     for name, text in given.items():
         key = CLUSTER_ENV[name]
-        if key == "node_id":
+        if key in ("node_id", "url"):
             values[key] = text
+            continue
+        if key == "owners":
+            flag = text.strip().lower()
+            if flag not in _FLAGS:
+                raise ConfigError(f"{name} must be true or false, not {text!r}", source=name)
+            values[key] = _FLAGS[flag]
             continue
         try:
             values[key] = float(text)

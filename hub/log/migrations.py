@@ -307,6 +307,16 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             """,
         ),
     ),
+    Migration(
+        11,
+        "nodes.url: where the other nodes reach a node (owners, hub.cluster.owners)",
+        (
+            # The WebSocket URL a node serves on, as the other nodes reach it: with
+            # ``[cluster] owners`` a node relays a workspace's frames to its owner there.
+            # NULL: not reachable (not serving yet, or a node of an older version).
+            "ALTER TABLE {schema}.nodes ADD COLUMN url TEXT",
+        ),
+    ),
 )
 
 LATEST: Final = MIGRATIONS[-1].version

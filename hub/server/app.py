@@ -43,7 +43,7 @@ import logging
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from websockets.asyncio.server import ServerConnection, serve, unix_serve
@@ -57,6 +57,7 @@ from hub.cluster.follower import NodeFollower
 from hub.cluster.settings import resolve_node_id
 from hub.config import HubConfig
 from hub.core.checkpoint import NoteSigner, generate_signer, key_name_for
+from hub.core.errors import ConfigError
 from hub.core.events import Event
 from hub.core.wire.frames import SUBPROTOCOL
 from hub.core.wire.session import SERVER_NAME
@@ -75,7 +76,14 @@ from hub.server.connection import Connection
 from hub.server.fanout import Fanout
 from hub.server.presence import Presence
 from hub.server.tasks import OwnedTasks
-from hub.server.workers import METRICS_PATH, WorkerRole, fetch_metrics
+from hub.server.workers import (
+    METRICS_PATH,
+    NodePlacement,
+    Placement,
+    WorkerPlacement,
+    WorkerRole,
+    fetch_metrics,
+)
 from hub.workspaces import Workspaces
 
 if TYPE_CHECKING:
@@ -84,6 +92,9 @@ if TYPE_CHECKING:
 __all__ = ["Hub", "server_options"]
 
 log = logging.getLogger("agora.server")
+
+WILDCARD_HOSTS: Final = ("0.0.0.0", "::", "")
+"""Hosts that bind every interface: no URL another node can reach (``[cluster] url``)."""
 
 
 def server_options(config: HubConfig) -> dict[str, Any]:
@@ -136,6 +147,22 @@ class Hub:
         self.config = config
         # One of `agora serve --workers N` (hub.server.workers), or None: the only process.
         self.worker = worker
+        # Who decides each workspace's frames, when not always this process: the workers'
+        # owner, or with [cluster] owners the nodes' (set once the cluster node started).
+        self.placement: Placement | None = WorkerPlacement(worker) if worker is not None else None
+        cluster = config.cluster
+        if cluster.owners and worker is not None:
+            raise ConfigError(
+                "[cluster] owners cannot be combined with --workers (the workers share one "
+                "port: a node's URL does not reach one worker)",
+                source="[cluster] owners",
+            )
+        if cluster.owners and cluster.url is None and config.server.host in WILDCARD_HOSTS:
+            raise ConfigError(
+                f"[cluster] owners with host {config.server.host!r}: set [cluster] url (or "
+                "AGORA_NODE_URL), the URL the other nodes reach this one at",
+                source="[cluster] url",
+            )
         self.server_name = SERVER_NAME if worker is None else f"{SERVER_NAME} worker/{worker.index}"
         # Traces (hub.observe.tracing): off (a no-op per span) unless a provider is given.
         self.tracing = tracing or Tracing()
@@ -232,9 +259,19 @@ class Hub:
                 self.cluster = ClusterNode(
                     self.store, self.workspaces, self.node_id, self.config.cluster
                 )
-                if self.cluster.heartbeat is not None:
-                    self.cluster.heartbeat.on_lags = self.metrics.heartbeats
+                heartbeat = self.cluster.heartbeat
+                if heartbeat is not None:
+                    heartbeat.on_lags = self.metrics.heartbeats
                 await self.cluster.start()
+                if self.config.cluster.owners and heartbeat is not None:
+                    # Every workspace served here until the live nodes are known (the URL
+                    # published once serving, hub.cluster.heartbeat).
+                    timing = self.config.cluster
+                    placement = NodePlacement(
+                        self.node_id, hold_s=timing.timeout_s + 2 * timing.heartbeat_s
+                    )
+                    heartbeat.on_live = placement.update
+                    self.placement = placement
             elif self.worker is not None:
                 if isinstance(self.store, SqliteEventStore):
                     self.store.follow_other_writers(self.config.server.worker_poll_s)
@@ -361,6 +398,10 @@ class Hub:
             bound = server.sockets[0].getsockname()[1] if server.sockets else port
             shown = f"[{host}]" if ":" in host else host
             self.url = f"ws://{shown}:{bound}"
+            if isinstance(self.placement, NodePlacement) and self.cluster is not None:
+                assert self.cluster.heartbeat is not None
+                # From now on the other nodes relay this node's workspaces here.
+                await self.cluster.heartbeat.publish_url(self.config.cluster.url or self.url)
             if on_ready is not None:
                 on_ready(self.url)
             await stop.wait()

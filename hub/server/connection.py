@@ -103,7 +103,7 @@ from hub.server.fanout import (
     text_frame,
 )
 from hub.server.tasks import InFlight
-from hub.server.workers import Forwarder
+from hub.server.workers import RELAY_HEADER, Forwarder
 
 if TYPE_CHECKING:
     from hub.server.app import Hub
@@ -171,11 +171,16 @@ class Connection:
         self._tasks: set[asyncio.Task[None]] = set()
         self._tg: asyncio.TaskGroup | None = None
         self.authorization: str | None = None  # the handshake's Authorization header
-        # With workers: frames for workspaces another worker owns go to it (not on an
-        # upstream: its frames are this worker's own).
-        role = hub.worker
+        # With workers or [cluster] owners: frames for workspaces another process owns go
+        # to it (not on an upstream, whose frames are this process's own; nor on a node's
+        # relay: RELAY_HEADER).
+        placement = hub.placement
+        request = ws.request
+        relayed = request is not None and RELAY_HEADER in request.headers
         self.forwarder: Forwarder | None = (
-            Forwarder(self, role, limits.max_depth) if role is not None and not internal else None
+            Forwarder(self, placement, limits.max_depth)
+            if placement is not None and not internal and not relayed
+            else None
         )
 
     # -- Outlet (called synchronously by the fan-out) ------------------------------------------

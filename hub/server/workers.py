@@ -1,4 +1,5 @@
-"""One worker of ``agora serve --workers N``: its role, its internal socket, and forwarding.
+"""One worker of ``agora serve --workers N``: its role, its internal socket, and forwarding
+(which ``[cluster] owners`` also uses between nodes: :class:`NodePlacement`).
 
 Every workspace has one owner among the workers (:func:`hub.core.sharding.owner_of`); the
 kernel spreads client connections over the workers (``SO_REUSEPORT``), so a connection often
@@ -19,6 +20,11 @@ client gets). Frames that name no workspace (``hello``) are answered locally; a
 refreshing ``hello`` also goes to every upstream (their ``welcome`` is dropped), so the token
 each upstream acts with is the client's current one.
 
+Where the owner is and how it is reached is a :class:`Placement`: :class:`WorkerPlacement`
+(the workers' unix sockets), or :class:`NodePlacement` (``[cluster] owners``: the owner among
+the live nodes by rendezvous hashing, reached at its URL with :data:`RELAY_HEADER`;
+docs/architecture.md, "Owners across nodes").
+
 Back-pressure: the relay puts each frame of the owner into the client's queue ``paced`` (it
 waits for room), and stops reading the upstream meanwhile; the owner then sees a slow reader
 and applies its own ``send_queue`` limits.
@@ -30,11 +36,12 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import msgspec
-from websockets.asyncio.client import ClientConnection, unix_connect
+from websockets.asyncio.client import ClientConnection, connect, unix_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.protocol import State
 from websockets.typing import Subprotocol
@@ -42,7 +49,7 @@ from websockets.typing import Subprotocol
 from hub.core.backoff import Backoff
 from hub.core.decoding import json_too_deep
 from hub.core.errors import CloseCode
-from hub.core.sharding import owner_of
+from hub.core.sharding import node_owner_of, owner_of
 from hub.core.wire.frames import SUBPROTOCOL
 from hub.core.wire.session import Close
 from hub.server.fanout import NOT_AN_EVENT
@@ -50,7 +57,17 @@ from hub.server.fanout import NOT_AN_EVENT
 if TYPE_CHECKING:
     from hub.server.connection import Connection
 
-__all__ = ["METRICS_PATH", "Forwarder", "WorkerRole", "fetch_metrics", "internal_socket"]
+__all__ = [
+    "METRICS_PATH",
+    "RELAY_HEADER",
+    "Forwarder",
+    "NodePlacement",
+    "Placement",
+    "WorkerPlacement",
+    "WorkerRole",
+    "fetch_metrics",
+    "internal_socket",
+]
 
 log = logging.getLogger("agora.server")
 
@@ -162,16 +179,129 @@ def _is_welcome(data: bytes) -> bool:
         return False
 
 
+RELAY_HEADER: Final = "Agora-Relay"
+"""Sent by a node relaying a client's frames to the node that owns a workspace (its own id):
+the owner serves that connection itself, never relaying it on (two nodes whose views of the
+live nodes differ for a moment cannot pass frames back and forth). A client that sends it is
+served where it connected; nothing else changes (its limits, its rights, the store's rules)."""
+
+
+class OwnerMoved(Exception):
+    """The owner named for a workspace changed while its upstream was being opened."""
+
+
+class Placement(Protocol):
+    """Who decides a workspace's frames: this process (None) or another, named by a key
+    (a worker's index, a node's id), and how to reach it."""
+
+    def owner(self, workspace: str) -> str | None: ...
+
+    async def connect(
+        self, owner: str, headers: Mapping[str, str], wanted: Callable[[], bool]
+    ) -> ClientConnection:
+        """An open upstream to ``owner``, trying again while it refuses and ``wanted()``;
+        raises :class:`OwnerMoved` once ``wanted()`` is false, or what the connect raises."""
+        ...
+
+
+class WorkerPlacement:
+    """``agora serve --workers N``: the owner is :func:`owner_of` the name, reached over its
+    internal unix socket (waited for under :data:`OWNER_WAIT` while it restarts)."""
+
+    def __init__(self, role: WorkerRole) -> None:
+        self.role = role
+
+    def owner(self, workspace: str) -> str | None:
+        owner = owner_of(workspace, self.role.count)
+        return None if owner == self.role.index else str(owner)
+
+    async def connect(
+        self, owner: str, headers: Mapping[str, str], wanted: Callable[[], bool]
+    ) -> ClientConnection:
+        began = time.monotonic()
+        attempt = 0
+        while True:
+            try:
+                return await unix_connect(
+                    str(self.role.socket(int(owner))),
+                    uri="ws://localhost/",
+                    additional_headers=dict(headers),
+                    subprotocols=[Subprotocol(SUBPROTOCOL)],
+                    max_size=None,  # the owner bounds its frames; this is not a client
+                    compression=None,
+                    ping_interval=None,  # a local socket: no keepalive needed
+                )
+            except (FileNotFoundError, ConnectionRefusedError):
+                limit = OWNER_WAIT.give_up_after or 0.0
+                if time.monotonic() - began >= limit or not wanted():
+                    raise
+                if attempt == 0:
+                    log.info("worker %s not listening; waiting for it", owner)
+                await asyncio.sleep(OWNER_WAIT.delay(attempt))
+                attempt += 1
+
+
+class NodePlacement:
+    """``[cluster] owners``: the owner is :func:`node_owner_of` the live nodes (the heartbeat's
+    view, refreshed every interval: :meth:`update`), reached at its URL with
+    :data:`RELAY_HEADER`. With no view yet, or none but this node, every workspace is served
+    here. An owner that refuses (it died: it leaves the view after the node timeout) is
+    tried again while it is still the owner, for up to ``hold_s`` (the node timeout and two
+    heartbeats), then the frame is placed anew (or, past ``hold_s``, the client connection
+    closes with :data:`OWNER_GONE`)."""
+
+    def __init__(self, node_id: str, *, hold_s: float, open_timeout: float = 10.0) -> None:
+        self.node_id = node_id
+        self.hold_s = hold_s  # the longest a frame waits for an owner that refuses
+        self.open_timeout = open_timeout
+        self.live: dict[str, str] = {}  # node id -> url
+
+    def update(self, live: Mapping[str, str]) -> None:
+        if dict(live) != self.live:
+            log.info("owners: live nodes %s", ", ".join(sorted(live)) or "none")
+        self.live = dict(live)
+
+    def owner(self, workspace: str) -> str | None:
+        owner = node_owner_of(workspace, self.live)
+        return None if owner is None or owner == self.node_id else owner
+
+    async def connect(
+        self, owner: str, headers: Mapping[str, str], wanted: Callable[[], bool]
+    ) -> ClientConnection:
+        began = time.monotonic()
+        attempt = 0
+        while True:
+            url = self.live.get(owner)
+            if url is None or not wanted():
+                raise OwnerMoved(owner)
+            try:
+                return await connect(
+                    url,
+                    additional_headers={**headers, RELAY_HEADER: self.node_id},
+                    subprotocols=[Subprotocol(SUBPROTOCOL)],
+                    max_size=None,  # the owner bounds its frames; this is not a client
+                    compression=None,
+                    open_timeout=self.open_timeout,
+                )
+            except (OSError, TimeoutError):  # refused, reset: a node going away
+                if time.monotonic() - began >= self.hold_s:
+                    raise
+                if attempt == 0:
+                    log.info("owner node %s at %s unreachable; waiting for it", owner, url)
+                await asyncio.sleep(OWNER_WAIT.delay(attempt))
+                attempt += 1
+
+
 class Forwarder:
     """The relay of one client connection to the owners of its workspaces (module doc)."""
 
-    def __init__(self, connection: Connection, role: WorkerRole, max_depth: int) -> None:
+    def __init__(self, connection: Connection, placement: Placement, max_depth: int) -> None:
         self.connection = connection
-        self.role = role
+        self.placement = placement
         self.max_depth = max_depth
-        self.upstreams: dict[int, ClientConnection] = {}
+        self.upstreams: dict[str, ClientConnection] = {}
         self._hello: str | bytes | None = None  # the client's last hello (its token)
-        self._opening: dict[int, asyncio.Lock] = {}
+        self._opening: dict[str, asyncio.Lock] = {}
         self._gone = False  # an owner was unreachable: the connection is closing (1013)
 
     async def route(self, data: str | bytes) -> bool:
@@ -193,22 +323,32 @@ class Forwarder:
             return False
         if not self.connection.authenticated:
             return False
-        owner = owner_of(route.workspace, self.role.count)
-        if owner == self.role.index:
-            return False
-        if self._gone:
-            return True  # (dropped: the close is queued)
-        upstream: ClientConnection | None = self.upstreams.get(owner)
-        if upstream is None:
-            upstream = await self._open(owner)
-        if upstream is None:
-            return True  # the connection is closing (1013, see _open)
+        workspace = route.workspace
+        while True:
+            owner = self.placement.owner(workspace)
+            if owner is None:
+                return False
+            if self._gone:
+                return True  # (dropped: the close is queued)
+            upstream: ClientConnection | None = self.upstreams.get(owner)
+            if upstream is not None:
+                break
+            try:
+                upstream = await self._open(owner, workspace)
+            except OwnerMoved:
+                continue  # placed anew (it may be this process now)
+            if upstream is None:
+                return True  # the connection is closing (1013, see _open)
+            break
         # Closed: the pump closes the client connection with what the owner said.
         with contextlib.suppress(ConnectionClosed):
             await upstream.send(data)
         return True
 
-    async def _open(self, owner: int) -> ClientConnection | None:
+    async def _open(self, owner: str, workspace: str) -> ClientConnection | None:
+        """The upstream to ``owner``, opened; None when it cannot be reached (the client
+        connection is then closing with :data:`OWNER_GONE`). Raises :class:`OwnerMoved` when
+        ``workspace`` has another owner meanwhile."""
         lock = self._opening.setdefault(owner, asyncio.Lock())
         async with lock:
             if owner in self.upstreams:
@@ -217,12 +357,17 @@ class Forwarder:
             authorization = self.connection.authorization
             if authorization is not None:
                 headers["Authorization"] = authorization
+            placement, ws = self.placement, self.connection.ws
+
+            def wanted() -> bool:
+                return ws.state is State.OPEN and placement.owner(workspace) == owner
+
             try:
-                upstream = await self._connect(owner, headers)
+                upstream = await placement.connect(owner, headers, wanted)
                 if authorization is None and self._hello is not None:
                     await upstream.send(self._hello)
             except (OSError, InvalidHandshake, ConnectionClosed, TimeoutError) as e:
-                log.warning("worker %d unreachable: %s", owner, e)
+                log.warning("owner %s unreachable: %s", owner, e)
                 self._gone = True
                 self.connection.queue.push(Close(int(OWNER_GONE), "workspace owner unavailable"))
                 return None
@@ -232,33 +377,7 @@ class Forwarder:
                 return None
             return upstream
 
-    async def _connect(self, owner: int, headers: dict[str, str]) -> ClientConnection:
-        """The upstream to ``owner``, trying again under :data:`OWNER_WAIT` while its socket
-        refuses (missing, or left behind by a killed worker) and the client is still there.
-        Raises what ``unix_connect`` raises."""
-        began = time.monotonic()
-        attempt = 0
-        while True:
-            try:
-                return await unix_connect(
-                    str(self.role.socket(owner)),
-                    uri="ws://localhost/",
-                    additional_headers=headers,
-                    subprotocols=[Subprotocol(SUBPROTOCOL)],
-                    max_size=None,  # the owner bounds its frames; this is not a client
-                    compression=None,
-                    ping_interval=None,  # a local socket: no keepalive needed
-                )
-            except (FileNotFoundError, ConnectionRefusedError):
-                limit = OWNER_WAIT.give_up_after or 0.0
-                if time.monotonic() - began >= limit or self.connection.ws.state is not State.OPEN:
-                    raise
-                if attempt == 0:
-                    log.info("worker %d not listening; waiting for it", owner)
-                await asyncio.sleep(OWNER_WAIT.delay(attempt))
-                attempt += 1
-
-    async def _pump(self, owner: int, upstream: ClientConnection) -> None:
+    async def _pump(self, owner: str, upstream: ClientConnection) -> None:
         """The owner's frames into the client's queue, until either side closes."""
         connection = self.connection
         try:

@@ -22,6 +22,7 @@ CLEAR_ENV = {name: "" for name in CLUSTER_ENV}
 def test_defaults() -> None:
     cluster = HubConfig().cluster
     assert cluster == ClusterConfig(node_id=None, heartbeat_s=2.0, timeout_s=10.0)
+    assert (cluster.owners, cluster.url) == (False, None)
 
 
 def test_cluster_table(tmp_path: Path) -> None:
@@ -61,6 +62,13 @@ def test_environment_overrides_the_file() -> None:
     assert with_cluster_env(base, CLEAR_ENV) is base  # empty: unset
 
 
+@pytest.mark.parametrize(("text", "owners"), [("true", True), ("1", True), ("No", False)])
+def test_the_environment_sets_owners_and_the_url(text: str, owners: bool) -> None:
+    env = {"AGORA_CLUSTER_OWNERS": text, "AGORA_NODE_URL": "ws://10.0.0.11:8765"}
+    cluster = with_cluster_env(HubConfig(), env).cluster
+    assert (cluster.owners, cluster.url) == (owners, "ws://10.0.0.11:8765")
+
+
 @pytest.mark.parametrize(
     ("env", "fragment", "source"),
     [
@@ -69,6 +77,9 @@ def test_environment_overrides_the_file() -> None:
         ({"AGORA_NODE_TIMEOUT_S": "inf"}, "cluster.timeout_s", "AGORA_NODE_TIMEOUT_S"),
         ({"AGORA_HEARTBEAT_S": "20"}, "must be less than cluster.timeout_s", "AGORA_HEARTBEAT_S"),
         ({"AGORA_NODE_ID": "a/b"}, "invalid node id 'a/b'", "AGORA_NODE_ID"),
+        ({"AGORA_CLUSTER_OWNERS": "maybe"}, "must be true or false", "AGORA_CLUSTER_OWNERS"),
+        ({"AGORA_NODE_URL": "http://x:1"}, "cluster.url", "AGORA_NODE_URL"),
+        ({"AGORA_NODE_URL": "ws://a b"}, "cluster.url", "AGORA_NODE_URL"),
     ],
 )
 def test_bad_environment_names_the_variable(

@@ -582,6 +582,7 @@ async def test_migration_3_adds_the_tree_to_an_existing_log(schema: str) -> None
         await conn.execute(f'DROP FUNCTION "{schema}".take_positions')
         await conn.execute(f'DROP SEQUENCE "{schema}".positions')
         await conn.execute(f'ALTER TABLE "{schema}".events DROP COLUMN tx')
+        await conn.execute(f'ALTER TABLE "{schema}".nodes DROP COLUMN url')  # migration 11
         await conn.execute(f'DELETE FROM "{schema}".schema_version WHERE version >= 3')
         assert await current_version(conn, schema) == 2
     async with PostgresEventStore(DSN, schema=schema) as store:
@@ -594,7 +595,7 @@ async def test_migration_3_adds_the_tree_to_an_existing_log(schema: str) -> None
         assert [e.position for e in await read_all_from(store, 6)] == [1, 2, 3, 4, 5, 6]
         assert after.events[0].position == 6
     async with connection() as conn:
-        assert await current_version(conn, schema) == LATEST == 10
+        assert await current_version(conn, schema) == LATEST == 11
 
 
 async def cut_log(schema: str, workspace: str, seq: int) -> None:

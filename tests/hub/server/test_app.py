@@ -19,11 +19,13 @@ from websockets.exceptions import ConnectionClosed
 
 from hub.auth import TokenSigner
 from hub.config import HubConfig
+from hub.core.errors import ConfigError
 from hub.core.events import MemberJoined, MemberLeft
 from hub.log.factory import open_store
 from hub.log.sqlite import SqliteEventStore
 from hub.server.app import Hub
 from hub.server.owner import container_owner
+from hub.server.workers import WorkerRole
 from tests.support.hub import HubProcess
 from tests.support.peer import Peer, message, peer
 from tests.support.tokens import SECRET, mint
@@ -53,6 +55,21 @@ def test_the_root_builds_its_parts_from_the_one_configuration(tmp_path: Path) ->
         TokenSigner(SECRET.encode()),
     )
     assert unpinned.node_id != "pinned-node" and unpinned.node_id
+
+
+def test_owners_need_a_url_the_other_nodes_reach_and_no_workers(tmp_path: Path) -> None:
+    """``[cluster] owners`` relays frames to a node's URL: a wildcard host is not one (then
+    ``[cluster] url`` is required), and workers share one port (refused together)."""
+    signer = TokenSigner(SECRET.encode())
+    wildcard = HubConfig().with_overrides(data=tmp_path / "d", host="0.0.0.0", owners=True)
+    with pytest.raises(ConfigError, match=r"\[cluster\] url"):
+        Hub(wildcard, SqliteEventStore(tmp_path / "a.db"), signer)
+    given = wildcard.with_overrides(url="ws://10.0.0.11:8765")
+    assert Hub(given, SqliteEventStore(tmp_path / "b.db"), signer).placement is None
+    role = WorkerRole(index=0, count=2, socket_dir=tmp_path / "w")
+    local = HubConfig().with_overrides(data=tmp_path / "d", owners=True)
+    with pytest.raises(ConfigError, match="--workers"):
+        Hub(local, SqliteEventStore(tmp_path / "c.db"), signer, worker=role)
 
 
 def test_container_owner_is_one_per_data_directory(tmp_path: Path) -> None:
