@@ -31,6 +31,8 @@ secret file in the data directory.
 from __future__ import annotations
 
 import errno
+import hashlib
+import hmac
 import os
 import secrets
 import stat
@@ -103,6 +105,24 @@ class TokenSigner:
         self._secret = secret
         self._clock = clock
         self.max_ttl = max_ttl
+
+    def relay_header(self, node: str) -> str:
+        """The ``Agora-Relay`` value node ``node`` sends to the owner of a workspace
+        (``[cluster] owners``): its id and an HMAC of it under the secret every node shares,
+        so that only a node can make a connection that the owner serves without relaying."""
+        return f"{node} {self._relay_proof(node)}"
+
+    def relay_node(self, header: str) -> str | None:
+        """The node that sent the ``Agora-Relay`` value ``header``, or None when the proof
+        does not verify (a client's: it is relayed like any other)."""
+        node, _, proof = header.strip().partition(" ")
+        if not node or not proof:
+            return None
+        return node if hmac.compare_digest(proof, self._relay_proof(node)) else None
+
+    def _relay_proof(self, node: str) -> str:
+        message = b"agora.relay:" + node.encode("utf-8", "surrogatepass")
+        return hmac.new(self._secret, message, hashlib.sha256).hexdigest()
 
     def issue(
         self,

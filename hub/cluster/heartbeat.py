@@ -124,7 +124,8 @@ class _Sql:
             "AND reaped_at IS NULL"
         )
         self.prune = f"DELETE FROM {n} WHERE reaped_at < now() - make_interval(secs => $1)"
-        # The nodes alive now that others can reach (owners, hub.cluster.owners): beating
+        # The nodes alive now that others can reach ([cluster] owners: hub.server.workers.
+        # NodePlacement): beating
         # within the timeout, not stopped, not claimed, with a URL (set once serving).
         self.set_url = f"UPDATE {n} SET url = $2 WHERE node_id = $1"
         self.live = (
@@ -193,8 +194,8 @@ class Heartbeat:
         # after the reaping (the hub's agora_cluster_heartbeat_lag_seconds); None: not asked.
         self.on_lags: Callable[[list[tuple[str, float]]], None] | None = None
         self.reaped: list[str] = []  # nodes this one reaped (for tests and logs)
-        # Told the live nodes that can be reached, {node id: url}, once an interval (and
-        # after publish_url): the owners' view of the cluster (hub.cluster.owners).
+        # Told the live nodes that can be reached, {node id: url}, after every beat (and
+        # after publish_url): the owners' view of the cluster (hub.server.workers).
         self.on_live: Callable[[dict[str, str]], None] | None = None
 
     def on_node_dead(self, hook: NodeHook) -> None:
@@ -263,6 +264,17 @@ class Heartbeat:
         async with self._connection("recording the node's URL") as conn:
             await conn.execute(self._sql.set_url, self.node_id, url)
         await self._tell_live()
+
+    async def withdraw_url(self) -> None:
+        """Clear this node's URL (it stops serving): the other nodes take it out of their
+        live view at their next look. Best effort: a database that is gone leaves it to the
+        stop or the timeout."""
+        try:
+            async with asyncio.timeout(self.command_timeout):
+                async with self._connection("withdrawing the node's URL") as conn:
+                    await conn.execute(self._sql.set_url, self.node_id, None)
+        except (Unavailable, TimeoutError) as e:
+            log.warning("node %s: could not withdraw its URL: %s", self.node_id, e)
 
     async def _tell_live(self) -> None:
         if self.on_live is not None:
@@ -387,6 +399,9 @@ class Heartbeat:
             try:
                 await self.beat()
                 failures = 0
+                # The live view with every beat, apart from the reaping (whose hooks may
+                # take long): a dead owner leaves it within a beat of its timeout.
+                await self._tell_live()
                 await asyncio.sleep(self.interval)
             except Unavailable as e:
                 delay = backoff.delay(failures)
@@ -401,7 +416,6 @@ class Heartbeat:
                 while await self.reap_one() is not None:
                     pass
                 await self._fetch(self._sql.prune, self.retention, doing="pruning nodes")
-                await self._tell_live()
                 if self.on_lags is not None:
                     self.on_lags(await self.lags())
             except Unavailable as e:

@@ -309,7 +309,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     ),
     Migration(
         11,
-        "nodes.url: where the other nodes reach a node (owners, hub.cluster.owners)",
+        "nodes.url: where the other nodes reach a node ([cluster] owners)",
         (
             # The WebSocket URL a node serves on, as the other nodes reach it: with
             # ``[cluster] owners`` a node relays a workspace's frames to its owner there.

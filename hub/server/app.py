@@ -39,11 +39,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from websockets.asyncio.server import ServerConnection, serve, unix_serve
@@ -93,8 +94,16 @@ __all__ = ["Hub", "server_options"]
 
 log = logging.getLogger("agora.server")
 
-WILDCARD_HOSTS: Final = ("0.0.0.0", "::", "")
-"""Hosts that bind every interface: no URL another node can reach (``[cluster] url``)."""
+
+def _unspecified(host: str) -> bool:
+    """Whether ``host`` binds every interface (``0.0.0.0``, ``::``, …): no URL another node
+    can reach (``[cluster] url``)."""
+    if not host:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False  # a name
 
 
 def server_options(config: HubConfig) -> dict[str, Any]:
@@ -151,13 +160,13 @@ class Hub:
         # owner, or with [cluster] owners the nodes' (set once the cluster node started).
         self.placement: Placement | None = WorkerPlacement(worker) if worker is not None else None
         cluster = config.cluster
-        if cluster.owners and worker is not None:
+        if cluster.owners and (worker is not None or config.server.workers > 1):
             raise ConfigError(
                 "[cluster] owners cannot be combined with --workers (the workers share one "
                 "port: a node's URL does not reach one worker)",
                 source="[cluster] owners",
             )
-        if cluster.owners and cluster.url is None and config.server.host in WILDCARD_HOSTS:
+        if cluster.owners and cluster.url is None and _unspecified(config.server.host):
             raise ConfigError(
                 f"[cluster] owners with host {config.server.host!r}: set [cluster] url (or "
                 "AGORA_NODE_URL), the URL the other nodes reach this one at",
@@ -268,10 +277,17 @@ class Hub:
                     # published once serving, hub.cluster.heartbeat).
                     timing = self.config.cluster
                     placement = NodePlacement(
-                        self.node_id, hold_s=timing.timeout_s + 2 * timing.heartbeat_s
+                        self.node_id,
+                        self.signer.relay_header(self.node_id),
+                        hold_s=timing.timeout_s + 2 * timing.heartbeat_s,
                     )
                     heartbeat.on_live = placement.update
+                    # The other nodes' URLs before the first connection: none is placed here
+                    # for want of a view (this node's own URL follows once it serves).
+                    placement.update(await heartbeat.live_urls())
                     self.placement = placement
+            elif self.config.cluster.owners:
+                log.warning("[cluster] owners has no effect on a store of one node (SQLite)")
             elif self.worker is not None:
                 if isinstance(self.store, SqliteEventStore):
                     self.store.follow_other_writers(self.config.server.worker_poll_s)
@@ -406,6 +422,11 @@ class Hub:
                 on_ready(self.url)
             await stop.wait()
             self.stopping = True
+            if isinstance(self.placement, NodePlacement) and self.cluster is not None:
+                assert self.cluster.heartbeat is not None
+                # First of all: the other nodes stop relaying here at their next look (within
+                # a heartbeat), so the clients this shutdown closes are served by new owners.
+                await self.cluster.heartbeat.withdraw_url()
             self.presence.flush()  # leaves held for a reconnect are written now
             log.info("stopping: closing connections with 1001")
         # Leaving ``serve``: stopped accepting, closed connections (1001), handlers returned.

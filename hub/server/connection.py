@@ -103,7 +103,7 @@ from hub.server.fanout import (
     text_frame,
 )
 from hub.server.tasks import InFlight
-from hub.server.workers import RELAY_HEADER, Forwarder
+from hub.server.workers import RELAY_HEADER, Forwarder, NodePlacement
 
 if TYPE_CHECKING:
     from hub.server.app import Hub
@@ -127,6 +127,20 @@ WRITE_BYTES: Final = 64 * 1024
 TOKEN_CLOSE_GRACE_S: Final = 0.5
 """After a token ended (expired, revoked), how long the writer has to send the error and the
 4401 close behind what is queued before the connection is closed without them."""
+
+
+def _relayed_by(hub: Hub, ws: ServerConnection) -> str | None:
+    """The node that relays this connection (``[cluster] owners``: a valid ``Agora-Relay``
+    header), or None: a client's own connection (a header without a valid proof is ignored)."""
+    request = ws.request
+    if not isinstance(hub.placement, NodePlacement) or request is None:
+        return None
+    header = request.headers.get(RELAY_HEADER)
+    node = hub.signer.relay_node(header) if header else None
+    if node is not None and node == hub.node_id:
+        # Its own URL reaches itself: [cluster] url names no address the other nodes reach.
+        log.error("node %s relayed a connection to itself: check [cluster] url", node)
+    return node
 
 
 class Connection:
@@ -175,11 +189,10 @@ class Connection:
         # to it (not on an upstream, whose frames are this process's own; nor on a node's
         # relay: RELAY_HEADER).
         placement = hub.placement
-        request = ws.request
-        relayed = request is not None and RELAY_HEADER in request.headers
+        self.relayed_by = _relayed_by(hub, ws)  # the node relaying this client, if one is
         self.forwarder: Forwarder | None = (
             Forwarder(self, placement, limits.max_depth)
-            if placement is not None and not internal and not relayed
+            if placement is not None and not internal and self.relayed_by is None
             else None
         )
 

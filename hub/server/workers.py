@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 import msgspec
 from websockets.asyncio.client import ClientConnection, connect, unix_connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 from websockets.protocol import State
 from websockets.typing import Subprotocol
 
@@ -180,10 +180,21 @@ def _is_welcome(data: bytes) -> bool:
 
 
 RELAY_HEADER: Final = "Agora-Relay"
-"""Sent by a node relaying a client's frames to the node that owns a workspace (its own id):
-the owner serves that connection itself, never relaying it on (two nodes whose views of the
-live nodes differ for a moment cannot pass frames back and forth). A client that sends it is
-served where it connected; nothing else changes (its limits, its rights, the store's rules)."""
+"""Sent by a node relaying a client's frames to the node that owns a workspace: its id and a
+proof only a node can make (:meth:`hub.auth.TokenSigner.relay_header`). The owner serves that
+connection itself, never relaying it on (two nodes whose views of the live nodes differ for a
+moment cannot pass frames back and forth). A header without a valid proof (a client's) is
+ignored: that connection is relayed like any other."""
+
+PLACEMENTS_MAX: Final = 4
+"""How many times one frame is placed anew when its owner changes while its upstream opens
+(the live nodes changing under it); then the client connection closes with 1013."""
+
+PLACED_MAX: Final = 4096
+"""The most workspaces one connection's placements are remembered for (the oldest forgotten
+first): a bound on what a client can make the relay keep."""
+
+_UNPLACED: Final = object()
 
 
 class OwnerMoved(Exception):
@@ -250,8 +261,11 @@ class NodePlacement:
     heartbeats), then the frame is placed anew (or, past ``hold_s``, the client connection
     closes with :data:`OWNER_GONE`)."""
 
-    def __init__(self, node_id: str, *, hold_s: float, open_timeout: float = 10.0) -> None:
+    def __init__(
+        self, node_id: str, relay_header: str, *, hold_s: float, open_timeout: float = 10.0
+    ) -> None:
         self.node_id = node_id
+        self.relay_header = relay_header  # this node's RELAY_HEADER value
         self.hold_s = hold_s  # the longest a frame waits for an owner that refuses
         self.open_timeout = open_timeout
         self.live: dict[str, str] = {}  # node id -> url
@@ -277,13 +291,15 @@ class NodePlacement:
             try:
                 return await connect(
                     url,
-                    additional_headers={**headers, RELAY_HEADER: self.node_id},
+                    additional_headers={**headers, RELAY_HEADER: self.relay_header},
                     subprotocols=[Subprotocol(SUBPROTOCOL)],
                     max_size=None,  # the owner bounds its frames; this is not a client
                     compression=None,
                     open_timeout=self.open_timeout,
+                    proxy=None,  # node to node, with the client's token: never via a proxy
                 )
-            except (OSError, TimeoutError):  # refused, reset: a node going away
+            # Refused, reset, cut mid-handshake, 503 while it stops: a node going away.
+            except (OSError, TimeoutError, InvalidHandshake):
                 if time.monotonic() - began >= self.hold_s:
                     raise
                 if attempt == 0:
@@ -303,6 +319,9 @@ class Forwarder:
         self._hello: str | bytes | None = None  # the client's last hello (its token)
         self._opening: dict[str, asyncio.Lock] = {}
         self._gone = False  # an owner was unreachable: the connection is closing (1013)
+        # Where each workspace's frames went (None: handled here): a workspace stays where it
+        # was placed for the connection's life; when its owner moves, the connection closes.
+        self._placed: dict[str, str | None] = {}
 
     async def route(self, data: str | bytes) -> bool:
         """Relay ``data`` (one text frame of the client) when another worker owns its
@@ -324,26 +343,47 @@ class Forwarder:
         if not self.connection.authenticated:
             return False
         workspace = route.workspace
-        while True:
-            owner = self.placement.owner(workspace)
-            if owner is None:
-                return False
+        for _ in range(PLACEMENTS_MAX):
             if self._gone:
                 return True  # (dropped: the close is queued)
+            owner = self.placement.owner(workspace)
+            placed = self._placed.get(workspace, _UNPLACED)
+            if placed is not _UNPLACED and placed != owner:
+                # The owner moved while this connection uses the workspace: its subscription,
+                # presence and publishes in flight are where it was placed. Closed, the client
+                # resumes on the new owner (by seq, publishes retried by id).
+                self._close("workspace owner moved")
+                return True
+            if owner is None:
+                self._place(workspace, None)
+                return False
             upstream: ClientConnection | None = self.upstreams.get(owner)
-            if upstream is not None:
-                break
-            try:
-                upstream = await self._open(owner, workspace)
-            except OwnerMoved:
-                continue  # placed anew (it may be this process now)
             if upstream is None:
-                return True  # the connection is closing (1013, see _open)
-            break
-        # Closed: the pump closes the client connection with what the owner said.
-        with contextlib.suppress(ConnectionClosed):
-            await upstream.send(data)
+                try:
+                    upstream = await self._open(owner, workspace)
+                except OwnerMoved:
+                    if self.connection.ws.state is not State.OPEN:
+                        return True  # the client went away while its frame was held
+                    continue  # placed anew (it may be this process now)
+                if upstream is None:
+                    return True  # the connection is closing (1013, see _open)
+            self._place(workspace, owner)
+            # Closed: the pump closes the client connection with what the owner said.
+            with contextlib.suppress(ConnectionClosed):
+                await upstream.send(data)
+            return True
+        self._close("workspace owner keeps moving")  # (the view changed under every try)
         return True
+
+    def _place(self, workspace: str, owner: str | None) -> None:
+        placed = self._placed
+        if workspace not in placed and len(placed) >= PLACED_MAX:
+            del placed[next(iter(placed))]  # the oldest: bounded, whatever a client sends
+        placed[workspace] = owner
+
+    def _close(self, reason: str) -> None:
+        self._gone = True
+        self.connection.queue.push(Close(int(OWNER_GONE), reason))
 
     async def _open(self, owner: str, workspace: str) -> ClientConnection | None:
         """The upstream to ``owner``, opened; None when it cannot be reached (the client
@@ -366,10 +406,9 @@ class Forwarder:
                 upstream = await placement.connect(owner, headers, wanted)
                 if authorization is None and self._hello is not None:
                     await upstream.send(self._hello)
-            except (OSError, InvalidHandshake, ConnectionClosed, TimeoutError) as e:
+            except (OSError, InvalidHandshake, InvalidURI, ConnectionClosed, TimeoutError) as e:
                 log.warning("owner %s unreachable: %s", owner, e)
-                self._gone = True
-                self.connection.queue.push(Close(int(OWNER_GONE), "workspace owner unavailable"))
+                self._close("workspace owner unavailable")
                 return None
             self.upstreams[owner] = upstream
             if self.connection.spawn_task(self._pump(owner, upstream), f"upstream:{owner}") is None:
@@ -398,8 +437,7 @@ class Forwarder:
             self.upstreams.pop(owner, None)
 
     async def aclose(self) -> None:
-        """Close every upstream (the client connection ended)."""
+        """Close every upstream (the client connection ended), all at once: an owner that
+        does not answer the close delays the end by one ``close_timeout``, not one each."""
         upstreams, self.upstreams = list(self.upstreams.values()), {}
-        for upstream in upstreams:
-            with contextlib.suppress(Exception):
-                await upstream.close()
+        await asyncio.gather(*(upstream.close() for upstream in upstreams), return_exceptions=True)

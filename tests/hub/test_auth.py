@@ -621,3 +621,18 @@ def test_bearer_token(header: str | None, token: str | None) -> None:
     assert auth.bearer_token(header) == token
     headers = [] if header is None else [(b"authorization", header.encode())]
     assert auth.asgi_bearer_token({"headers": [(b"x-other", b"Bearer no"), *headers]}) == token
+
+
+@given(st.from_regex(r"[A-Za-z0-9._-]{1,128}", fullmatch=True))
+def test_a_relay_header_names_its_node_and_only_the_secret_makes_one(node: str) -> None:
+    """``[cluster] owners``: the ``Agora-Relay`` value a node sends proves it is a node (an
+    HMAC under the shared secret); a forged or altered one, or another secret's, names none."""
+    signer = TokenSigner(b"k" * 32)
+    header = signer.relay_header(node)
+    assert signer.relay_node(header) == node
+    assert TokenSigner(b"x" * 32).relay_node(header) is None
+    name, _, proof = header.partition(" ")
+    assert signer.relay_node(f"{name}x {proof}") is None
+    assert signer.relay_node(f"{name} {proof[:-1]}0" if proof[-1] != "0" else f"{name} 1") is None
+    for forged in ("", name, f"{name} ", f"{name} 00", " " + proof):
+        assert signer.relay_node(forged) is None

@@ -114,11 +114,19 @@ interface Closed {
 }
 
 /** The nodes a session may use: one URL, or several nodes of one hub in order of preference.
- * Throws `BadRequest` for an empty list or an empty URL. */
+ * Throws `BadRequest` for an empty list, or a URL that is empty or does not parse. */
 function nodeUrls(url: string | readonly string[]): readonly string[] {
   const urls = typeof url === "string" ? [url] : [...url];
   if (urls.length === 0 || !urls.every((u) => typeof u === "string" && u.length > 0)) {
     throw new BadRequest("url: a hub URL, or a non-empty list of them", { field: "url" });
+  }
+  for (const u of urls) {
+    // Every node's URL checked now: a bad second one must not surface only at failover.
+    try {
+      new URL(u);
+    } catch {
+      throw new BadRequest(`invalid hub URL ${JSON.stringify(u)}`, { field: "url" });
+    }
   }
   return Object.freeze(urls);
 }

@@ -154,8 +154,8 @@ test("several nodes: none answering is Unavailable; a bad token is refused at on
   });
 });
 
-test("several nodes: an empty list or an empty URL is BadRequest", async () => {
-  for (const urls of [[], [""], [hub.url, ""]]) {
+test("several nodes: an empty list, an empty URL or one that does not parse is BadRequest", async () => {
+  for (const urls of [[], [""], [hub.url, ""], [hub.url, "not a url"]]) {
     await assert.rejects(connect(urls, hub.token("alice")), (e) => {
       assert.ok(e instanceof BadRequest);
       assert.equal(e.details.field, "url");

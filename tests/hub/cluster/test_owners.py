@@ -10,13 +10,16 @@ import asyncio
 import itertools
 
 import pytest
+import websockets.asyncio.client
 
 from hub.client import Session, connect
 from hub.core.backoff import Backoff
 from hub.core.events import MemberJoined, MemberLeft, MessagePosted
 from hub.core.sharding import node_owner_of
 from hub.log.postgres import PostgresEventStore
+from hub.server.workers import RELAY_HEADER
 from tests.support.hub import HubProcess, StartHub
+from tests.support.peer import Peer, message, peer
 from tests.support.tokens import mint
 
 pytestmark = pytest.mark.slow
@@ -186,3 +189,63 @@ async def test_the_owner_killed_under_load_moves_its_workspace_losing_nothing(
     for k in range(writers):
         served = await joins(pg_store, workspace, f"w{k}")
         assert served[0] == "node-a" and served[-1] == "node-b", served
+
+
+async def test_a_client_that_leaves_while_its_frame_waits_for_a_dead_owner_frees_the_relay(
+    pg_url: str, start_node: StartHub
+) -> None:
+    """Its owner killed, a workspace's frames wait on B while the dead node is still the
+    owner (B tries its URL again). A client that goes away meanwhile ends the wait: B goes on
+    serving (it used to place that frame anew forever, without yielding: the node froze)."""
+    a, b = await two_nodes(pg_url, start_node)
+    dead = owned_by("node-a", "dead")
+    alive = owned_by("node-b", "alive")
+    a.kill()
+    async with peer(b.url, mint("leaver")) as p:
+        await p.send({"op": "publish", "rid": 1, "workspace": dead, "event": message("held")})
+        await asyncio.sleep(0.1)  # held: node-a refuses, and is the owner for ~1.5 s more
+    await asyncio.sleep(1.0)  # node-b has tried node-a again since the client left
+    async with asyncio.timeout(5), connect(b.url, mint("other"), backoff=FAST) as other:
+        assert (await other.workspace(alive).post_message("b still serves")).seq >= 1
+
+
+async def test_a_connection_whose_workspace_moves_is_closed_and_resumes_on_the_new_owner(
+    pg_url: str, start_node: StartHub, pg_store: PostgresEventStore
+) -> None:
+    """A workspace stays where a connection's frames first went: when a node joins and wins
+    it, the connection that uses it there is closed (1013) at its next frame for it, and its
+    client resumes, now relayed to the new owner: every event once, in order."""
+    a = start_node(pg_url, node_id="node-a", config=OWNERS)
+    workspace = owned_by("node-b", "moving")  # node-a's alone until node-b starts
+    async with connect(a.url, mint("mover"), backoff=FAST) as session:
+        ws = session.workspace(workspace)
+        seen: list[int] = []
+        async with ws.subscribe(after_seq=0) as sub:
+            first = await ws.post_message("before")
+            start_node(pg_url, node_id="node-b", config=OWNERS)
+            await asyncio.sleep(SETTLE_S)
+            second = await ws.post_message("after")  # closes, resumes, relayed to node-b
+            async for event in sub:
+                seen.append(event.seq)
+                if event.seq >= second.seq:
+                    break
+        assert session.reconnects >= 1
+        assert seen == sorted(set(seen)) and first.seq in seen and second.seq in seen
+    served = await joins(pg_store, workspace, "mover")
+    assert served[0] == "node-a" and served[-1] == "node-b", served
+
+
+async def test_a_client_cannot_forge_the_relay_header(
+    pg_url: str, start_node: StartHub, pg_store: PostgresEventStore
+) -> None:
+    """``Agora-Relay`` without the nodes' proof is ignored: the connection is relayed to the
+    owner like any other (its join names the owner's node)."""
+    _, b = await two_nodes(pg_url, start_node)
+    workspace = owned_by("node-a", "forged")
+    headers = {RELAY_HEADER: "node-a 00", "Authorization": f"Bearer {mint('forger')}"}
+    async with websockets.asyncio.client.connect(b.url, additional_headers=headers) as ws:
+        p = Peer(ws)
+        assert (await p.recv())["op"] == "welcome"
+        assert (await p.call("subscribe", workspace=workspace))["op"] == "subscribed"
+        assert (await p.call("publish", workspace=workspace, event=message()))["op"] == "ack"
+    assert await joins(pg_store, workspace, "forger") == ["node-a"]
