@@ -1,4 +1,5 @@
-"""Raw WebSocket agents that survive a node's death by moving to another node.
+"""Agents that survive a node's death by moving to another node: raw WebSocket ones, and
+:func:`publish_pipelined` for the Python client's sessions.
 
 :class:`Publisher` publishes messages with its own event ids, a few in flight at once; when its
 node goes away it reconnects to the next node and publishes every unacknowledged id again (the
@@ -14,14 +15,41 @@ import itertools
 import json
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Final
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
+from hub.client import Workspace
+
 RETRYABLE: Final = frozenset({"unavailable", "conflict", "busy", "rateLimited", "internal"})
 LOST: Final = (ConnectionClosed, InvalidHandshake, OSError, TimeoutError)
 RECV_S: Final = 0.2
+
+
+async def publish_pipelined(
+    ws: Workspace,
+    label: str,
+    count: int,
+    window: int,
+    acked: dict[str, int],
+    after_each: Callable[[], None],
+) -> None:
+    """Publish ``count`` messages (``<label>-<i>``) with ``window`` in flight, recording each
+    ack's id and seq in ``acked`` and calling ``after_each()`` after each (a test kills a node
+    there, with publishes in flight)."""
+    gate = asyncio.Semaphore(window)
+
+    async def one(i: int) -> None:
+        async with gate:
+            ack = await ws.publish({"kind": "messagePosted", "payload": {"text": f"{label}-{i}"}})
+            acked[ack.id] = ack.seq
+            after_each()
+
+    async with asyncio.TaskGroup() as tg:
+        for i in range(count):
+            tg.create_task(one(i))
 
 
 async def _open(url: str, token: str) -> ClientConnection:

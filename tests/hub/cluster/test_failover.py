@@ -19,6 +19,7 @@ from hub.client import Workspace, connect
 from hub.core.backoff import Backoff
 from hub.core.errors import BadRequest, Unavailable
 from hub.core.events import MessagePosted
+from tests.hub.cluster.agents import publish_pipelined
 from tests.support.hub import HubProcess, StartHub
 from tests.support.node import CLIENT_DIR, build, node_env, require_node
 from tests.support.tokens import mint
@@ -115,25 +116,17 @@ async def test_a_node_killed_under_load_loses_no_acknowledged_event(
     acked: dict[str, int] = {}  # event id -> seq the ack named
     killed = asyncio.Event()
 
+    def kill_at_a_third() -> None:
+        if len(acked) == writers * per_writer // 3 and not killed.is_set():
+            killed.set()
+            a.kill()  # SIGKILL with publishes of every writer in flight
+
     async def write(k: int) -> None:
         async with connect([a.url, b.url], mint(f"w{k}"), backoff=FAST) as session:
             assert session.url == a.url
-            ws = session.workspace("load")
-            gate = asyncio.Semaphore(window)
-
-            async def one(i: int) -> None:
-                async with gate:
-                    ack = await ws.publish(
-                        {"kind": "messagePosted", "payload": {"text": f"w{k}-{i}"}}
-                    )
-                    acked[ack.id] = ack.seq
-                    if len(acked) == writers * per_writer // 3 and not killed.is_set():
-                        killed.set()
-                        a.kill()  # SIGKILL with publishes of every writer in flight
-
-            async with asyncio.TaskGroup() as tg:
-                for i in range(per_writer):
-                    tg.create_task(one(i))
+            await publish_pipelined(
+                session.workspace("load"), f"w{k}", per_writer, window, acked, kill_at_a_third
+            )
             assert session.url == b.url and session.reconnects >= 1
 
     async with asyncio.TaskGroup() as tg:

@@ -18,6 +18,7 @@ from hub.core.events import MemberJoined, MemberLeft, MessagePosted
 from hub.core.sharding import node_owner_of
 from hub.log.postgres import PostgresEventStore
 from hub.server.workers import RELAY_HEADER
+from tests.hub.cluster.agents import publish_pipelined
 from tests.support.hub import HubProcess, StartHub
 from tests.support.peer import Peer, message, peer
 from tests.support.tokens import mint
@@ -154,25 +155,17 @@ async def test_the_owner_killed_under_load_moves_its_workspace_losing_nothing(
     acked: dict[str, int] = {}
     killed = asyncio.Event()
 
+    def kill_at_a_third() -> None:
+        if len(acked) == writers * per_writer // 3 and not killed.is_set():
+            killed.set()
+            a.kill()
+
     async def write(k: int) -> None:
         async with connect(b.url, mint(f"w{k}"), backoff=FAST) as session:
             ws = session.workspace(workspace)
-            gate = asyncio.Semaphore(window)
-
-            async def one(i: int) -> None:
-                async with gate:
-                    ack = await ws.publish(
-                        {"kind": "messagePosted", "payload": {"text": f"w{k}-{i}"}}
-                    )
-                    acked[ack.id] = ack.seq
-                    if len(acked) == writers * per_writer // 3 and not killed.is_set():
-                        killed.set()
-                        a.kill()
-
             # Subscribed too, so that each node that serves it records the writer's join.
-            async with ws.subscribe(), asyncio.TaskGroup() as tg:
-                for i in range(per_writer):
-                    tg.create_task(one(i))
+            async with ws.subscribe():
+                await publish_pipelined(ws, f"w{k}", per_writer, window, acked, kill_at_a_third)
             assert session.reconnects >= 1
 
     async with asyncio.TaskGroup() as tg:
