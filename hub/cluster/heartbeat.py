@@ -124,9 +124,9 @@ class _Sql:
             "AND reaped_at IS NULL"
         )
         self.prune = f"DELETE FROM {n} WHERE reaped_at < now() - make_interval(secs => $1)"
-        # The nodes alive now that others can reach ([cluster] owners: hub.server.workers.
-        # NodePlacement): beating
-        # within the timeout, not stopped, not claimed, with a URL (set once serving).
+        # The nodes alive now that others can reach ([cluster] owners, hub.server.workers.
+        # NodePlacement): beating within the timeout, not stopped, not claimed, with a URL
+        # (set once serving).
         self.set_url = f"UPDATE {n} SET url = $2 WHERE node_id = $1"
         self.live = (
             f"SELECT node_id, url FROM {n} WHERE url IS NOT NULL AND stopped_at IS NULL "
