@@ -122,6 +122,12 @@ _Handler = _Pending | RidStream | WorkspaceFeed | UnsubscribeSent
 """What the session registers with its protocol for a rid."""
 
 
+STAY_CLOSES: Final = frozenset({1000, int(CloseCode.TOO_SLOW)})
+"""Closes after which a session given several nodes reconnects to the same node (a normal
+close, or this client reading too slowly); after any other (1001 going away, 1006 cut off,
+1011, 1013 try again, …) it tries the next node first."""
+
+
 class Session:
     """A connection to one hub, reconnecting as needed. Build it with :func:`connect`.
 
@@ -356,6 +362,11 @@ class Session:
                     log.info("cut as too slow (4408, last sent %s); resuming", reason or "?")
                 else:
                     log.info("connection closed (%s %s); reconnecting", code, reason)
+                if len(self.urls) > 1 and code not in STAY_CLOSES:
+                    # The node's own trouble (going away, cut off, "try again"): the next
+                    # node first. A node that answers and then closes (it cannot reach a
+                    # workspace's owner) would otherwise be retried until giving up.
+                    self._at = (self._at + 1) % len(self.urls)
                 ws = await self._reconnect_loop()
                 self._reconnects += 1
         except asyncio.CancelledError:
@@ -615,8 +626,10 @@ def connect(
     """A session with the hub at ``url`` (``ws://host:port``), authenticated by ``token``.
 
     ``url`` may be a list of the nodes of one cluster (sharing one PostgreSQL store): the
-    session opens on the first that answers and, when its node goes away, reconnects to the
-    next one (round robin, under ``backoff``), resuming every subscription where it was.
+    session opens on the first that answers; when its node closes the connection (but for a
+    normal close or 4408: :data:`STAY_CLOSES`) it reconnects to the next one first, and each
+    failed attempt moves on again (round robin, under ``backoff``), resuming every
+    subscription where it was.
 
     Use ``async with connect(url, token) as session:``; entering raises
     :class:`~hub.core.errors.Unauthorized` for a bad or expired token and

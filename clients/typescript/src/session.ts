@@ -14,9 +14,10 @@
  *   `TooLarge`; so does the same close repeated `maxIdenticalCloses` times with nothing
  *   delivered in between (no silent endless reconnect).
  * - **Failover.** Given several nodes of one hub (`connect([url1, url2], token)`, nodes that
- *   share one PostgreSQL log), the session opens on the first that answers and, when its node
- *   goes away, tries the next one on each failed attempt (round robin, under the backoff);
- *   feeds resume by seq, which every node agrees on: no gap, no duplicate.
+ *   share one PostgreSQL log), the session opens on the first that answers; when its node
+ *   closes the connection (but for a normal close or 4408) and on each failed attempt, it
+ *   moves to the next one (round robin, under the backoff); feeds resume by seq, which every
+ *   node agrees on: no gap, no duplicate.
  */
 
 import { Backoff, type BackoffOptions, sleep } from "./backoff.js";
@@ -45,6 +46,9 @@ export const SUBPROTOCOL = "agora.v1";
 export const DEFAULT_HISTORY = 4096;
 export const DEFAULT_MAX_FRAME = 64 * 1024 * 1024;
 export const MAX_IDENTICAL_CLOSES = 5;
+/** Closes after which a session given several nodes reconnects to the same node (a normal
+ * close, or this client reading too slowly); after any other it tries the next node first. */
+const STAY_CLOSES: ReadonlySet<number> = new Set([1000, 4408]);
 
 /** A server frame as read: every frame has an `op`; the rest is read leniently. */
 export type Frame = { op: string; rid?: number | string | null } & Record<string, unknown>;
@@ -497,6 +501,12 @@ export class Session {
           );
         }
         if (fatal !== null) throw fatal;
+        if (this.urls.length > 1 && !STAY_CLOSES.has(closed.code)) {
+          // The node's own trouble (going away, cut off, "try again"): the next node first.
+          // A node that answers and then closes (it cannot reach a workspace's owner) would
+          // otherwise be retried until giving up.
+          this.#at = (this.#at + 1) % this.urls.length;
+        }
         socket = await this.#reconnect();
         if (socket !== null) this.#reconnects += 1;
       }

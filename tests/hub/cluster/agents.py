@@ -1,5 +1,5 @@
 """Agents that survive a node's death by moving to another node: raw WebSocket ones, and
-:func:`publish_pipelined` for the Python client's sessions.
+:func:`publish_pipelined` for the Python client's sessions; :func:`dead_url`, where no node is.
 
 :class:`Publisher` publishes messages with its own event ids, a few in flight at once; when its
 node goes away it reconnects to the next node and publishes every unacknowledged id again (the
@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import socket
 import time
 from collections import deque
 from collections.abc import Callable
@@ -26,6 +27,14 @@ from hub.client import Workspace
 RETRYABLE: Final = frozenset({"unavailable", "conflict", "busy", "rateLimited", "internal"})
 LOST: Final = (ConnectionClosed, InvalidHandshake, OSError, TimeoutError)
 RECV_S: Final = 0.2
+
+
+def dead_url() -> str:
+    """A loopback URL where nothing listens (a port just released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"ws://127.0.0.1:{port}"
 
 
 async def publish_pipelined(

@@ -8,19 +8,25 @@ schema is dropped (CASCADE) after the test. Without a server the tests skip, unl
 ``--port 0``) with ``[storage] store`` set to the URL, the A2A listener on a free port, the test
 secret, and short heartbeat timings; each node is stopped with SIGTERM after the test (exit 0
 required, unless the test killed it).
+
+``ts_session(mode, **args)`` runs the TypeScript client's side of a test (``failover.mjs``:
+a session given several nodes that reads or writes) and reads what it reports.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import pytest
 
 from hub.log.postgres import PostgresEventStore
 from tests.support.hub import HubProcess, HubStarter, StartHub
+from tests.support.node import CLIENT_DIR, build, node_env, require_node
 from tests.support.postgres import POSTGRES_DSN, drop_schemas, need_postgres, new_schema, url_for
 
 HEARTBEAT_S: Final = "0.2"
@@ -70,3 +76,72 @@ def start_node(tmp_path: Path) -> Iterator[StartHub]:
 
     yield start
     starter.close()
+
+
+# -- the TypeScript client's sessions (clients/typescript/test/support/failover.mjs) ---------
+
+FAILOVER_SCRIPT = CLIENT_DIR / "test" / "support" / "failover.mjs"
+LINE_TIMEOUT = 60.0  # seconds for the script's next line (a failover takes about one)
+
+
+@pytest.fixture(scope="module")
+def node() -> str:
+    node, npm = require_node()
+    build(npm)
+    return node
+
+
+class TsSession:
+    """``failover.mjs`` as a subprocess: a TypeScript session on several nodes, reporting one
+    JSON object per line (ready, progress, then its result)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+
+    async def line(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        raw = await asyncio.wait_for(self.proc.stdout.readline(), LINE_TIMEOUT)
+        if not raw:
+            assert self.proc.stderr is not None
+            err = await self.proc.stderr.read()
+            raise AssertionError(f"failover.mjs ended: {err.decode(errors='replace')[-3000:]}")
+        line: dict[str, Any] = json.loads(raw)
+        assert "error" not in line, line
+        return line
+
+    async def until(self, key: str) -> dict[str, Any]:
+        """The first line with ``key`` (a result line has no ``progress``)."""
+        while True:
+            line = await self.line()
+            if key in line:
+                return line
+
+
+StartTs = Callable[..., Awaitable[TsSession]]
+
+
+@pytest.fixture
+async def ts_session(node: str) -> AsyncIterator[StartTs]:
+    """``await ts_session(mode, **args)``: a started :class:`TsSession` (killed after the
+    test if still running)."""
+    started: list[asyncio.subprocess.Process] = []
+
+    async def start(mode: str, **args: Any) -> TsSession:
+        proc = await asyncio.create_subprocess_exec(
+            node,
+            str(FAILOVER_SCRIPT),
+            mode,
+            json.dumps(args),
+            cwd=CLIENT_DIR,
+            env=node_env(),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        started.append(proc)
+        return TsSession(proc)
+
+    yield start
+    for proc in started:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()

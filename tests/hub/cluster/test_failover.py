@@ -8,10 +8,6 @@ pipelining writer whose first node is killed under them."""
 from __future__ import annotations
 
 import asyncio
-import json
-import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 import pytest
 
@@ -19,22 +15,14 @@ from hub.client import Workspace, connect
 from hub.core.backoff import Backoff
 from hub.core.errors import BadRequest, Unavailable
 from hub.core.events import MessagePosted
-from tests.hub.cluster.agents import publish_pipelined
+from tests.hub.cluster.agents import dead_url, publish_pipelined
+from tests.hub.cluster.conftest import StartTs
 from tests.support.hub import HubProcess, StartHub
-from tests.support.node import CLIENT_DIR, build, node_env, require_node
 from tests.support.tokens import mint
 
 pytestmark = pytest.mark.slow
 
 FAST = Backoff(initial=0.05, maximum=0.3, give_up_after=20.0)
-
-
-def dead_url() -> str:
-    """A loopback URL where nothing listens (a port just released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"ws://127.0.0.1:{port}"
 
 
 async def post_killing(ws: Workspace, total: int, node: HubProcess) -> None:
@@ -138,72 +126,6 @@ async def test_a_node_killed_under_load_loses_no_acknowledged_event(
 
 
 # -- the TypeScript client ------------------------------------------------------------------
-
-FAILOVER_SCRIPT = CLIENT_DIR / "test" / "support" / "failover.mjs"
-LINE_TIMEOUT = 60.0  # seconds for the script's next line (a failover takes about one)
-
-
-@pytest.fixture(scope="module")
-def node() -> str:
-    node, npm = require_node()
-    build(npm)
-    return node
-
-
-class TsSession:
-    """``failover.mjs`` as a subprocess: a TypeScript session on several nodes, reporting one
-    JSON object per line (ready, progress, then its result)."""
-
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-
-    async def line(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        raw = await asyncio.wait_for(self.proc.stdout.readline(), LINE_TIMEOUT)
-        if not raw:
-            assert self.proc.stderr is not None
-            err = await self.proc.stderr.read()
-            raise AssertionError(f"failover.mjs ended: {err.decode(errors='replace')[-3000:]}")
-        line: dict[str, Any] = json.loads(raw)
-        assert "error" not in line, line
-        return line
-
-    async def until(self, key: str) -> dict[str, Any]:
-        """The first line with ``key`` (a result line has no ``progress``)."""
-        while True:
-            line = await self.line()
-            if key in line:
-                return line
-
-
-StartTs = Callable[..., Awaitable[TsSession]]
-
-
-@pytest.fixture
-async def ts_session(node: str) -> AsyncIterator[StartTs]:
-    """``await ts_session(mode, **args)``: a started :class:`TsSession` (killed after the
-    test if still running)."""
-    started: list[asyncio.subprocess.Process] = []
-
-    async def start(mode: str, **args: Any) -> TsSession:
-        proc = await asyncio.create_subprocess_exec(
-            node,
-            str(FAILOVER_SCRIPT),
-            mode,
-            json.dumps(args),
-            cwd=CLIENT_DIR,
-            env=node_env(),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        started.append(proc)
-        return TsSession(proc)
-
-    yield start
-    for proc in started:
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
 
 
 async def test_ts_subscription_moves_to_the_next_node_with_no_gap_or_duplicate(

@@ -18,7 +18,8 @@ from hub.core.events import MemberJoined, MemberLeft, MessagePosted
 from hub.core.sharding import node_owner_of
 from hub.log.postgres import PostgresEventStore
 from hub.server.workers import RELAY_HEADER
-from tests.hub.cluster.agents import publish_pipelined
+from tests.hub.cluster.agents import dead_url, publish_pipelined
+from tests.hub.cluster.conftest import StartTs
 from tests.support.hub import HubProcess, StartHub
 from tests.support.peer import Peer, message, peer
 from tests.support.tokens import mint
@@ -242,3 +243,34 @@ async def test_a_client_cannot_forge_the_relay_header(
         assert (await p.call("subscribe", workspace=workspace))["op"] == "subscribed"
         assert (await p.call("publish", workspace=workspace, event=message()))["op"] == "ack"
     assert await joins(pg_store, workspace, "forger") == ["node-a"]
+
+
+async def test_a_client_given_every_node_moves_off_one_that_cannot_reach_the_owner(
+    pg_url: str, start_node: StartHub, pg_store: PostgresEventStore, ts_session: StartTs
+) -> None:
+    """Node A publishes a URL node B cannot reach (a cut between them; A itself is fine): B
+    holds a frame for A's workspace, then closes its client with 1013. A client given both
+    nodes then tries the next node first, where the owner serves it (it used to go back to B
+    until it gave up). The same for the TypeScript client."""
+    a = start_node(pg_url, node_id="node-a", config=OWNERS + f'url = "{dead_url()}"\n')
+    b = start_node(pg_url, node_id="node-b", config=OWNERS)
+    await asyncio.sleep(SETTLE_S)
+    workspace = owned_by("node-a", "cut")
+    async with connect([b.url, a.url], mint("cutoff"), backoff=FAST) as session:
+        assert session.url == b.url
+        ack = await session.workspace(workspace).post_message("via a, after b's 1013")
+        assert session.url == a.url and session.reconnects >= 1
+        assert session.last_close is not None and session.last_close[0] == 1013
+    events = [e async for e in pg_store.read(workspace)]
+    assert [e.seq for e in events if isinstance(e, MessagePosted)] == [ack.seq]
+    writer = await ts_session(
+        "write",
+        urls=[b.url, a.url],
+        token=mint("ts-cutoff"),
+        workspace=workspace,
+        count=3,
+        window=1,
+    )
+    assert (await writer.until("ready"))["ready"] == b.url
+    result = await writer.until("acks")
+    assert result["url"] == a.url and result["reconnects"] >= 1 and len(result["acks"]) == 3
