@@ -1,5 +1,6 @@
 """Agents that survive a node's death by moving to another node: raw WebSocket ones, and
-:func:`publish_pipelined` for the Python client's sessions; :func:`dead_url`, where no node is.
+:func:`publish_pipelined` for the Python client's sessions; :func:`dead_url`, where no node is;
+:class:`TsSession`, the TypeScript client's side of a test (the ``ts_session`` fixture).
 
 :class:`Publisher` publishes messages with its own event ids, a few in flight at once; when its
 node goes away it reconnects to the next node and publishes every unacknowledged id again (the
@@ -16,13 +17,14 @@ import json
 import socket
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from hub.client import Workspace
+from tests.support.node import CLIENT_DIR
 
 RETRYABLE: Final = frozenset({"unavailable", "conflict", "busy", "rateLimited", "internal"})
 LOST: Final = (ConnectionClosed, InvalidHandshake, OSError, TimeoutError)
@@ -231,3 +233,38 @@ class Subscriber:
             elif op == "error":
                 self.errors.append(f"error: {message}")
                 raise ConnectionClosed(None, None)
+
+
+# -- the TypeScript client's sessions (clients/typescript/test/support/failover.mjs) ---------
+
+FAILOVER_SCRIPT = CLIENT_DIR / "test" / "support" / "failover.mjs"
+LINE_TIMEOUT = 60.0  # seconds for the script's next line (a failover takes about one)
+
+
+class TsSession:
+    """``failover.mjs`` as a subprocess: a TypeScript session on several nodes, reporting one
+    JSON object per line (ready, progress, then its result)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+
+    async def line(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        raw = await asyncio.wait_for(self.proc.stdout.readline(), LINE_TIMEOUT)
+        if not raw:
+            assert self.proc.stderr is not None
+            err = await self.proc.stderr.read()
+            raise AssertionError(f"failover.mjs ended: {err.decode(errors='replace')[-3000:]}")
+        line: dict[str, Any] = json.loads(raw)
+        assert "error" not in line, line
+        return line
+
+    async def until(self, key: str) -> dict[str, Any]:
+        """The first line with ``key`` (a result line has no ``progress``)."""
+        while True:
+            line = await self.line()
+            if key in line:
+                return line
+
+
+StartTs = Callable[..., Awaitable[TsSession]]

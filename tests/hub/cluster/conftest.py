@@ -18,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, Final
 
 import pytest
 
 from hub.log.postgres import PostgresEventStore
+from tests.hub.cluster.agents import FAILOVER_SCRIPT, StartTs, TsSession
 from tests.support.hub import HubProcess, HubStarter, StartHub
 from tests.support.node import CLIENT_DIR, build, node_env, require_node
 from tests.support.postgres import POSTGRES_DSN, drop_schemas, need_postgres, new_schema, url_for
@@ -80,44 +81,12 @@ def start_node(tmp_path: Path) -> Iterator[StartHub]:
 
 # -- the TypeScript client's sessions (clients/typescript/test/support/failover.mjs) ---------
 
-FAILOVER_SCRIPT = CLIENT_DIR / "test" / "support" / "failover.mjs"
-LINE_TIMEOUT = 60.0  # seconds for the script's next line (a failover takes about one)
-
 
 @pytest.fixture(scope="module")
 def node() -> str:
     node, npm = require_node()
     build(npm)
     return node
-
-
-class TsSession:
-    """``failover.mjs`` as a subprocess: a TypeScript session on several nodes, reporting one
-    JSON object per line (ready, progress, then its result)."""
-
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-
-    async def line(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        raw = await asyncio.wait_for(self.proc.stdout.readline(), LINE_TIMEOUT)
-        if not raw:
-            assert self.proc.stderr is not None
-            err = await self.proc.stderr.read()
-            raise AssertionError(f"failover.mjs ended: {err.decode(errors='replace')[-3000:]}")
-        line: dict[str, Any] = json.loads(raw)
-        assert "error" not in line, line
-        return line
-
-    async def until(self, key: str) -> dict[str, Any]:
-        """The first line with ``key`` (a result line has no ``progress``)."""
-        while True:
-            line = await self.line()
-            if key in line:
-                return line
-
-
-StartTs = Callable[..., Awaitable[TsSession]]
 
 
 @pytest.fixture

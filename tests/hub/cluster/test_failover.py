@@ -15,8 +15,7 @@ from hub.client import Workspace, connect
 from hub.core.backoff import Backoff
 from hub.core.errors import BadRequest, Unavailable
 from hub.core.events import MessagePosted
-from tests.hub.cluster.agents import dead_url, publish_pipelined
-from tests.hub.cluster.conftest import StartTs
+from tests.hub.cluster.agents import StartTs, dead_url, publish_pipelined
 from tests.support.hub import HubProcess, StartHub
 from tests.support.tokens import mint
 
