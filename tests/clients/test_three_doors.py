@@ -23,7 +23,7 @@ import pytest
 from hub.client import connect
 from tests.support.hub import HubProcess, HubStarter
 from tests.support.mcp import MCP_HUB_CONFIG, mcp_stdio, structured
-from tests.support.node import build, require_node, run_agent
+from tests.support.node import built_node, run_agent
 from tests.support.paths import REPO
 
 WORKSPACE = "joint"
@@ -31,9 +31,7 @@ WORKSPACE = "joint"
 
 @pytest.fixture(scope="module")
 def node() -> str:
-    node, npm = require_node()
-    build(npm)
-    return node
+    return built_node()
 
 
 @pytest.fixture

@@ -18,16 +18,14 @@ from hub.client import connect
 from hub.core.errors import ERROR_TABLE
 from hub.core.events import WorkPublished
 from tests.support.hub import HubProcess, HubStarter
-from tests.support.node import CLIENT_DIR, build, node_env, require_node, run_agent
+from tests.support.node import CLIENT_DIR, built_node, node_env, require_node, run_agent
 
 NODE_TESTS_TIMEOUT = 900.0
 
 
 @pytest.fixture(scope="module")
 def node() -> str:
-    node, npm = require_node()
-    build(npm)
-    return node
+    return built_node()
 
 
 @pytest.fixture

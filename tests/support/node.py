@@ -78,6 +78,14 @@ def build(npm: str) -> None:
         _run([npm, "run", "--silent", "build"], BUILD_TIMEOUT)
 
 
+def built_node() -> str:
+    """The path of ``node`` with the package installed and built (:func:`build`); skips (or
+    fails) the test as :func:`require_node` does. The body of the tests' ``node`` fixtures."""
+    node, npm = require_node()
+    build(npm)
+    return node
+
+
 def node_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for node processes: ``PYTHON`` (for the node tests' hubs) and the
     repository on ``PYTHONPATH`` (they run ``python -m hub`` from this checkout)."""
@@ -120,6 +128,7 @@ __all__ = [
     "AGENT",
     "CLIENT_DIR",
     "build",
+    "built_node",
     "dist_is_built",
     "node_env",
     "require_node",

@@ -27,7 +27,7 @@ import pytest
 from hub.log.postgres import PostgresEventStore
 from tests.hub.cluster.agents import FAILOVER_SCRIPT, StartTs, TsSession
 from tests.support.hub import HubProcess, HubStarter, StartHub
-from tests.support.node import CLIENT_DIR, build, node_env, require_node
+from tests.support.node import CLIENT_DIR, built_node, node_env
 from tests.support.postgres import POSTGRES_DSN, drop_schemas, need_postgres, new_schema, url_for
 
 HEARTBEAT_S: Final = "0.2"
@@ -84,9 +84,7 @@ def start_node(tmp_path: Path) -> Iterator[StartHub]:
 
 @pytest.fixture(scope="module")
 def node() -> str:
-    node, npm = require_node()
-    build(npm)
-    return node
+    return built_node()
 
 
 @pytest.fixture
