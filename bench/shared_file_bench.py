@@ -7,7 +7,8 @@ Each case starts two child processes (this script with ``--child``), each openin
 in flight, one per workspace of its own, for ``--seconds``; durable (fsync) as in the hub.
 Two cases, alternated in each repeat so they see the same background noise:
 
-- ``one file``: both on one file (``agora serve --workers 2`` on the embedded default): SQLite
+- ``one file``: both on one file (what ``agora serve --workers 2`` did on the embedded default
+  before its supervisor became the file's one writer, hub.log.handoff): SQLite
   serializes the two writers, and the one that finds the file locked retries under SQLite's
   busy handler, which sleeps between tries (1, 2, 5, 10, ... 100 ms);
 - ``two files``: each on a file of its own, the ceiling sharing is measured against (what one

@@ -137,7 +137,7 @@ async def serve_command(args: argparse.Namespace) -> int:
     from hub.observe.tracing import Tracing, provider_for
     from hub.server.app import Hub
     from hub.server.supervisor import socket_dir
-    from hub.server.workers import WorkerRole
+    from hub.server.workers import WorkerRole, writer_socket
 
     configure_logging(args.log_format)
     try:
@@ -160,7 +160,10 @@ async def serve_command(args: argparse.Namespace) -> int:
         signer = TokenSigner(secret, max_ttl=config.auth.max_token_ttl)
         # The checkpoint key, created (0600) at first start; `agora checkpoint key` prints it.
         checkpoint_key = load_or_create_key(data_dir, config.audit.hub_id)
-        store = open_store(config.storage.store, data_dir)
+        handoff = None  # a worker on SQLite hands its writes to the supervisor
+        if config.server.workers > 1 and args.worker_index is not None:
+            handoff = writer_socket(socket_dir(data_dir, config.server.workers))
+        store = open_store(config.storage.store, data_dir, handoff=handoff)
     except AgoraError as e:
         return fail("serve", e)
     except OSError as e:
@@ -243,24 +246,17 @@ async def serve_command(args: argparse.Namespace) -> int:
 async def _supervise(
     hub: Hub, config: HubConfig, args: argparse.Namespace, given_secret: str | None
 ) -> int:
-    """``--workers N``: recover once, reserve the port, run the workers (hub.server.supervisor)."""
+    """``--workers N``: recover once, reserve the port, on SQLite serve the file's writes
+    (hub.log.handoff), run the workers (hub.server.supervisor)."""
     from hub.cluster.settings import resolve_node_id
     from hub.log.factory import open_store
+    from hub.log.handoff import HandoffServer
     from hub.log.sqlite import SqliteEventStore
     from hub.server.reaper import WorkerReaper
-    from hub.server.supervisor import Supervisor, reserve_port
+    from hub.server.supervisor import Supervisor, reserve_port, socket_dir
+    from hub.server.workers import writer_socket
 
     server = config.server
-    reaper: WorkerReaper | None = None
-    if isinstance(hub.store, SqliteEventStore):
-        # One store over the workers' file per dead worker (hub.server.reaper); on PostgreSQL
-        # each worker is a cluster node, and the cluster reaps it.
-        def sqlite_store() -> SqliteEventStore:
-            store = open_store(config.storage.store, config.storage.data_dir)
-            assert isinstance(store, SqliteEventStore)
-            return store
-
-        reaper = WorkerReaper(sqlite_store, config.limits, resolve_node_id(config.cluster))
     try:
         await hub.recover_for_workers()
     except AgoraError as e:
@@ -272,18 +268,35 @@ async def _supervise(
     env = dict(os.environ)
     if given_secret is not None:
         env[SECRET_ENV] = given_secret  # only in the workers' environment (they remove it)
-    supervisor = Supervisor(
-        count=server.workers,
-        argv=args.command_argv,
-        env=env,
-        host=server.host,
-        port=reserved.getsockname()[1],
-        http=not args.no_http,
-        banner_data=config.storage.data_dir,
-        reaper=reaper,
-    )
-    with _stopped_by_signals() as stop, reserved:
-        code = await supervisor.run(stop)
+    async with contextlib.AsyncExitStack() as stack:
+        reaper: WorkerReaper | None = None
+        if isinstance(hub.store, SqliteEventStore):
+            # The file's one writer (hub.log.handoff): the workers hand it their writes, and
+            # the reaper writes through it too. On PostgreSQL each worker is a cluster node,
+            # writes the database itself, and the cluster reaps it.
+            store = open_store(config.storage.store, config.storage.data_dir)
+            assert isinstance(store, SqliteEventStore)
+            directory = socket_dir(config.storage.data_dir, server.workers)
+            try:
+                await stack.enter_async_context(store)
+                await stack.enter_async_context(HandoffServer(store, writer_socket(directory)))
+            except AgoraError as e:
+                return fail("serve", e)
+            except OSError as e:
+                return fail("serve", f"cannot serve the workers' writes: {e}")
+            reaper = WorkerReaper(store, config.limits, resolve_node_id(config.cluster))
+        supervisor = Supervisor(
+            count=server.workers,
+            argv=args.command_argv,
+            env=env,
+            host=server.host,
+            port=reserved.getsockname()[1],
+            http=not args.no_http,
+            banner_data=config.storage.data_dir,
+            reaper=reaper,
+        )
+        with _stopped_by_signals() as stop, reserved:
+            code = await supervisor.run(stop)
     logging.getLogger("agora.server").info("stopped")
     return code
 

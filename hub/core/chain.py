@@ -87,6 +87,33 @@ def seal_canonical(
     return msgspec.structs.replace(unhashed, position=position, hash=digest), canonical
 
 
+def sealed_as(
+    draft: Event,
+    *,
+    id: str,
+    workspace: str,
+    seq: int,
+    position: int,
+    timestamp: int,
+    prev: str,
+    hash: str,
+) -> Event:
+    """The event :func:`seal` made of ``draft`` with these envelope values and this ``hash``
+    (taken as given, not computed): how a process that handed ``draft`` to the log's writer
+    rebuilds what was stored from the writer's answer (hub.log.handoff), for the cost of one
+    copy instead of a decode."""
+    return msgspec.structs.replace(
+        draft,
+        id=id,
+        workspace=workspace,
+        seq=seq,
+        position=position,
+        timestamp=timestamp,
+        prev=prev or None,
+        hash=hash,
+    )
+
+
 class ChainBreak(msgspec.Struct, frozen=True):
     """The first problem found in a workspace's chain."""
 

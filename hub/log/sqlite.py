@@ -828,32 +828,41 @@ class SqliteEventStore(EventStore):
         self._commits.start(self._commit, name=f"agora-writer:{self.path}")
 
     async def _open_read_only(self) -> None:
-        conns: list[aiosqlite.Connection] = []
         # mode=ro: the file must exist, and these connections can never write to it.
         target = f"{(await asyncio.to_thread(self.path.resolve)).as_uri()}?mode=ro"
+        await self._open_reading(
+            target, uri=True, how="read-only (opening it to write migrates it)"
+        )
+        # Appends are refused by the writer task, so the store's lifecycle (open, close,
+        # what a closed store answers) is the same as a writable one's.
+        self._commits.start(self._refuse, name=f"agora-reader:{self.path}")
+
+    async def _open_reading(self, target: Path | str, *, uri: bool, how: str) -> None:
+        """Open the reader of a store that does not migrate the file (read-only, or handing
+        its writes to another process, :mod:`hub.log.handoff`): a file whose schema is not
+        this code's is refused (``how``: how this store reads it, for the message). Raises
+        :class:`Unavailable`."""
         try:
-            conns.append(await _open_reader(target, uri=True))
-            reader = conns[0]
+            reader = await _open_reader(target, uri=uri)
+        except sqlite3.Error as e:
+            raise _translate(e, f"opening {self.path}") from e
+        try:
             (version,) = next(iter(await reader.execute_fetchall("PRAGMA user_version")))
             if version != SCHEMA_VERSION:
                 raise Unavailable(
-                    f"{self.path} has schema version {version}, this hub reads {SCHEMA_VERSION} "
-                    "read-only (opening it to write migrates it)",
+                    f"{self.path} has schema version {version}, this hub reads "
+                    f"{SCHEMA_VERSION} {how}",
                     version=version,
                 )
             legacy = await reader.execute_fetchall(_GET_META, (_LEGACY_DEPTH,))
         except BaseException as e:
-            for conn in conns:
-                with contextlib.suppress(sqlite3.Error, ValueError):
-                    await conn.close()
+            with contextlib.suppress(sqlite3.Error, ValueError):
+                await reader.close()
             if isinstance(e, sqlite3.Error):
-                raise _translate(e, f"opening {self.path} read-only") from e
+                raise _translate(e, f"opening {self.path}") from e
             raise
-        self._reader, self._walker_target = conns[0], (target, True)
+        self._reader, self._walker_target = reader, (target, uri)
         self.legacy_depth = bool(list(legacy))
-        # Appends are refused by the writer task, so the store's lifecycle (open, close,
-        # what a closed store answers) is the same as a writable one's.
-        self._commits.start(self._refuse, name=f"agora-reader:{self.path}")
 
     async def _refuse(self, batch: list[WriteRequest]) -> None:
         resolve(batch, [Unavailable(f"{self.path} is open read-only") for _ in batch])
@@ -959,6 +968,14 @@ class SqliteEventStore(EventStore):
     ) -> list[AppendResult | Exception]:
         """See :meth:`EventStore.append_many` (queued at once, one wake-up)."""
         return list(await self._commits.append_many(workspace, items))
+
+    async def append_each(
+        self, items: Sequence[tuple[str, AppendItem]]
+    ) -> list[AppendResult | AgoraError]:
+        """Appends to any workspaces, queued at once in order as one entry and awaited
+        together: a batch another process handed this store (:mod:`hub.log.handoff`). See
+        :meth:`hub.log.writer.GroupCommit.append_each`."""
+        return await self._commits.append_each(items)
 
     async def import_events(self, workspace: str, events: Sequence[Event]) -> int:
         """See :meth:`EventStore.import_events`."""
@@ -1091,8 +1108,7 @@ class SqliteEventStore(EventStore):
             try:
                 conn = await loop.run_in_executor(thread, self._follow_connect)
                 version, position = await loop.run_in_executor(thread, _follow_start, conn)
-                if self._writer is not None:
-                    self._writer.own = own  # its commits from now on are not reported
+                self._track_own(own)  # its commits from now on are not reported
                 resumed()
                 failures = 0
                 while True:
@@ -1110,11 +1126,20 @@ class SqliteEventStore(EventStore):
                 await asyncio.sleep(FOLLOW_RETRY.delay(failures))
                 failures += 1
             finally:
-                if self._writer is not None and self._writer.own is own:
-                    self._writer.own = None
+                self._untrack_own(own)
                 if conn is not None:
                     thread.submit(conn.close)
                 thread.shutdown(wait=False)
+
+    def _track_own(self, own: collections.deque[tuple[int, int]]) -> None:
+        """From now on record in ``own`` the (first, last) position of each commit of this
+        store's, in commit order, for :meth:`follow` to leave out."""
+        if self._writer is not None:
+            self._writer.own = own
+
+    def _untrack_own(self, own: collections.deque[tuple[int, int]]) -> None:
+        if self._writer is not None and self._writer.own is own:
+            self._writer.own = None
 
     def _follow_connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(

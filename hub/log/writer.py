@@ -335,6 +335,22 @@ class GroupCommit:
         if not self.accepting:
             raise Unavailable("the store is not open")
         validate_workspace(workspace)
+        return await self._append_group([(workspace, item) for item in items])
+
+    async def append_each(
+        self, items: Sequence[tuple[str, AppendItem]]
+    ) -> list[AppendResult | AgoraError]:
+        """:meth:`append_many` with a workspace per item: the appends another process hands
+        this store (:mod:`hub.log.handoff`), queued at once in order and awaited together. A
+        bad workspace name is that item's :class:`BadRequest` outcome. Raises
+        :class:`Unavailable` as :meth:`append`."""
+        if not self.accepting:
+            raise Unavailable("the store is not open")
+        return await self._append_group(items)
+
+    async def _append_group(
+        self, items: Sequence[tuple[str, AppendItem]]
+    ) -> list[AppendResult | AgoraError]:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         outcomes: list[AppendResult | AgoraError | None] = [None] * len(items)
         # One future for every request of the call (a Group), settled once the last of them
@@ -342,8 +358,12 @@ class GroupCommit:
         group = Group(future, 0)
         requests: list[Append] = []
         at: list[int] = []  # the item of each request
-        for index, (drafts, expected_seq, reads) in enumerate(items):
+        checked = ""  # the workspace name last checked (items mostly share one)
+        for index, (workspace, (drafts, expected_seq, reads)) in enumerate(items):
             try:
+                if workspace != checked:
+                    validate_workspace(workspace)
+                    checked = workspace
                 request = self._append_request(
                     workspace, drafts, expected_seq, future, group, len(requests), reads
                 )

@@ -20,13 +20,13 @@ writes what a surviving cluster node writes for a dead node (:mod:`hub.cluster.i
 - every member present through it alone (:func:`hub.core.rules.presence.stranded`):
   ``memberLeft {reason: "interrupted", node: <dead worker>}``, produced by the agent.
 
-Both through a :class:`hub.workspaces.Workspaces` of the supervisor's own over the shared
-file, like ``agora append`` from another process: the workers' followers deliver the events
-to their subscribers, and a client of the dead worker reads them when it resumes on the
-restarted one. The ids are derived as the cluster derives them, so a second run writes
-nothing (``duplicate``). Each leave is appended at the head its decision was read at
-(``expectedSeq``), so a join committed meanwhile makes it a conflict and the decision is taken
-again.
+Both through a :class:`hub.workspaces.Workspaces` of the supervisor's own over its store (the
+file's one writer, which the workers hand their writes to: :mod:`hub.log.handoff`): the
+workers' followers deliver the events to their subscribers, and a client of the dead worker
+reads them when it resumes on the restarted one. The ids are derived as the cluster derives
+them, so a second run writes nothing (``duplicate``). Each leave is appended at the head its
+decision was read at (``expectedSeq``), so a join committed meanwhile makes it a conflict and
+the decision is taken again.
 
 As on the cluster, an ``execRequested`` written before requests named their node is not
 found. Only on SQLite: on PostgreSQL every worker is a cluster node and the cluster reaps it.
@@ -35,7 +35,7 @@ found. Only on SQLite: on PostgreSQL every worker is a cluster node and the clus
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from typing import Final
 
 import msgspec
@@ -73,18 +73,13 @@ class Reaped(msgspec.Struct, frozen=True):
 
 
 class WorkerReaper:
-    """Closes what a dead worker left open (module doc). ``open_store``: a new, unopened
-    store over the workers' file (one per call: a worker dies rarely, and the supervisor
-    holds no store meanwhile); ``limits``: the hub's (the drafts' limits);
-    ``closed_by``: the id the closing events name as their writer."""
+    """Closes what a dead worker left open (module doc). ``store``: the supervisor's store of
+    the workers' file, open while the workers run (the file's one writer,
+    :mod:`hub.log.handoff`); ``limits``: the hub's (the drafts' limits); ``closed_by``: the id
+    the closing events name as their writer."""
 
-    def __init__(
-        self,
-        open_store: Callable[[], SqliteEventStore],
-        limits: LimitsConfig,
-        closed_by: str,
-    ) -> None:
-        self.open_store = open_store
+    def __init__(self, store: SqliteEventStore, limits: LimitsConfig, closed_by: str) -> None:
+        self.store = store
         self.limits = limits
         self.closed_by = closed_by
 
@@ -93,18 +88,17 @@ class WorkerReaper:
         left present; ``alive``: the nodes of the workers still running (a member present
         through one of them stays). Raises what the store and :meth:`Workspaces.publish`
         raise."""
-        store = self.open_store()
-        async with store:
-            workspaces = Workspaces(
-                store,
-                limits=self.limits.draft_limits(),
-                snapshot_every=self.limits.snapshot_every,
-            )
-            try:
-                executions = await self._executions(store, workspaces, node)
-                members = await self._members(store, workspaces, node, {*alive, self.closed_by})
-            finally:
-                await workspaces.aclose()
+        store = self.store
+        workspaces = Workspaces(
+            store,
+            limits=self.limits.draft_limits(),
+            snapshot_every=self.limits.snapshot_every,
+        )
+        try:
+            executions = await self._executions(store, workspaces, node)
+            members = await self._members(store, workspaces, node, {*alive, self.closed_by})
+        finally:
+            await workspaces.aclose()
         return Reaped(executions=executions, members=members)
 
     async def _executions(self, store: SqliteEventStore, workspaces: Workspaces, node: str) -> int:

@@ -6,9 +6,12 @@ workers race to create them): the store is opened (migrations) and the start-up 
 (:meth:`hub.server.app.Hub.recover_for_workers`). The supervisor then reserves the port (a
 socket bound with ``SO_REUSEPORT`` and never listening: port 0 becomes one fixed port every
 worker, and every restart, binds) and starts the workers: ``python -m hub serve`` with the
-same arguments plus ``--worker-index i --port P``. Only worker 0 opens the HTTP port (its
-port is pinned after the first start, so a restarted worker 0 binds the same one). The token
-secret reaches the workers in their environment only (each removes it from its own).
+same arguments plus ``--worker-index i --port P``. On SQLite it is the file's one writer
+meanwhile: ``agora serve`` opens the writing store and serves the workers' writes before any
+worker starts (:mod:`hub.log.handoff`), and closes it after the last one stopped. Only
+worker 0 opens the HTTP port (its port is pinned after the first start, so a restarted
+worker 0 binds the same one). The token secret reaches the workers in their environment only
+(each removes it from its own).
 
 A worker's banner is read from its stdout; once every worker printed one the supervisor prints
 the one banner of ``agora serve`` (tests and scripts wait for it). A worker that exits while
@@ -36,7 +39,7 @@ from typing import Any, Final
 from hub.core.backoff import Backoff
 from hub.core.errors import ConfigError
 from hub.server.reaper import WorkerReaper
-from hub.server.workers import SOCKET_DIR, UNIX_PATH_MAX, internal_socket
+from hub.server.workers import SOCKET_DIR, UNIX_PATH_MAX, internal_socket, writer_socket
 
 __all__ = ["RESTART_BACKOFF", "Supervisor", "reserve_port", "socket_dir"]
 
@@ -58,7 +61,10 @@ def socket_dir(data_dir: Path, workers: int) -> Path:
     """Where the workers' internal sockets go; raises :class:`ConfigError` when their paths
     would exceed the unix socket limit (a data directory too deep: use a shorter one)."""
     directory = data_dir.resolve() / SOCKET_DIR
-    longest = internal_socket(directory, workers - 1)
+    longest = max(
+        (internal_socket(directory, workers - 1), writer_socket(directory)),
+        key=lambda path: len(os.fsencode(path)),
+    )
     if len(os.fsencode(longest)) > UNIX_PATH_MAX:
         raise ConfigError(
             f"the workers' sockets ({longest}) would be longer than {UNIX_PATH_MAX} bytes: "

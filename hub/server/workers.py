@@ -72,7 +72,11 @@ __all__ = [
 log = logging.getLogger("agora.server")
 
 SOCKET_DIR: Final = "workers"
-"""Under the data directory: the workers' internal sockets (``<index>.sock``)."""
+"""Under the data directory: the workers' internal sockets (``<index>.sock``) and, on SQLite,
+the supervisor's ``writer.sock`` (:func:`writer_socket`)."""
+
+OWNERS_CACHED: Final = 65536
+"""Workspace names whose owner a worker keeps computed (then it starts again)."""
 
 UNIX_PATH_MAX: Final = 107
 """The longest unix socket path Linux accepts (``sun_path`` is 108 bytes with the NUL)."""
@@ -125,6 +129,12 @@ def internal_socket(socket_dir: Path, index: int) -> Path:
     """The internal socket of worker ``index`` (checked against the unix path limit by the
     supervisor before any worker starts)."""
     return socket_dir / f"{index}.sock"
+
+
+def writer_socket(socket_dir: Path) -> Path:
+    """Where the supervisor serves the SQLite file's writes to the workers
+    (:mod:`hub.log.handoff`)."""
+    return socket_dir / "writer.sock"
 
 
 async def fetch_metrics(path: Path) -> bytes | None:
@@ -221,10 +231,21 @@ class WorkerPlacement:
 
     def __init__(self, role: WorkerRole) -> None:
         self.role = role
+        # Asked for every frame of every connection: each name hashed once (bounded).
+        self._owners: dict[str, str | None] = {}
 
     def owner(self, workspace: str) -> str | None:
-        owner = owner_of(workspace, self.role.count)
-        return None if owner == self.role.index else str(owner)
+        owners = self._owners
+        try:
+            return owners[workspace]
+        except KeyError:
+            pass
+        index = owner_of(workspace, self.role.count)
+        owner = None if index == self.role.index else str(index)
+        if len(owners) >= OWNERS_CACHED:
+            owners.clear()
+        owners[workspace] = owner
+        return owner
 
     async def connect(
         self, owner: str, headers: Mapping[str, str], wanted: Callable[[], bool]

@@ -9,7 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hub.core.chain import GENESIS, ChainBreak, canonical_bytes, compute_hash, seal, verify_chain
+from hub.core.chain import (
+    GENESIS,
+    ChainBreak,
+    canonical_bytes,
+    compute_hash,
+    seal,
+    sealed_as,
+    verify_chain,
+)
 from hub.core.events import (
     Event,
     FileWritten,
@@ -18,7 +26,7 @@ from hub.core.events import (
     MessagePosted,
     NeedWork,
 )
-from tests.strategies import seal_all, valid_histories
+from tests.strategies import seal_all, valid_drafts, valid_histories
 
 # Every envelope field and one nested payload field, each with a value that differs.
 ENVELOPE_EDITS = {
@@ -244,3 +252,50 @@ def test_verify_chain_agrees_with_the_event_by_event_definition(
     tail = page[start:]
     assert verify_chain(tail, after_seq=after, prev=prev) == _walk(tail, after, prev)
     assert verify_chain(iter(tail), after_seq=after, prev=prev) == _walk(tail, after, prev)
+
+
+@given(
+    valid_drafts(max_size=8, min_size=1),
+    st.integers(0, 2**40),
+    st.integers(1, 2**40),
+    st.integers(0, 2**45),
+    st.sampled_from([GENESIS, "ab" * 32]),
+    st.booleans(),
+)
+def test_sealed_as_rebuilds_what_seal_made(
+    drafts: list[tuple[str, Event]],
+    seq: int,
+    position: int,
+    timestamp: int,
+    prev: str,
+    minted: bool,
+) -> None:
+    # What a worker of `agora serve --workers` rebuilds from the writer's answer (the seal's
+    # values and hash, hub.log.handoff) is the event the writer sealed and stored.
+    for i, (producer, draft) in enumerate(drafts):
+        draft = msgspec.structs.replace(draft, producer=producer, id="" if minted else f"c{i}")
+        id_, at = draft.id or f"minted-{i}", seq + i + 1
+        stored = seal(
+            draft,
+            id=id_,
+            workspace="ws",
+            seq=at,
+            position=position + i,
+            timestamp=timestamp,
+            producer=producer,
+            prev=prev,
+        )
+        assert stored.hash is not None
+        rebuilt = sealed_as(
+            draft,
+            id=id_,
+            workspace="ws",
+            seq=at,
+            position=position + i,
+            timestamp=timestamp,
+            prev=prev,
+            hash=stored.hash,
+        )
+        assert rebuilt == stored
+        assert msgspec.json.encode(rebuilt) == msgspec.json.encode(stored)
+        prev = stored.hash

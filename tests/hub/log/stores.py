@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+import shutil
 import sqlite3
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -25,6 +27,7 @@ import asyncpg
 
 from hub.core.events import Event
 from hub.log.base import EventStore
+from hub.log.handoff import HandoffServer, HandoffStore
 from hub.log.postgres import PostgresEventStore
 from hub.log.sqlite import SqliteEventStore
 from tests.support.postgres import (
@@ -53,6 +56,38 @@ class StoreKind:
 
 def _sqlite_build(tmp_path: Path, name: str) -> EventStore:
     return SqliteEventStore(tmp_path / f"{name}.db", blobs_dir=tmp_path / f"{name}-blobs")
+
+
+class ServedHandoffStore(HandoffStore):
+    """A :class:`HandoffStore` that brings its own writer: opening it opens a
+    :class:`SqliteEventStore` of the same file and a :class:`HandoffServer` over it, in this
+    process, on a unix socket of its own (``agora serve --workers`` has them in the
+    supervisor); closing it closes them after it. Every write crosses the real socket."""
+
+    def __init__(self, path: Path, *, blobs_dir: Path) -> None:
+        # A short directory of its own: a unix socket's path must fit in 107 bytes.
+        self.socket_dir = Path(tempfile.mkdtemp(prefix="agora-handoff-"))
+        super().__init__(path, socket=self.socket_dir / "writer.sock", blobs_dir=blobs_dir)
+        self.writer = SqliteEventStore(path, blobs_dir=blobs_dir)
+        self.server: HandoffServer | None = None
+
+    async def _open(self) -> None:
+        await self.writer.open()
+        self.server = HandoffServer(self.writer, self.socket)
+        await self.server.__aenter__()
+        await super()._open()
+
+    async def _release(self) -> None:
+        await super()._release()
+        if self.server is not None:
+            await self.server.__aexit__(None, None, None)
+            self.server = None
+        await self.writer.close()
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
+
+
+def _handoff_build(tmp_path: Path, name: str) -> EventStore:
+    return ServedHandoffStore(tmp_path / f"{name}.db", blobs_dir=tmp_path / f"{name}-blobs")
 
 
 def _sqlite_path(store: EventStore) -> Path:
@@ -156,6 +191,9 @@ def _no_cleanup(tmp_path: Path) -> None:
 STORE_KINDS: Final[dict[str, StoreKind]] = {
     "sqlite": StoreKind(
         _sqlite_build, _sqlite_corrupt, _sqlite_delete, _no_cleanup, _sqlite_delete_hashes
+    ),
+    "sqlite-handoff": StoreKind(
+        _handoff_build, _sqlite_corrupt, _sqlite_delete, _no_cleanup, _sqlite_delete_hashes
     ),
     "postgres": StoreKind(
         _postgres_build,

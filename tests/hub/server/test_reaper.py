@@ -35,9 +35,10 @@ async def test_a_dead_workers_accepted_and_started_runs_are_closed_once(tmp_path
             await workspaces.publish("w", [event], producer="agent", trusted=True)
         await workspaces.aclose()
 
-    reaper = WorkerReaper(lambda: SqliteEventStore(db), LimitsConfig(), "supervisor")
-    assert await reaper.close("dead", alive=["alive"]) == Reaped(executions=2, members=0)
-    assert await reaper.close("dead", alive=["alive"]) == Reaped()  # nothing twice
+    async with SqliteEventStore(db) as supervisors:
+        reaper = WorkerReaper(supervisors, LimitsConfig(), "supervisor")
+        assert await reaper.close("dead", alive=["alive"]) == Reaped(executions=2, members=0)
+        assert await reaper.close("dead", alive=["alive"]) == Reaped()  # nothing twice
 
     async with SqliteEventStore(db) as store:
         log = [e async for e in store.read("w")]

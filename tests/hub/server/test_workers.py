@@ -208,6 +208,57 @@ async def test_a_write_from_another_process_reaches_the_owner_subscribers(
         starter.close()
 
 
+def write_lock_holders(shm: Path) -> set[int]:
+    """The processes holding the write lock of the SQLite file whose shared memory is
+    ``shm`` now: in WAL mode a writing transaction holds a POSIX lock on byte 120 of the
+    ``-shm`` file (SQLite's WAL_WRITE_LOCK) from BEGIN to COMMIT; Linux lists it, with the
+    holder's pid, in ``/proc/locks``."""
+    inode = f":{shm.stat().st_ino}"
+    holders: set[int] = set()
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        # "7: POSIX  ADVISORY  WRITE 4242 fe:00:1474572 120 120" ("->" marks a waiter)
+        if (
+            len(fields) == 8
+            and (fields[1], fields[3], fields[6]) == ("POSIX", "WRITE", "120")
+            and fields[5].endswith(inode)
+        ):
+            holders.add(int(fields[4]))
+    return holders
+
+
+async def test_the_supervisor_is_the_files_only_writer(tmp_path: Path) -> None:
+    # Workers taking turns at one SQLite file's write lock ingested less than one worker
+    # (bench/workers_bench.py): they hand their writes to the supervisor (hub.log.handoff).
+    starter, hub = start(tmp_path)
+    try:
+        assert hub.proc is not None
+        shm = hub.data_dir / "agora.db-shm"
+        holders: set[int] = set()
+        writing = True
+
+        async def watch() -> None:
+            while writing:
+                holders.update(write_lock_holders(shm))
+                await asyncio.sleep(0.0005)
+
+        async with on_worker(hub.url, 0) as p0, on_worker(hub.url, 1) as p1:
+            watcher = asyncio.create_task(watch())
+            try:
+                await asyncio.gather(
+                    publish_pipelined(p0, owned_by(0), 400, "p0"),
+                    publish_pipelined(p1, owned_by(1), 400, "p1"),
+                )
+            finally:
+                writing = False
+                await watcher
+        workers = {pid for _, pid in worker_pids(hub)}
+        assert len(workers) == WORKERS
+        assert holders == {hub.proc.pid}, (holders, workers)
+    finally:
+        starter.close()
+
+
 def worker_pids(hub: HubProcess) -> list[tuple[int, int]]:
     """(index, pid) of every worker start the supervisor logged, in order."""
     return [
