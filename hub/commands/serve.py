@@ -277,14 +277,16 @@ async def _supervise(
             store = open_store(config.storage.store, config.storage.data_dir)
             assert isinstance(store, SqliteEventStore)
             directory = socket_dir(config.storage.data_dir, server.workers)
+            handoff = HandoffServer(store, writer_socket(directory))
             try:
                 await stack.enter_async_context(store)
-                await stack.enter_async_context(HandoffServer(store, writer_socket(directory)))
+                await stack.enter_async_context(handoff)
             except AgoraError as e:
                 return fail("serve", e)
             except OSError as e:
                 return fail("serve", f"cannot serve the workers' writes: {e}")
-            reaper = WorkerReaper(store, config.limits, resolve_node_id(config.cluster))
+            closed_by = resolve_node_id(config.cluster)
+            reaper = WorkerReaper(store, config.limits, closed_by, handoff)
         supervisor = Supervisor(
             count=server.workers,
             argv=args.command_argv,

@@ -313,8 +313,17 @@ FOLLOW_RETRY: Final = Backoff(initial=0.05, maximum=5.0, give_up_after=None)
 """Between failed polls of :meth:`SqliteEventStore.follow`: retried until the file is back."""
 
 _FOLLOW_ROWS: Final = (
-    "SELECT position, workspace, seq FROM events WHERE position > ? ORDER BY position"
+    "SELECT position, workspace, seq FROM events WHERE position > ? ORDER BY position LIMIT ?"
 )
+FOLLOW_PAGE: Final = 10_000
+"""Rows one poll of :meth:`SqliteEventStore.follow` reads at most (a full page is followed by
+the next at once, without waiting for the file to change again): what a poll holds is
+bounded whatever another process wrote meanwhile (an import of a long log)."""
+
+OwnRanges: TypeAlias = "collections.deque[tuple[int, int]]"
+"""The (first, last) positions of this store's own commits, in commit order, while it follows
+the file: added by whoever learns of the commit (the writer thread, or the loop when a handoff
+is answered), taken by the poll once it passed them (deque: thread-safe append and popleft)."""
 
 
 def _follow_start(conn: sqlite3.Connection) -> tuple[int, int]:
@@ -324,21 +333,29 @@ def _follow_start(conn: sqlite3.Connection) -> tuple[int, int]:
     return version, int(row[0])
 
 
-def _follow_poll(
-    conn: sqlite3.Connection, version: int, position: int, own: collections.deque[tuple[int, int]]
-) -> tuple[int, int, list[tuple[str, int]]] | None:
-    """None when nothing was committed since ``version``; else the new version, the new last
-    position and the head of each workspace other writers moved past ``position``. The rows
-    of ``own`` (position ranges this process's writer committed, in commit order) are left
-    out: the process folds its own appends, and a hint for each would cost a read. Only
-    the small columns are read, never the bodies."""
+def _follow_read(
+    conn: sqlite3.Connection, version: int, position: int, anyway: bool
+) -> tuple[int, list[tuple[int, str, int]]] | None:
+    """None when nothing was committed since ``version`` (unless ``anyway``: the last page
+    was full); else the data version now and the rows past ``position`` (at most
+    :data:`FOLLOW_PAGE`, in position order). Only the small columns, never the bodies."""
     now = int(conn.execute("PRAGMA data_version").fetchone()[0])
-    if now == version:
+    if now == version and not anyway:
         return None
-    ranges = list(own)  # (the writer may append meanwhile: those come at the next poll)
+    return now, conn.execute(_FOLLOW_ROWS, (position, FOLLOW_PAGE)).fetchall()
+
+
+def _others(
+    rows: list[tuple[int, str, int]], position: int, own: OwnRanges
+) -> tuple[int, list[tuple[str, int]]]:
+    """The last position of ``rows`` (``position`` if none) and the head of each workspace
+    other writers moved among them. The rows of ``own`` are left out: the process folds its
+    own appends, and a hint for each would cost a read. Taken after the read, so every own
+    commit the read saw is in it (as long as it was recorded once committed)."""
+    ranges = list(own)
     heads: dict[str, int] = {}
     last, i = position, 0
-    for row_position, workspace, seq in conn.execute(_FOLLOW_ROWS, (position,)):
+    for row_position, workspace, seq in rows:
         last = row_position
         while i < len(ranges) and ranges[i][1] < row_position:
             i += 1
@@ -347,7 +364,7 @@ def _follow_poll(
         heads[workspace] = seq  # rows come in position order: a workspace's seqs grow
     while own and own[0][1] <= last:
         own.popleft()
-    return now, last, list(heads.items())
+    return last, list(heads.items())
 
 
 class _Writer:
@@ -369,7 +386,7 @@ class _Writer:
         self.last_timestamp = 0
         # While follow() runs: the position ranges this writer committed (deque: appended
         # here, taken by follow's poll on another thread).
-        self.own: collections.deque[tuple[int, int]] | None = None
+        self.own: OwnRanges | None = None
         # Riders (see _Rider) queued from the loop; taken on this thread (deque: thread-safe
         # append and popleft).
         self.riders: collections.deque[_Rider] = collections.deque()
@@ -1100,7 +1117,7 @@ class SqliteEventStore(EventStore):
         loop = asyncio.get_running_loop()
         while True:
             conn: sqlite3.Connection | None = None
-            own: collections.deque[tuple[int, int]] = collections.deque()
+            own: OwnRanges = collections.deque()
             # One thread owns the connection: a poll still running when this task is
             # cancelled finishes before the close queued behind it (closing a connection
             # another thread is using crashes the process).
@@ -1111,14 +1128,21 @@ class SqliteEventStore(EventStore):
                 self._track_own(own)  # its commits from now on are not reported
                 resumed()
                 failures = 0
+                full = False
                 while True:
-                    await asyncio.sleep(every)
-                    moved = await loop.run_in_executor(
-                        thread, _follow_poll, conn, version, position, own
+                    if not full:
+                        await asyncio.sleep(every)
+                    read = await loop.run_in_executor(
+                        thread, _follow_read, conn, version, position, full
                     )
-                    if moved is None:
+                    if read is None:
                         continue
-                    version, position, heads = moved
+                    version, rows = read
+                    full = len(rows) == FOLLOW_PAGE
+                    await self._own_recorded()
+                    position, heads = await loop.run_in_executor(
+                        thread, _others, rows, position, own
+                    )
                     for workspace, head in heads:
                         notify(workspace, head)
             except (sqlite3.Error, OSError) as e:
@@ -1131,15 +1155,19 @@ class SqliteEventStore(EventStore):
                     thread.submit(conn.close)
                 thread.shutdown(wait=False)
 
-    def _track_own(self, own: collections.deque[tuple[int, int]]) -> None:
+    def _track_own(self, own: OwnRanges) -> None:
         """From now on record in ``own`` the (first, last) position of each commit of this
         store's, in commit order, for :meth:`follow` to leave out."""
         if self._writer is not None:
             self._writer.own = own
 
-    def _untrack_own(self, own: collections.deque[tuple[int, int]]) -> None:
+    def _untrack_own(self, own: OwnRanges) -> None:
         if self._writer is not None and self._writer.own is own:
             self._writer.own = None
+
+    async def _own_recorded(self) -> None:
+        """Once every commit of this store's that a poll just read is in the ranges it
+        records (here at once: the writer thread records each as it commits)."""
 
     def _follow_connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(

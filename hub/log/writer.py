@@ -358,7 +358,7 @@ class GroupCommit:
         group = Group(future, 0)
         requests: list[Append] = []
         at: list[int] = []  # the item of each request
-        checked = ""  # the workspace name last checked (items mostly share one)
+        checked: str | None = None  # the workspace name last checked (items mostly share one)
         for index, (workspace, (drafts, expected_seq, reads)) in enumerate(items):
             try:
                 if workspace != checked:

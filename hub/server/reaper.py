@@ -34,6 +34,7 @@ found. Only on SQLite: on PostgreSQL every worker is a cluster node and the clus
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Collection
 from typing import Final
@@ -53,6 +54,7 @@ from hub.core.rules.recovery import (
     open_execution,
 )
 from hub.log.codec import decode_or_skip
+from hub.log.handoff import CALL_TIMEOUT_S, HandoffServer
 from hub.log.sqlite import SqliteEventStore
 from hub.workspaces import Workspaces
 
@@ -74,20 +76,35 @@ class Reaped(msgspec.Struct, frozen=True):
 
 class WorkerReaper:
     """Closes what a dead worker left open (module doc). ``store``: the supervisor's store of
-    the workers' file, open while the workers run (the file's one writer,
-    :mod:`hub.log.handoff`); ``limits``: the hub's (the drafts' limits); ``closed_by``: the id
-    the closing events name as their writer."""
+    the workers' file, open while the workers run (the file's one writer, which ``handoff``
+    serves to the workers: :mod:`hub.log.handoff`); ``limits``: the hub's (the drafts'
+    limits); ``closed_by``: the id the closing events name as their writer."""
 
-    def __init__(self, store: SqliteEventStore, limits: LimitsConfig, closed_by: str) -> None:
+    def __init__(
+        self,
+        store: SqliteEventStore,
+        limits: LimitsConfig,
+        closed_by: str,
+        handoff: HandoffServer | None = None,
+    ) -> None:
         self.store = store
         self.limits = limits
         self.closed_by = closed_by
+        self.handoff = handoff
 
-    async def close(self, node: str, alive: Collection[str]) -> Reaped:
+    async def close(self, node: str, alive: Collection[str], pid: int | None = None) -> Reaped:
         """Close the executions ``node`` left running and record as gone the members it
         left present; ``alive``: the nodes of the workers still running (a member present
-        through one of them stays). Raises what the store and :meth:`Workspaces.publish`
-        raise."""
+        through one of them stays). ``pid``: the dead worker's process, whose last writes
+        (still in the handoff's socket when it died) are written first, so that the scan
+        sees them (waited for up to :data:`hub.log.handoff.CALL_TIMEOUT_S`, then logged).
+        Raises what the store and :meth:`Workspaces.publish` raise."""
+        if self.handoff is not None and pid is not None:
+            try:
+                async with asyncio.timeout(CALL_TIMEOUT_S):
+                    await self.handoff.drained(pid)
+            except TimeoutError:
+                log.error("the last writes of dead worker %s are still being written", node)
         store = self.store
         workspaces = Workspaces(
             store,

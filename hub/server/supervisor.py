@@ -214,7 +214,7 @@ class Supervisor:
                 log.info("worker %d stopped (exit %s)", index, code)
                 return
             if node is not None:
-                await self._reap(index, node)
+                await self._reap(index, node, proc.pid)
             if time.monotonic() - started > STABLE_AFTER_S:
                 attempt = 0
             delay = RESTART_BACKOFF.delay(attempt)
@@ -224,14 +224,14 @@ class Supervisor:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), delay)
 
-    async def _reap(self, index: int, node: str) -> None:
-        """Close what worker ``index``'s start ``node`` left open, before it starts again. A
-        failure is logged, and the worker started all the same: the next start of the hub
-        recovers what is still open."""
+    async def _reap(self, index: int, node: str, pid: int) -> None:
+        """Close what worker ``index``'s start ``node`` (process ``pid``) left open, before
+        it starts again. A failure is logged, and the worker started all the same: the next
+        start of the hub recovers what is still open."""
         assert self.reaper is not None
         alive = [n for i, n in self.nodes.items() if i != index]
         try:
-            reaped = await self.reaper.close(node, alive)
+            reaped = await self.reaper.close(node, alive, pid)
         except Exception:
             log.exception("could not close what worker %d (node %s) left open", index, node)
             return

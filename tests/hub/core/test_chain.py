@@ -19,6 +19,7 @@ from hub.core.chain import (
     verify_chain,
 )
 from hub.core.events import (
+    AnyEvent,
     Event,
     FileWritten,
     FileWrittenPayload,
@@ -271,12 +272,15 @@ def test_sealed_as_rebuilds_what_seal_made(
     minted: bool,
 ) -> None:
     # What a worker of `agora serve --workers` rebuilds from the writer's answer (the seal's
-    # values and hash, hub.log.handoff) is the event the writer sealed and stored.
+    # values and hash, hub.log.handoff) is the event the writer sealed and stored, of the
+    # draft as it reached the writer.
     for i, (producer, draft) in enumerate(drafts):
         draft = msgspec.structs.replace(draft, producer=producer, id="" if minted else f"c{i}")
         id_, at = draft.id or f"minted-{i}", seq + i + 1
+        # The writer seals the draft as it crossed (JSON); the worker rebuilds from its own.
+        crossed = msgspec.json.decode(msgspec.json.encode(draft), type=AnyEvent)
         stored = seal(
-            draft,
+            crossed,
             id=id_,
             workspace="ws",
             seq=at,

@@ -585,6 +585,22 @@ async def test_close_waits_for_pending_appends(make_store: Callable[[str], Event
         assert set(found) == ids
 
 
+async def test_close_commits_appends_queued_behind_a_batch_being_written(
+    make_store: Callable[[str], EventStore],
+) -> None:
+    # (Not only those of the batch the writer took before the close: a store that handed
+    # its writes to another process failed the ones queued behind it.)
+    store = make_store("behind")
+    await store.open()
+    first = asyncio.create_task(store.append("ws", [msg("0")]))
+    for _ in range(3):
+        await asyncio.sleep(0)  # the writer takes that batch and starts writing it
+    later = [asyncio.create_task(store.append("ws", [msg(str(i))])) for i in range(1, 5)]
+    await asyncio.sleep(0)  # queued behind it
+    await store.close()
+    assert [(await t).seqs for t in (first, *later)] == [[1], [2], [3], [4], [5]]
+
+
 async def test_data_survives_reopening(make_store: Callable[[str], EventStore]) -> None:
     async with make_store("again") as store:
         first = await store.append("ws", [msg("a"), msg("b")])
