@@ -67,18 +67,11 @@ import msgspec
 from hub.core.chain import GENESIS, sealed_as
 from hub.core.checkpoint import CheckpointRecord
 from hub.core.errors import (
+    ERROR_TABLE,
     AgoraError,
-    BadRequest,
-    Busy,
-    Conflict,
-    Exists,
-    Forbidden,
     IntegrityError,
     Internal,
-    NotFound,
-    RateLimited,
     TooLarge,
-    Unauthorized,
     Unavailable,
 )
 from hub.core.events import AnyEvent, Event
@@ -235,23 +228,10 @@ class Failed(msgspec.Struct, tag="failed", array_like=True, frozen=True):
 Answer: TypeAlias = Outcomes | Value | Failed
 
 _ERRORS: Final[dict[str, type[AgoraError]]] = {
-    cls.__name__: cls
-    for cls in (
-        BadRequest,
-        Unauthorized,
-        Forbidden,
-        NotFound,
-        Conflict,
-        TooLarge,
-        RateLimited,
-        Busy,
-        Exists,
-        Unavailable,
-        Internal,
-        IntegrityError,
-    )
+    cls.__name__: cls for cls in (*(row.error for row in ERROR_TABLE), IntegrityError)
 }
-"""The errors a store's writes raise, by the name they cross as (any other: Internal)."""
+"""The errors that cross, by their class's name: the table's, and :class:`IntegrityError`,
+which shares ``internal``'s code (any other crosses as its nearest of these)."""
 
 _encoder: Final = msgspec.json.Encoder()
 _calls: Final = msgspec.json.Decoder(Call)
