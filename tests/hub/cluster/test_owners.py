@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from urllib.parse import parse_qs, urlsplit
 
+import asyncpg
 import pytest
 import websockets.asyncio.client
 
@@ -21,14 +23,17 @@ from hub.server.workers import RELAY_HEADER
 from tests.hub.cluster.agents import StartTs, dead_url, publish_pipelined
 from tests.support.hub import HubProcess, StartHub
 from tests.support.peer import Peer, message, peer
+from tests.support.postgres import POSTGRES_DSN
 from tests.support.tokens import mint
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
 OWNERS = "[cluster]\nowners = true\n"
 FAST = Backoff(initial=0.05, maximum=0.3, give_up_after=20.0)
 NODES = ("node-a", "node-b")
-SETTLE_S = 1.0  # five heartbeats: each node has seen the other's URL
+SETTLE_S = 1.0  # five heartbeats: each node has taken in the others' URLs
+PUBLISHED_WITHIN_S = 30.0
 
 
 def owned_by(node: str, prefix: str, nodes: tuple[str, ...] = NODES) -> str:
@@ -48,12 +53,31 @@ async def joins(store: PostgresEventStore, workspace: str, agent: str) -> list[s
     ]
 
 
+async def settled(pg_url: str, nodes: tuple[str, ...] = NODES) -> None:
+    """Once every node of ``nodes`` has published its URL (it serves), and five heartbeats
+    more: each node's live view, refreshed after every beat, has the others. (A fixed wait
+    from the start was not enough on a loaded machine: a node still served a workspace
+    another owned, for want of a view.)"""
+    schema = parse_qs(urlsplit(pg_url).query)["schema"][0]
+    query = f'SELECT node_id FROM "{schema}".nodes WHERE url IS NOT NULL AND stopped_at IS NULL'
+    conn = await asyncpg.connect(POSTGRES_DSN)  # one connection, polled: a light touch
+    try:
+
+        async def published() -> bool:
+            return set(nodes) <= {row["node_id"] for row in await conn.fetch(query)}
+
+        await wait_for(published, within=PUBLISHED_WITHIN_S)
+    finally:
+        await conn.close()
+    await asyncio.sleep(SETTLE_S)
+
+
 async def two_nodes(
     pg_url: str, start_node: StartHub, config: str = ""
 ) -> tuple[HubProcess, HubProcess]:
     a = start_node(pg_url, node_id="node-a", config=OWNERS + config)
     b = start_node(pg_url, node_id="node-b", config=OWNERS + config)
-    await asyncio.sleep(SETTLE_S)
+    await settled(pg_url)
     return a, b
 
 
@@ -216,7 +240,7 @@ async def test_a_connection_whose_workspace_moves_is_closed_and_resumes_on_the_n
         async with ws.subscribe(after_seq=0) as sub:
             first = await ws.post_message("before")
             start_node(pg_url, node_id="node-b", config=OWNERS)
-            await asyncio.sleep(SETTLE_S)
+            await settled(pg_url)
             second = await ws.post_message("after")  # closes, resumes, relayed to node-b
             async for event in sub:
                 seen.append(event.seq)
@@ -253,7 +277,7 @@ async def test_a_client_given_every_node_moves_off_one_that_cannot_reach_the_own
     until it gave up). The same for the TypeScript client."""
     a = start_node(pg_url, node_id="node-a", config=OWNERS + f'url = "{dead_url()}"\n')
     b = start_node(pg_url, node_id="node-b", config=OWNERS)
-    await asyncio.sleep(SETTLE_S)
+    await settled(pg_url)
     workspace = owned_by("node-a", "cut")
     async with connect([b.url, a.url], mint("cutoff"), backoff=FAST) as session:
         assert session.url == b.url
