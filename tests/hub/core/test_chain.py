@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import msgspec
 import pytest
@@ -276,30 +277,19 @@ def test_sealed_as_rebuilds_what_seal_made(
     # draft as it reached the writer.
     for i, (producer, draft) in enumerate(drafts):
         draft = msgspec.structs.replace(draft, producer=producer, id="" if minted else f"c{i}")
-        id_, at = draft.id or f"minted-{i}", seq + i + 1
+        envelope: dict[str, Any] = {
+            "id": draft.id or f"minted-{i}",
+            "workspace": "ws",
+            "seq": seq + i + 1,
+            "position": position + i,
+            "timestamp": timestamp,
+            "prev": prev,
+        }
         # The writer seals the draft as it crossed (JSON); the worker rebuilds from its own.
         crossed = msgspec.json.decode(msgspec.json.encode(draft), type=AnyEvent)
-        stored = seal(
-            crossed,
-            id=id_,
-            workspace="ws",
-            seq=at,
-            position=position + i,
-            timestamp=timestamp,
-            producer=producer,
-            prev=prev,
-        )
+        stored = seal(crossed, producer=producer, **envelope)
         assert stored.hash is not None
-        rebuilt = sealed_as(
-            draft,
-            id=id_,
-            workspace="ws",
-            seq=at,
-            position=position + i,
-            timestamp=timestamp,
-            prev=prev,
-            hash=stored.hash,
-        )
+        rebuilt = sealed_as(draft, hash=stored.hash, **envelope)
         assert rebuilt == stored
         assert msgspec.json.encode(rebuilt) == msgspec.json.encode(stored)
         prev = stored.hash
