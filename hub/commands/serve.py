@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
 import logging
 import os
 import signal
@@ -215,11 +216,6 @@ async def serve_command(args: argparse.Namespace) -> int:
             return await _supervise(hub, config, args, given_secret)
         finally:
             await tracing.aclose()
-    if not args.no_http:
-        from hub.http.serve import serve_http  # noqa: F401  (load it now, not on the loop)
-
-        if not args.no_a2a:
-            import a2a_adapter.app  # noqa: F401
 
     def ready(url: str) -> None:
         print(f"agora serving {url} (data {data_dir})", flush=True)
@@ -360,9 +356,20 @@ def with_cluster_env(config: HubConfig, env: Mapping[str, str]) -> HubConfig:
     return config.with_overrides(source=source, **values)
 
 
+def _load_doors(a2a: bool) -> None:
+    """Import the HTTP doors' modules (blocking: run in a thread)."""
+    for name in ("hub.http.serve", "hub.mcp.http", "hub.viewer", "a2a_adapter.app"):
+        if a2a or not name.startswith("a2a_adapter"):
+            importlib.import_module(name)
+
+
 async def _serve_http(
     hub: Hub, signer: TokenSigner, config: HubConfig, stop: asyncio.Event, *, a2a: bool
 ) -> None:
+    # The doors' modules load in a thread, not on the loop: the MCP SDK alone takes a second,
+    # and a node held that long misses its beats (peers declare it dead after [cluster]
+    # timeout_s) while its clients wait; nor before the loop, which delays the first banner.
+    await asyncio.to_thread(_load_doors, a2a)
     from hub.http.serve import serve_http
 
     def ready(url: str) -> None:

@@ -10,11 +10,13 @@ acknowledged event is in the log at its acknowledged seq, and ``agora verify --s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
 import pytest
@@ -32,6 +34,9 @@ from tests.support.waiting import wait_for
 pytestmark = pytest.mark.slow
 
 WORKSPACE = "shared"
+# A start beats every 0.2 s (conftest); two thirds of the node timeout (1.5 s) is a held loop.
+BEAT_LAG_MAX_S = 1.0
+STARTED_WATCH_S = 0.5  # and for a while after the banners
 
 
 async def log_of(store: PostgresEventStore, workspace: str) -> list[tuple[int, str]]:
@@ -316,3 +321,35 @@ def test_a_node_id_in_use_by_a_live_node_is_refused(pg_url: str, start_node: Sta
     start_node(pg_url, "twin")
     with pytest.raises(AssertionError, match="is in use by a running node"):
         start_node(pg_url, "twin")
+
+
+async def test_a_starting_node_keeps_beating(pg_url: str, start_node: StartHub) -> None:
+    """From its registration to its last door open (the HTTP banner), a starting node beats
+    on time: a start that held its event loop for a second (the MCP SDK imported there) let
+    its peers declare it dead (1.5 s here) on a loaded machine, and with ``[cluster] owners``
+    drop it from their view for good. The lag is read from the database, by its clock."""
+    schema = parse_qs(urlsplit(pg_url).query)["schema"][0]
+    query = (
+        f'SELECT extract(epoch FROM now() - last_beat)::float8 FROM "{schema}".nodes '
+        "WHERE node_id = 'beating'"
+    )
+    conn = await asyncpg.connect(POSTGRES_DSN)
+    lags: list[float] = []
+    try:
+        starting = asyncio.create_task(
+            asyncio.to_thread(start_node, pg_url, "beating", "[cluster]\nowners = true\n")
+        )
+        settle_until: float | None = None
+        while settle_until is None or asyncio.get_running_loop().time() < settle_until:
+            with contextlib.suppress(asyncpg.UndefinedTableError):  # (the schema not made yet)
+                lag = await conn.fetchval(query)
+                if lag is not None:
+                    lags.append(lag)
+            if settle_until is None and starting.done():
+                await starting  # its failure, if any
+                settle_until = asyncio.get_running_loop().time() + STARTED_WATCH_S
+            await asyncio.sleep(0.02)
+    finally:
+        await conn.close()
+    assert lags, "the node never registered"
+    assert max(lags) < BEAT_LAG_MAX_S, f"beats {max(lags):.2f}s apart at start ({len(lags)} looks)"

@@ -21,6 +21,7 @@ from hub.core.sharding import node_owner_of
 from hub.log.postgres import PostgresEventStore
 from hub.server.workers import RELAY_HEADER
 from tests.hub.cluster.agents import StartTs, dead_url, publish_pipelined
+from tests.hub.cluster.conftest import NODE_TIMEOUT_S
 from tests.support.hub import HubProcess, StartHub
 from tests.support.peer import Peer, message, peer
 from tests.support.postgres import POSTGRES_DSN
@@ -54,12 +55,17 @@ async def joins(store: PostgresEventStore, workspace: str, agent: str) -> list[s
 
 
 async def settled(pg_url: str, nodes: tuple[str, ...] = NODES) -> None:
-    """Once every node of ``nodes`` has published its URL (it serves), and five heartbeats
-    more: each node's live view, refreshed after every beat, has the others. (A fixed wait
-    from the start was not enough on a loaded machine: a node still served a workspace
-    another owned, for want of a view.)"""
+    """Once every node of ``nodes`` is live as the nodes see it (its URL published, beating,
+    neither stopped nor reaped: hub.cluster.heartbeat's query), and five heartbeats more: each
+    node's live view, refreshed after every beat, has the others. (A fixed wait from the start
+    was not enough on a loaded machine: a node still served a workspace another owned, for
+    want of a view.)"""
     schema = parse_qs(urlsplit(pg_url).query)["schema"][0]
-    query = f'SELECT node_id FROM "{schema}".nodes WHERE url IS NOT NULL AND stopped_at IS NULL'
+    query = (
+        f'SELECT node_id FROM "{schema}".nodes WHERE url IS NOT NULL AND stopped_at IS NULL '
+        "AND reaped_by IS NULL AND reaped_at IS NULL "
+        f"AND last_beat >= now() - make_interval(secs => {NODE_TIMEOUT_S})"
+    )
     conn = await asyncpg.connect(POSTGRES_DSN)  # one connection, polled: a light touch
     try:
 
