@@ -1,6 +1,7 @@
 """Agents that survive a node's death by moving to another node: raw WebSocket ones, and
 :func:`publish_pipelined` for the Python client's sessions; :func:`dead_url`, where no node is;
-:class:`TsSession`, the TypeScript client's side of a test (the ``ts_session`` fixture).
+:class:`TsSession`, the TypeScript client's side of a test (the ``ts_session`` fixture); the
+nodes' short heartbeat timings (the ``start_node`` fixture's).
 
 :class:`Publisher` publishes messages with its own event ids, a few in flight at once; when its
 node goes away it reconnects to the next node and publishes every unacknowledged id again (the
@@ -29,6 +30,8 @@ from tests.support.node import CLIENT_DIR
 RETRYABLE: Final = frozenset({"unavailable", "conflict", "busy", "rateLimited", "internal"})
 LOST: Final = (ConnectionClosed, InvalidHandshake, OSError, TimeoutError)
 RECV_S: Final = 0.2
+HEARTBEAT_S: Final = "0.2"  # AGORA_HEARTBEAT_S of every test node
+NODE_TIMEOUT_S: Final = "1.5"  # AGORA_NODE_TIMEOUT_S of every test node
 
 
 def dead_url() -> str:

@@ -20,18 +20,21 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import pytest
 
 from hub.log.postgres import PostgresEventStore
-from tests.hub.cluster.agents import FAILOVER_SCRIPT, StartTs, TsSession
+from tests.hub.cluster.agents import (
+    FAILOVER_SCRIPT,
+    HEARTBEAT_S,
+    NODE_TIMEOUT_S,
+    StartTs,
+    TsSession,
+)
 from tests.support.hub import HubProcess, HubStarter, StartHub
 from tests.support.node import CLIENT_DIR, built_node, node_env
 from tests.support.postgres import POSTGRES_DSN, drop_schemas, need_postgres, new_schema, url_for
-
-HEARTBEAT_S: Final = "0.2"
-NODE_TIMEOUT_S: Final = "1.5"
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ from tests.support.waiting import wait_for
 pytestmark = pytest.mark.slow
 
 WORKSPACE = "shared"
-# A start beats every 0.2 s (conftest); two thirds of the node timeout (1.5 s) is a held loop.
+# A start beats every HEARTBEAT_S (0.2 s); two thirds of NODE_TIMEOUT_S (1.5 s) is a held loop.
 BEAT_LAG_MAX_S = 1.0
 STARTED_WATCH_S = 0.5  # and for a while after the banners
 

@@ -20,8 +20,7 @@ from hub.core.events import MemberJoined, MemberLeft, MessagePosted
 from hub.core.sharding import node_owner_of
 from hub.log.postgres import PostgresEventStore
 from hub.server.workers import RELAY_HEADER
-from tests.hub.cluster.agents import StartTs, dead_url, publish_pipelined
-from tests.hub.cluster.conftest import NODE_TIMEOUT_S
+from tests.hub.cluster.agents import NODE_TIMEOUT_S, StartTs, dead_url, publish_pipelined
 from tests.support.hub import HubProcess, StartHub
 from tests.support.peer import Peer, message, peer
 from tests.support.postgres import POSTGRES_DSN
