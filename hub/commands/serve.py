@@ -358,9 +358,8 @@ def with_cluster_env(config: HubConfig, env: Mapping[str, str]) -> HubConfig:
 
 def _load_doors(a2a: bool) -> None:
     """Import the HTTP doors' modules (blocking: run in a thread)."""
-    for name in ("hub.http.serve", "hub.mcp.http", "hub.viewer", "a2a_adapter.app"):
-        if a2a or not name.startswith("a2a_adapter"):
-            importlib.import_module(name)
+    for name in ("hub.http.serve", "hub.mcp.http", "hub.viewer", *(("a2a_adapter.app",) * a2a)):
+        importlib.import_module(name)
 
 
 async def _serve_http(

@@ -335,10 +335,10 @@ async def test_a_starting_node_keeps_beating(pg_url: str, start_node: StartHub) 
     )
     conn = await asyncpg.connect(POSTGRES_DSN)
     lags: list[float] = []
+    starting = asyncio.create_task(
+        asyncio.to_thread(start_node, pg_url, "beating", "[cluster]\nowners = true\n")
+    )
     try:
-        starting = asyncio.create_task(
-            asyncio.to_thread(start_node, pg_url, "beating", "[cluster]\nowners = true\n")
-        )
         settle_until: float | None = None
         while settle_until is None or asyncio.get_running_loop().time() < settle_until:
             with contextlib.suppress(asyncpg.UndefinedTableError):  # (the schema not made yet)
@@ -351,5 +351,7 @@ async def test_a_starting_node_keeps_beating(pg_url: str, start_node: StartHub) 
             await asyncio.sleep(0.02)
     finally:
         await conn.close()
+        # A look that failed leaves no start running past the test (the fixture stops it).
+        await asyncio.gather(starting, return_exceptions=True)
     assert lags, "the node never registered"
     assert max(lags) < BEAT_LAG_MAX_S, f"beats {max(lags):.2f}s apart at start ({len(lags)} looks)"
