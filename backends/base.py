@@ -220,6 +220,13 @@ class CodeExecutor(Protocol):
         """Stop every running execution, release everything. Idempotent."""
         ...
 
+    def abandon(self) -> None:
+        """Stop waiting for whatever this backend's calls are blocked on, and fail its later
+        calls at once (:class:`BackendUnavailable`): the hub's stop has given up on it
+        (``close_grace_s``: an engine that stopped answering). What it leaves behind is for
+        the next start's sweep. Idempotent; never blocks."""
+        ...
+
 
 @contextlib.asynccontextmanager
 async def closing_stream(

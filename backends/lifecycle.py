@@ -126,6 +126,11 @@ class BackendLifecycle(abc.ABC):
         """Stop a running execution and wait until it is gone. False if none is running."""
         return await self._registry.cancel(exec_id)
 
+    def abandon(self) -> None:
+        """Nothing to give up by default: a backend whose waits always end (on programs it
+        kills itself) needs none; one that waits on a service overrides it (container)."""
+        return None
+
     async def _check_request(self, request: ExecutionRequest) -> None:
         """What every ``execute`` does first: start, check availability, validate ``request``
         against the capabilities. Raises :class:`BackendUnavailable` and what

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, Literal, TypeVar
 
@@ -34,6 +35,8 @@ __all__ = [
 
 StopReason = Literal["cancelled", "timeout"]
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 class Run:
@@ -130,12 +133,17 @@ class TaskSet:
         return None
 
     async def aclose(self) -> None:
-        """Cancel the tasks still running and wait for all of them. Idempotent."""
+        """Cancel the tasks still running and wait for all of them. Idempotent. What they
+        raised is read here (the run's outcome came from :meth:`failure` and its waiter): a
+        stopper whose kill the hub's stop abandoned is not an unretrieved error."""
         pending = [task for task in self._tasks if not task.done()]
         for task in pending:
             task.cancel()
         if pending:
             await asyncio.wait(pending)
+        for task in self._tasks:
+            if not task.cancelled() and (error := task.exception()) is not None:
+                log.debug("a helper task of a run ended with %r", error)
 
 
 class Admission:

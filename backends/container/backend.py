@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import contextlib
 import functools
 import logging
@@ -49,7 +48,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -65,6 +64,7 @@ from backends.container.spec import (
     LABEL_EXEC,
     LABEL_OWNER,
     LABEL_POOL,
+    LABEL_WORKER,
     LAUNCHER,
     READ_SIZE,
     SCRATCH,
@@ -79,6 +79,7 @@ from backends.container.spec import (
 from backends.lifecycle import BackendLifecycle, elapsed_ms
 from backends.output import OutputChannel
 from backends.runs import Run, RunRegistry, TaskSet
+from backends.threads import DaemonThreadPool
 from hub.core.execution.capabilities import (
     BackendCapabilities,
     ExecutionIsolation,
@@ -126,7 +127,10 @@ class ContainerBackend(BackendLifecycle):
     root, else the hub's own ids so the workspace stays writable). ``owner``: the label value
     :meth:`sweep` removes by — give each hub node sharing an engine its own; by default
     derived from ``data_dir`` (:func:`~backends.container.engine.owner_label`: one per hub data
-    directory), else ``agora``. ``warm_pool``:
+    directory), else ``agora``. ``worker``/``workers``: this process is worker ``worker`` of
+    ``agora serve --workers <workers>`` on that data directory (the registry passes both):
+    its containers also carry ``agora.worker=<worker>`` and its :meth:`sweep` leaves the
+    other workers' alone. ``warm_pool``:
     idle started containers kept ready (0 disables). ``auto_build``: build the default image
     at start when it is missing or stale.
     """
@@ -148,6 +152,8 @@ class ContainerBackend(BackendLifecycle):
         tmpfs_size: str = "64m",
         auto_build: bool = True,
         engine_timeout_s: float = 60.0,
+        worker: int | None = None,
+        workers: int = 1,
     ) -> None:
         self._name = name
         self._policy = (
@@ -164,6 +170,8 @@ class ContainerBackend(BackendLifecycle):
         if owner is None:
             owner = owner_label(data_dir) if data_dir is not None else "agora"
         self._owner = owner
+        self._worker = worker
+        self._workers = workers
         self._warm_size = max(0, warm_pool)
         self._network_enabled_mode = network_enabled_mode
         self._tmpfs_size = tmpfs_size
@@ -173,9 +181,10 @@ class ContainerBackend(BackendLifecycle):
         # Each running execution holds one thread in a blocking ``wait``; the rest is headroom
         # for short calls (create, start, kill, remove) and the warm pool.
         self._threads = 2 * max_concurrent + 4
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=self._threads, thread_name_prefix=f"agora-{name}"
-        )
+        # Daemon threads: a call blocked on a hung engine does not hold the process's exit.
+        self._executor = DaemonThreadPool(self._threads, thread_name_prefix=f"agora-{name}")
+        self._pending: set[asyncio.Future[Any]] = set()  # engine calls under way (abandon)
+        self._abandoned = False
         self._client: Any = None
         self._state: tuple[bool, str] = (False, "not started")
         self._idle: collections.deque[str] = collections.deque()
@@ -260,16 +269,31 @@ class ContainerBackend(BackendLifecycle):
         )
 
     async def sweep(self) -> int:
-        """Remove every container labelled ``agora.owner=<owner>`` (leftovers of a crashed
-        hub, stale warm containers). Returns how many were removed. Not to be called while
-        this backend runs executions."""
+        """Remove the containers labelled ``agora.owner=<owner>`` that are this process's to
+        remove (leftovers of a crashed hub, stale warm containers): all of them for a hub of
+        one process; for worker ``i`` of ``--workers N``, those labelled ``agora.worker=i``
+        — worker 0 also takes the ones no running worker can claim (no worker label: a hub
+        of one process before; an index of ``N`` or more: a start with more workers). Never
+        another live worker's: its running executions would die. Returns how many were
+        removed. Not to be called while this backend runs executions."""
         api = self._api()
         found = await self._call(
-            api.containers, all=True, quiet=True, filters={"label": f"{LABEL_OWNER}={self._owner}"}
+            api.containers, all=True, filters={"label": f"{LABEL_OWNER}={self._owner}"}
         )
-        for item in found:
-            await self._remove(item["Id"])
-        return len(found)
+        mine = [item["Id"] for item in found if self._sweeps(item.get("Labels") or {})]
+        for cid in mine:
+            await self._remove(cid)
+        return len(mine)
+
+    def _sweeps(self, labels: Mapping[str, str]) -> bool:
+        """Whether :meth:`sweep` removes a container of this owner with ``labels``."""
+        if self._worker is None:
+            return True
+        index = labels.get(LABEL_WORKER, "")
+        if index == str(self._worker):
+            return True
+        orphan = not index.isdigit() or int(index) >= self._workers
+        return self._worker == 0 and orphan
 
     async def _validate(self, request: ExecutionRequest) -> None:
         command_for(request)
@@ -328,13 +352,55 @@ class ContainerBackend(BackendLifecycle):
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``fn(*args, **kwargs)`` in the thread pool, engine errors mapped once."""
-        loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(
-                self._executor, functools.partial(fn, *args, **kwargs)
-            )
+            return await self._engine(functools.partial(fn, *args, **kwargs))
         except Exception as e:
             raise map_engine_error(e, getattr(fn, "__name__", "engine call")) from e
+
+    def _submit(self, fn: Callable[[], T]) -> asyncio.Future[T]:
+        """``fn()`` in the thread pool, tracked until done so :meth:`abandon` can stop the
+        wait for it; refused once abandoned."""
+        if self._abandoned:
+            raise BackendUnavailable(
+                f"backend {self._name!r} was abandoned by the hub's stop (the engine hung)"
+            )
+        future = asyncio.get_running_loop().run_in_executor(self._executor, fn)
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+        return future
+
+    async def _engine(self, fn: Callable[[], T]) -> T:
+        """Await ``fn()`` in the thread pool; :class:`BackendUnavailable` if :meth:`abandon`
+        stops the wait (a cancellation of the caller itself stays one)."""
+        future = self._submit(fn)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if self._gave_up(future):
+                raise BackendUnavailable(
+                    f"backend {self._name!r}: the engine did not answer before the hub "
+                    "stopped waiting for it"
+                ) from None
+            raise
+
+    def _gave_up(self, future: asyncio.Future[Any]) -> bool:
+        """Whether ``future``'s wait ended because :meth:`abandon` cancelled it, not because
+        the awaiting task itself is being cancelled (which cancels the future it awaits)."""
+        task = asyncio.current_task()
+        return self._abandoned and future.cancelled() and task is not None and not task.cancelling()
+
+    def abandon(self) -> None:
+        """Stop waiting for the engine: every call under way fails at once, and every later
+        one (see :meth:`CodeExecutor.abandon <backends.base.CodeExecutor.abandon>`), and the
+        runs' attach sockets are cut, so their output ends. The
+        threads blocked in those calls are daemons (:mod:`backends.threads`): they do not
+        hold the process's exit. The containers left are the next start's sweep's."""
+        self._abandoned = True
+        for future in list(self._pending):
+            future.cancel()
+        for box in self._boxes.values():  # the output streams end: the runs finish now
+            if box.writer is not None:
+                box.writer.transport.abort()
 
     async def _ensure_image(self) -> None:
         client = self._client
@@ -441,14 +507,18 @@ class ContainerBackend(BackendLifecycle):
             tmpfs_size=self._tmpfs_size,
         )
         api = self._api()
-        loop = asyncio.get_running_loop()
         # Kept in the box: if we are cancelled while the engine creates it, the cleanup waits
         # for the id and removes the container anyway.
-        box.create = loop.run_in_executor(
-            self._executor, lambda: str(api.create_container_from_config(config)["Id"])
-        )
+        box.create = self._submit(lambda: str(api.create_container_from_config(config)["Id"]))
         try:
             box.cid = await box.create
+        except asyncio.CancelledError:
+            if self._gave_up(box.create):
+                raise BackendUnavailable(
+                    f"backend {self._name!r}: the engine did not create the container before "
+                    "the hub stopped waiting for it"
+                ) from None
+            raise
         except Exception as e:
             raise map_engine_error(e, "creating the container") from e
         reader, box.writer = await self._attach(box.cid, stdin=request.stdin is not None)
@@ -525,8 +595,10 @@ class ContainerBackend(BackendLifecycle):
                 with contextlib.suppress(Exception):
                     await box.writer.wait_closed()
             if box.cid is None and box.create is not None:
-                with contextlib.suppress(Exception):
-                    box.cid = await box.create
+                await asyncio.wait({box.create})  # (abandoned: cancelled, no id to remove)
+                created = box.create
+                if not created.cancelled() and created.exception() is None:
+                    box.cid = created.result()
             if box.cid is not None:
                 try:
                     await self._remove(box.cid)
@@ -538,8 +610,8 @@ class ContainerBackend(BackendLifecycle):
                         e.message,
                     )
             if box.scratch is not None:
-                with contextlib.suppress(ExecutionError):
-                    await self._call(shutil.rmtree, box.scratch, True)
+                # A local directory: not the engine's pool, so done even once abandoned.
+                await asyncio.to_thread(shutil.rmtree, box.scratch, True)
         finally:
             if self._boxes.get(box.exec_id) is box:
                 del self._boxes[box.exec_id]
@@ -622,7 +694,7 @@ class ContainerBackend(BackendLifecycle):
             user=self._user,
             env=base_environment(),
             working_dir=SCRATCH,
-            labels={LABEL_OWNER: self._owner, LABEL_BACKEND: self._name, LABEL_POOL: "1"},
+            labels={**self._owned(), LABEL_POOL: "1"},
             network_mode="none",
             memory_bytes=policy.memory_bytes,
             pids=policy.pids,
@@ -644,7 +716,14 @@ class ContainerBackend(BackendLifecycle):
     # -- helpers --------------------------------------------------------------------------------
 
     def _labels(self, exec_id: str) -> dict[str, str]:
-        return {LABEL_EXEC: exec_id, LABEL_OWNER: self._owner, LABEL_BACKEND: self._name}
+        return {LABEL_EXEC: exec_id, **self._owned()}
+
+    def _owned(self) -> dict[str, str]:
+        """The labels :meth:`sweep` goes by, on every container of this backend."""
+        labels = {LABEL_OWNER: self._owner, LABEL_BACKEND: self._name}
+        if self._worker is not None:
+            labels[LABEL_WORKER] = str(self._worker)
+        return labels
 
     def _network_mode(self, policy: SandboxPolicy) -> str:
         return "none" if policy.network == "disabled" else self._network_enabled_mode

@@ -34,6 +34,7 @@ LABEL_EXEC: Final = "agora.exec"
 LABEL_OWNER: Final = "agora.owner"
 LABEL_BACKEND: Final = "agora.backend"
 LABEL_POOL: Final = "agora.pool"
+LABEL_WORKER: Final = "agora.worker"  # the worker of ``agora serve --workers`` that runs it
 # The warm container's command: read one line, decode it, run it (it ends in ``exec``).
 LAUNCHER: Final = 'IFS= read -r agora_prelude && eval "$(printf %s "$agora_prelude" | base64 -d)"'
 

@@ -214,7 +214,8 @@ async def supervise(execution: Execution, settings: RuntimeSettings, node: str) 
                     ExecOutput(payload=ExecOutputPayload(execution.exec_id, "stderr", next_n, note))
                 )
         else:
-            finished = msgspec.structs.replace(raised(execution.exec_id, outcome), pushed=pushed)
+            finished = raised(execution.exec_id, outcome, shutdown=execution.shutdown)
+            finished = msgspec.structs.replace(finished, pushed=pushed)
         if access is not None:
             finished = msgspec.structs.replace(finished, pulled=access.writes)
         drafts: list[Event] = []

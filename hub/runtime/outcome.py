@@ -57,10 +57,14 @@ def failed(
     )
 
 
-def raised(exec_id: str, error: BaseException) -> ExecFinishedPayload:
+def raised(exec_id: str, error: BaseException, *, shutdown: bool = False) -> ExecFinishedPayload:
     """What the backend raised instead of yielding a result: ``rejected`` for a refusal the
-    client caused, else ``error``; the execution error's own code when it has one."""
+    client caused, else ``error``; the execution error's own code when it has one. During
+    the hub's stop (``shutdown``) it is ``interrupted``, as every run the stop ends: the
+    backend raised because the stop gave up on it (``close_grace_s``)."""
     blame = "rejected" if isinstance(error, ClientError) else "error"
+    if shutdown:
+        blame = "interrupted"
     if isinstance(error, ExecutionError):
         return failed(exec_id, blame, error.message, code=error.exec_code)
     if isinstance(error, AgoraError):

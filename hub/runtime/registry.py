@@ -22,8 +22,10 @@ The registry maps a kind to its backend class and nothing more: what the runtime
 run (a pushed workspace, host functions, the value harness) comes from the capabilities each
 backend declares (:class:`hub.core.execution.capabilities.BackendCapabilities`). Arguments the
 hub provides are passed by name to every backend whose constructor takes them: ``access``,
-``blobs`` (the blob store), ``data_dir`` (the hub's data directory) and ``settings`` (the
-backend's own settings from ``[runtime]``, e.g. :class:`backends.rust.RustSettings`).
+``blobs`` (the blob store), ``data_dir`` (the hub's data directory), ``settings`` (the
+backend's own settings from ``[runtime]``, e.g. :class:`backends.rust.RustSettings`) and, in a
+worker of ``agora serve --workers N``, ``worker`` and ``workers`` (its index and N: the
+container backend labels and sweeps per worker).
 """
 
 from __future__ import annotations
@@ -103,7 +105,18 @@ _POLICY_KEYS: Final[frozenset[str]] = frozenset(
 )
 # Constructor arguments the registry sets itself (never from ``limits``).
 _RESERVED: Final[frozenset[str]] = frozenset(
-    {"name", "policy", "access", "blobs", "runner", "data_dir", "settings", "etc_staging"}
+    {
+        "name",
+        "policy",
+        "access",
+        "blobs",
+        "runner",
+        "data_dir",
+        "settings",
+        "etc_staging",
+        "worker",
+        "workers",
+    }
 )
 
 
@@ -176,6 +189,9 @@ class UnavailableBackend:
     async def aclose(self) -> None:
         return None
 
+    def abandon(self) -> None:
+        return None
+
 
 class BackendInstance:
     """One configured backend instance (see the module docstring)."""
@@ -242,11 +258,15 @@ def build_instance(
     data_dir: Path | None = None,
     settings: Mapping[str, object] | None = None,
     etc_staging: EtcStaging | None = None,
+    worker: int | None = None,
+    workers: int = 1,
     where: str = "backends",
 ) -> BackendInstance:
     """The instance ``config`` describes. ``settings``: the backends' own settings by kind
     (from ``[runtime]``), given as ``settings=`` to a backend whose constructor takes it;
-    ``etc_staging``, the hub's one staged ``/etc`` (:mod:`backends.staging`), likewise.
+    ``etc_staging``, the hub's one staged ``/etc`` (:mod:`backends.staging`), likewise;
+    ``worker``/``workers``, this process's index among ``agora serve --workers`` (None: a
+    hub of one process), likewise.
     Raises :class:`ConfigError` for an unknown or invalid ``limits`` key or value."""
     cls, problem = _import(config.kind)
     if cls is None:
@@ -272,6 +292,8 @@ def build_instance(
         "blobs": blobs,
         "data_dir": data_dir,
         "etc_staging": etc_staging,
+        "worker": worker,
+        "workers": workers if worker is not None else None,
     }
     if settings is not None and config.kind in settings:
         provided["settings"] = settings[config.kind]
@@ -328,9 +350,13 @@ class BackendRegistry:
         blobs: BlobStore | None = None,
         data_dir: Path | None = None,
         settings: Mapping[str, object] | None = None,
+        worker: int | None = None,
+        workers: int = 1,
     ) -> BackendRegistry:
         """Instances for ``configs`` (``[[backends]]``; empty → :func:`default_configs`),
-        every confined one sharing one staged ``/etc``. Raises :class:`ConfigError`."""
+        every confined one sharing one staged ``/etc``; ``worker`` of ``workers``: this
+        process under ``agora serve --workers`` (see :func:`build_instance`). Raises
+        :class:`ConfigError`."""
         configs = tuple(configs) or default_configs()
         etc_staging = EtcStaging()
         instances = [
@@ -340,6 +366,8 @@ class BackendRegistry:
                 data_dir=data_dir,
                 settings=settings,
                 etc_staging=etc_staging,
+                worker=worker,
+                workers=workers,
                 where=f"backends[{i}] ({c.id})",
             )
             for i, c in enumerate(configs)
@@ -390,6 +418,12 @@ class BackendRegistry:
                 log.warning("backend %s (%s) is unavailable: %s", instance.id, instance.kind, why)
 
         await asyncio.gather(*(start(i) for i in self._instances.values()))
+
+    def abandon(self) -> None:
+        """Give up on every instance's pending calls (:meth:`CodeExecutor.abandon
+        <backends.base.CodeExecutor.abandon>`): the hub's stop is not waiting any longer."""
+        for instance in self._instances.values():
+            instance.backend.abandon()
 
     async def aclose(self) -> None:
         """Close every instance (stopping what runs). Idempotent."""

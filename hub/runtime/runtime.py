@@ -5,7 +5,10 @@ One :class:`Runtime` per hub, the router of the ops: it checks and admits a requ
 (:mod:`~hub.runtime.request` builds the backend's request from the wire's), writes
 ``execRequested``, and leaves the run to its task (:mod:`~hub.runtime.execution`), a task of
 the ``TaskGroup`` :meth:`Runtime.run` owns (run as a task of the server's top-level group), so
-shutdown waits for each execution to be stopped and recorded::
+shutdown waits for each execution to be stopped and recorded — for ``close_grace_s``, then as
+long again for the backends to close. Past either, the stop gives up on the backends' pending
+calls (an engine that stopped answering: ``abandon``), so the runs end, recorded
+``failed/interrupted``, and the sandboxes they leave are the next start's sweep's::
 
     exec ─ checks (rights, backend, request, id, cap) ─ execRequested ─▶ execAccepted
       └─ task: push ─ execStarted ─ run (execOutput…) ─ pull ─ files ─ execFinished
@@ -38,7 +41,7 @@ import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from backends.base import Admission, validate_request
 from hub.core.capability import Capability
@@ -110,6 +113,12 @@ class ExecStream:
             yield event, text
 
 
+ABANDONED_WAIT_S: Final = 5.0
+"""After :meth:`BackendRegistry.abandon <hub.runtime.registry.BackendRegistry.abandon>` the
+backends' calls fail at once: how long the stop still waits (a backstop, never reached but by a
+backend that ignores the abandon), before it cancels what is left."""
+
+
 class Runtime:
     """The hub's execution runtime (see the module docstring). ``node``: this hub node's id,
     written in every ``execRequested`` and ``execStarted`` (a survivor closes what it leaves
@@ -139,6 +148,7 @@ class Runtime:
         self.pruner = Pruner(workspaces, self.journals, self.settings)
         self._live: dict[tuple[str, str], Execution] = {}
         self._tg: asyncio.TaskGroup | None = None
+        self._runs: set[asyncio.Task[None]] = set()  # the executions' tasks (for the stop)
         self._closing = False
         self.on_finished: Callable[[str, str, float], None] | None = None
         """Told (backend id, final status, seconds) as each execution ends (the metrics)."""
@@ -159,8 +169,10 @@ class Runtime:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve executions until ``stop`` is set, then stop the running ones (recorded as
-        ``failed/interrupted``), wait for them, and close the backends. Never raises."""
+        ``failed/interrupted``), wait for them, and close the backends — each wait bounded by
+        ``close_grace_s`` (see the module docstring). Never raises."""
         starter: asyncio.Task[None] | None = None
+        grace = self.settings.close_grace_s
         try:
             async with asyncio.TaskGroup() as tg:
                 self._tg = tg
@@ -174,12 +186,36 @@ class Runtime:
                 for execution in list(self._live.values()):
                     execution.shutdown = True
                     execution.stop.set()
+                if self._runs:
+                    await self._within(set(self._runs), grace, "the running executions")
         except Exception:
             log.exception("the runtime failed")
         finally:
             self._closing = True
             self._tg = None
-            await asyncio.shield(self.registry.aclose())
+            closing = asyncio.ensure_future(self.registry.aclose())
+            await self._within({closing}, grace, "closing the backends")
+
+    async def _within(self, tasks: set[asyncio.Task[None]], grace: float, what: str) -> None:
+        """Wait up to ``grace`` for ``tasks`` (a stop's), then give up on the backends' pending
+        calls (:meth:`BackendRegistry.abandon`): the runs' cleanups fail fast, each run is
+        recorded as the stop ends it, what the backends leave is swept at the next start.
+        What is left :data:`ABANDONED_WAIT_S` later is cancelled."""
+        _, pending = await asyncio.wait(tasks, timeout=grace)
+        if not pending:
+            return
+        log.warning(
+            "%s did not end within %g s (close_grace_s); giving up on the backends' pending "
+            "calls (the next start sweeps what they leave)",
+            what,
+            grace,
+        )
+        self.registry.abandon()
+        _, pending = await asyncio.wait(pending, timeout=ABANDONED_WAIT_S)
+        if pending:
+            log.error("%s still not done %g s after that; cancelling", what, ABANDONED_WAIT_S)
+            for task in pending:
+                task.cancel()
 
     async def recover(self) -> int:
         """Close every execution the log shows unfinished (the hub stopped under it) as
@@ -285,7 +321,11 @@ class Runtime:
         # The task starts now and pushes the workspace while execRequested commits; it runs
         # the program only once the request is in the log (``accepted``: its event id, or ""
         # when the request could not be written).
-        tg.create_task(self._task(execution, admission), name=f"agora-exec:{workspace}:{exec_id}")
+        run = tg.create_task(
+            self._task(execution, admission), name=f"agora-exec:{workspace}:{exec_id}"
+        )
+        self._runs.add(run)
+        run.add_done_callback(self._runs.discard)
         try:
             if self.index is not None:  # before the request is in the log (see recovery_index)
                 await self.index.opening(self.index.executions, key)
@@ -354,11 +394,13 @@ class Runtime:
             if self.on_finished is not None:
                 self.on_finished(execution.instance.id, execution.status, time.monotonic() - began)
             admission.release()
-            with contextlib.suppress(Exception):
-                await self._closed_in_index(execution)
-            if self._live.get(execution.key) is execution:
-                del self._live[execution.key]
-            execution.done.set()
+            try:
+                with contextlib.suppress(Exception):
+                    await self._closed_in_index(execution)
+            finally:  # (also when a stop that gave up on the run cancels it here)
+                if self._live.get(execution.key) is execution:
+                    del self._live[execution.key]
+                execution.done.set()
         with contextlib.suppress(Exception):
             await self.pruner.prune(await self.journals.get(execution.workspace))
 

@@ -237,6 +237,9 @@ class Hub:
             blobs=store.blobs,
             data_dir=config.storage.data_dir,
             settings=settings.backend_settings(),
+            # Each worker sweeps only its own sandboxes (never a live sibling's).
+            worker=worker.index if worker is not None else None,
+            workers=worker.count if worker is not None else 1,
         )
         self.runtime = Runtime(
             self.workspaces, registry, settings, node=self.node_id, index=self.recovery_index

@@ -448,6 +448,26 @@ async def test_a_closed_backend_is_unavailable(subject: Subject) -> None:
     await subject.backend.aclose()  # idempotent
 
 
+ABANDONED_CLOSE_S = 10.0
+
+
+async def test_abandon_lets_a_run_and_the_close_end_promptly(subject: Subject) -> None:
+    """What a stop that gives up calls (hub.runtime, ``close_grace_s``): ``abandon`` never
+    blocks and may come twice; the running execution then ends (a result, or unavailable
+    for a backend that gave up its calls) and ``aclose`` returns, both within 10 s."""
+    request = subject.request(subject.dialect.partial_then_loop)
+    task, _ = await _first_output(subject, request)
+    subject.backend.abandon()
+    subject.backend.abandon()
+    async with asyncio.timeout(ABANDONED_CLOSE_S):
+        await subject.backend.aclose()
+        with contextlib.suppress(BackendUnavailable):
+            await task
+    if isinstance(subject.backend, ContainerBackend):  # what it left: the next start's sweep
+        async with ContainerBackend(owner=subject.backend.owner, warm_pool=0):
+            pass
+
+
 async def test_admit_refuses_what_execute_would(subject: Subject) -> None:
     """``admit`` (run by the runtime before ``execRequested`` is written) refuses what
     ``execute`` would refuse before running, and holds nothing for a refused request."""

@@ -103,6 +103,11 @@ class RuntimeSettings(_Table, frozen=True):
     stop_grace_s: _Seconds = 3.0
     """How long ``kill`` (or shutdown) waits for the backend to stop a run before the runtime
     closes the run's stream itself (which kills the program) and records it as killed."""
+    close_grace_s: _Seconds = 10.0
+    """How long a stopping hub waits for its runs to stop and be recorded, then as long again
+    for its backends to close (remove their sandboxes), before it goes on without them: a
+    backend whose engine stopped answering does not hold the stop. A run left so is recorded
+    ``failed/interrupted`` at the next start, whose sweep removes the sandboxes left."""
     eager_start: bool = False
     """Start every backend instance when the runtime starts rather than on first use
     (``agora serve`` sets it)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import subprocess
 import uuid
 from pathlib import Path
@@ -22,6 +23,7 @@ from backends.base import (
 )
 from backends.container import (
     DEFAULT_CONTAINER_POLICY,
+    DEFAULT_IMAGE,
     LAUNCHER,
     ContainerBackend,
     container_config,
@@ -236,6 +238,47 @@ async def test_sweep_removes_leftovers(container_rig: Rig) -> None:
         finally:
             client.api.remove_container(other, force=True)
     finally:
+        client.close()
+
+
+async def test_a_workers_sweep_leaves_its_siblings_containers() -> None:
+    """Worker 1 of ``--workers 2`` sweeps only what carries its worker label; worker 0 its own
+    and those no running worker claims (no label: a one-process hub before; index 2: a start
+    with more workers); a hub of one process sweeps them all."""
+    import docker
+
+    ok, why = await asyncio.to_thread(docker_available)
+    require("docker", ok, why)
+    owner = f"{TEST_OWNER}-workers"
+    client = docker.from_env()
+    made: dict[str, str] = {}
+    try:
+        for name, labels in {
+            "w0": {"agora.worker": "0"},
+            "w1": {"agora.worker": "1"},
+            "w2": {"agora.worker": "2"},
+            "plain": {},
+        }.items():
+            made[name] = client.api.create_container(
+                DEFAULT_IMAGE, command=["true"], labels={"agora.owner": owner, **labels}
+            )["Id"]
+
+        async def swept(**kwargs: int | None) -> set[str]:
+            before = set(_owned(owner))
+            async with ContainerBackend(owner=owner, warm_pool=0, **kwargs) as backend:
+                await backend.start()
+            return {name for name, cid in made.items() if cid in before - set(_owned(owner))}
+
+        assert await swept(worker=1, workers=2) == {"w1"}
+        assert await swept(worker=0, workers=2) == {"w0", "w2", "plain"}
+        made["again"] = client.api.create_container(
+            DEFAULT_IMAGE, command=["true"], labels={"agora.owner": owner, "agora.worker": "1"}
+        )["Id"]
+        assert await swept(worker=None) == {"again"}
+    finally:
+        for cid in made.values():
+            with contextlib.suppress(docker.errors.NotFound):
+                client.api.remove_container(cid, force=True)
         client.close()
 
 

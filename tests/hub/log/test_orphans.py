@@ -322,6 +322,9 @@ class WritesArtifact:
     async def aclose(self) -> None:
         return None
 
+    def abandon(self) -> None:
+        return None
+
 
 def crash_append_of(store: EventStore, monkeypatch: pytest.MonkeyPatch, kind: type) -> None:
     """Make ``store.append`` die (before it writes) on a batch holding an event of ``kind``."""

@@ -4,14 +4,19 @@ invisible, files pulled back. Skipped without an engine (failed when CI requires
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import time
+from pathlib import Path
 
 import pytest
 
-from tests.support.docker import need_docker
-from tests.support.hub import HubProcess
+from backends.container import owner_label
+from tests.support.docker import EngineProxy, need_docker
+from tests.support.hub import HubProcess, HubStarter
 from tests.support.peer import ExecPeer, Frame, exec_peer, of_exec, of_kind
 from tests.support.tokens import SECRET
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture(autouse=True)
@@ -117,3 +122,68 @@ async def _first_output(p: ExecPeer, exec_id: str) -> tuple[Frame, None]:
         frame = await p.reply(rid, 30)
         if frame["op"] == "execEvent" and frame["event"]["kind"] == "execOutput":
             return frame, None
+
+
+def _containers(owner: str) -> set[str]:
+    """The ids of the containers labelled ``agora.owner=<owner>`` (blocking)."""
+    import docker
+
+    client = docker.from_env()
+    try:
+        found = client.api.containers(all=True, filters={"label": f"agora.owner={owner}"})
+        return {c["Id"] for c in found}
+    finally:
+        client.close()
+
+
+HUNG_CLOSE_GRACE_S = 2.0
+
+
+async def test_a_hung_engine_does_not_hold_the_hubs_stop(tmp_path: Path) -> None:
+    """The engine stops answering (every byte held: :class:`EngineProxy`) under a running
+    execution and a warm container: SIGTERM still stops ``agora serve`` soon after
+    ``close_grace_s`` (the stop gives up on the engine), not after the engine calls' own
+    timeout (60 s, one after another; the hub ignored SIGTERM for 30 s and more), and the
+    execution is recorded ``failed/interrupted`` saying why. With the engine back, the next
+    start sweeps both containers the stop left."""
+    async with EngineProxy(tmp_path / "engine.sock") as engine:
+        config = (
+            f'[[backends]]\nid = "box"\nkind = "container"\n'
+            f'limits = {{ base_url = "{engine.base_url}", warm_pool = 1 }}\n'
+            f"[runtime]\nclose_grace_s = {HUNG_CLOSE_GRACE_S}\n"
+        )
+        starter = HubStarter(tmp_path)
+        try:
+            # (Off the loop: the proxy serving the hub's engine calls runs on it.)
+            hub = await asyncio.to_thread(starter.start, config)
+            owner = owner_label(hub.data_dir)
+            async with exec_peer(hub.url) as p:
+                await p.exec(backend="box", source="echo up; sleep 120", execId="long")
+                await _first_output(p, "long")
+
+                async def both() -> bool:  # the run's container and the refilled warm one
+                    return len(await asyncio.to_thread(_containers, owner)) == 2
+
+                await wait_for(both, 30)
+                left = await asyncio.to_thread(_containers, owner)
+                engine.freeze()
+                began = time.monotonic()
+                code = await asyncio.to_thread(hub.terminate)
+                took = time.monotonic() - began
+            assert code == 0, hub.log()
+            assert took < HUNG_CLOSE_GRACE_S + 5, (took, hub.log())
+            assert "giving up on the backends' pending calls" in hub.log(), hub.log()
+            engine.thaw()
+            await asyncio.to_thread(hub.restart)
+            async with exec_peer(hub.url) as p:
+                result = (await p.call("execResult", workspace="w", execId="long"))["result"]
+
+                async def swept() -> bool:
+                    return not left & await asyncio.to_thread(_containers, owner)
+
+                await wait_for(swept, 30)
+            assert (result["status"], result["reason"]) == ("failed", "interrupted"), result
+            assert "engine did not answer" in result["diagnostics"][0]["message"], result
+        finally:
+            engine.thaw()
+            await asyncio.to_thread(starter.close)

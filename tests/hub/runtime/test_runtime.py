@@ -125,6 +125,9 @@ class Scripted:
     async def aclose(self) -> None:
         return None
 
+    def abandon(self) -> None:
+        return None
+
 
 class Rig:
     def __init__(self, workspaces: Workspaces, runtime: Runtime, backend: Scripted) -> None:

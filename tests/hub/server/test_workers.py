@@ -28,6 +28,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from hub.client import Subscription, connect
+from hub.commands.serve import ORPHAN_CHECK_S
 from hub.core.events import (
     Event,
     ExecFinished,
@@ -36,8 +37,10 @@ from hub.core.events import (
     MemberJoined,
     MemberLeft,
 )
+from hub.core.execution.settings import RuntimeSettings
 from hub.core.sharding import owner_of
 from hub.log.sqlite import SqliteEventStore
+from tests.support.docker import need_docker
 from tests.support.hub import HubProcess, HubStarter
 from tests.support.peer import Peer, message, open_peer
 from tests.support.postgres import drop_schemas, need_postgres, new_schema, url_for
@@ -364,6 +367,41 @@ async def test_a_killed_workers_members_leave_and_its_executions_end_interrupted
         starter.close()
 
 
+CONTAINER_BACKEND = '[[backends]]\nid = "box"\nkind = "container"\nlimits = { warm_pool = 1 }\n'
+
+
+async def test_a_restarted_worker_leaves_the_other_workers_containers_alone(
+    tmp_path: Path,
+) -> None:
+    """Worker 1 killed and started again sweeps the containers it left (its start's sweep),
+    not those of worker 0 on the same data directory: worker 0's running execution is still
+    running afterwards, and alice's kill ends it (exit 130). (Both once swept by one label per
+    data directory: the restart removed worker 0's live container, ending its run failed.)"""
+    need_docker()
+    starter = HubStarter(tmp_path)
+    hub = starter.start(config=CONTAINER_BACKEND, args=["--workers", str(WORKERS)])
+    try:
+        w0, w1 = owned_by(0, "boxed"), owned_by(1, "boxed")
+        async with connect(hub.url, mint_exec("alice", backends=["box"])) as alice:
+            seen = alice.workspace(w0).subscribe(after_seq=0)
+            await seen.head()
+            long = await alice.workspace(w0).runtime.exec("sleep 120", backend="box", id="long")
+            await next_of(seen, "execStarted", within=60)
+            (_, pid), *_ = [(i, p) for i, p in worker_pids(hub) if i == 1]
+            os.kill(pid, signal.SIGKILL)
+            await wait_for(lambda: len([i for i, _ in worker_pids(hub) if i == 1]) == 2, 30)
+            # The restarted worker 1 has started its backend (swept) once it ran this.
+            probe = await alice.workspace(w1).runtime.exec("echo hi", backend="box", id="probe")
+            outcome = await probe.result()
+            assert (outcome.status, outcome.stdout) == ("completed", "hi\n"), outcome
+            await long.kill()
+            ended = await long.result()
+            # Killed by alice (130), not by a sweep (the SIGKILL of a removed container, 137).
+            assert (ended.status, ended.exit_code) == ("cancelled", 130), ended
+    finally:
+        starter.close()
+
+
 async def test_a_killed_workers_execution_never_started_ends_interrupted(
     tmp_path: Path,
 ) -> None:
@@ -474,13 +512,24 @@ def _alive(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] != "Z"
 
 
+# A worker notices within ORPHAN_CHECK_S, then stops as any hub: at most close_grace_s for its
+# runs and as long for its backends (hub.runtime), whatever its Docker engine does.
+ORPHAN_STOP_S = ORPHAN_CHECK_S + 2 * RuntimeSettings().close_grace_s + 5
+
+
 async def test_workers_stop_when_the_supervisor_is_killed(tmp_path: Path) -> None:
     starter, hub = start(tmp_path)
     try:
         pids = [pid for _, pid in worker_pids(hub)]
         assert len(pids) == WORKERS and all(_alive(p) for p in pids)
         hub.kill()
-        await wait_for(lambda: not any(_alive(p) for p in pids), 15)
+        try:
+            await wait_for(lambda: not any(_alive(p) for p in pids), ORPHAN_STOP_S)
+        except AssertionError:
+            alive = [p for p in pids if _alive(p)]
+            raise AssertionError(
+                f"workers {alive} alive after {ORPHAN_STOP_S} s:\n{hub.log()}"
+            ) from None
     finally:
         starter.close()
 
