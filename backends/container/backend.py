@@ -392,9 +392,9 @@ class ContainerBackend(BackendLifecycle):
     def abandon(self) -> None:
         """Stop waiting for the engine: every call under way fails at once, and every later
         one (see :meth:`CodeExecutor.abandon <backends.base.CodeExecutor.abandon>`), and the
-        runs' attach sockets are cut, so their output ends. The
-        threads blocked in those calls are daemons (:mod:`backends.threads`): they do not
-        hold the process's exit. The containers left are the next start's sweep's."""
+        runs' attach sockets are cut, so their output ends. The threads blocked in those
+        calls are daemons (:mod:`backends.threads`): they do not hold the process's exit.
+        The containers left are the next start's sweep's."""
         self._abandoned = True
         for future in list(self._pending):
             future.cancel()

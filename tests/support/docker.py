@@ -5,7 +5,9 @@ it that can stop answering (:class:`EngineProxy`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
@@ -25,6 +27,30 @@ def need_docker() -> None:
     """Skip without an engine (fail when ``AGORA_REQUIRE`` lists docker)."""
     ok, why = docker_available()
     require("docker", ok, why)
+
+
+def remove_containers_of(data_dirs: Iterable[Path]) -> int:
+    """Remove the containers of the hubs on ``data_dirs`` (their ``agora.owner`` labels, every
+    worker's); how many. Nothing without an engine. Blocking."""
+    if not docker_available()[0]:
+        return 0
+    import docker
+    import docker.errors
+
+    from backends.container import owner_label
+
+    client = docker.from_env()
+    removed = 0
+    try:
+        for data_dir in data_dirs:
+            label = f"agora.owner={owner_label(data_dir)}"
+            for item in client.api.containers(all=True, quiet=True, filters={"label": label}):
+                with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                    client.api.remove_container(item["Id"], force=True, v=True)
+                    removed += 1
+    finally:
+        client.close()
+    return removed
 
 
 def engine_socket() -> str:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Final
 
 from hub.auth import TokenSigner
+from tests.support.docker import remove_containers_of
 from tests.support.paths import REPO
 from tests.support.tokens import SECRET, TTL_S, make_signer, mint
 
@@ -70,6 +71,7 @@ class HubProcess:
         self.a2a_url = ""
         self.banner = ""
         self.stderr_path = data_dir.parent / f"{data_dir.name}.stderr.log"
+        self.killed = False  # its last run ended with SIGKILL: no stop swept its containers
 
     # -- running it ----------------------------------------------------------------------------
 
@@ -95,6 +97,7 @@ class HubProcess:
     def start(self) -> HubProcess:
         """Start and wait for the banner; AssertionError (quoting stderr) if it never comes."""
         assert not self.running, "already running"
+        self.killed = False  # (a start sweeps what the last run left)
         self.close_pipes()
         with self.stderr_path.open("ab") as stderr:
             self.proc = subprocess.Popen(
@@ -180,6 +183,7 @@ class HubProcess:
             assert self.proc is not None
             self.proc.kill()
             self.proc.wait(STOP_TIMEOUT)
+            self.killed = True
 
     def close_pipes(self) -> None:
         if self.proc is not None and self.proc.stdout is not None:
@@ -264,4 +268,9 @@ class HubStarter:
                 if code != 0:
                     failures.append(f"{process.data_dir.name} exit {code}: {process.log()}")
             process.close_pipes()
+        # A hub killed last leaves its warm containers (its next start would sweep them):
+        # removed here, so the suite leaves none on the engine.
+        killed = {p.data_dir for p in self.started if p.killed}
+        if killed:
+            remove_containers_of(killed)
         assert not failures, failures

@@ -68,6 +68,7 @@ export class Hub {
     this.url = "";
     this.proc = null;
     this.stderr = "";
+    this.killed = false; // its last run ended with SIGKILL: nothing removed its warm containers
   }
 
   async start() {
@@ -88,6 +89,7 @@ export class Hub {
     }
     const env = { ...process.env, AGORA_SECRET: SECRET };
     env.PYTHONPATH = [REPO, process.env.PYTHONPATH].filter(Boolean).join(path.delimiter);
+    this.killed = false; // (a start sweeps what the last run left)
     const proc = spawn(PYTHON, argv, { cwd: REPO, env, stdio: ["ignore", "pipe", "pipe"] });
     this.proc = proc;
     running.add(proc);
@@ -127,6 +129,7 @@ export class Hub {
     proc.kill(signal);
     const result = await exited;
     this.proc = null;
+    this.killed = signal === "SIGKILL";
     return result;
   }
 
@@ -140,6 +143,11 @@ export class Hub {
   }
 
   async close() {
+    if (this.killed) {
+      // A killed hub's containers are swept by its next start: start it once more, so the
+      // suite leaves nothing on the Docker engine (best effort: its port may be taken).
+      await this.start().catch(() => {});
+    }
     await this.stop("SIGTERM");
     await rm(this.root, { recursive: true, force: true });
   }
