@@ -376,7 +376,8 @@ async def test_a_restarted_worker_leaves_the_other_workers_containers_alone(
     """Worker 1 killed and started again sweeps the containers it left (its start's sweep),
     not those of worker 0 on the same data directory: worker 0's running execution is still
     running afterwards, and alice's kill ends it (exit 130). (Both once swept by one label per
-    data directory: the restart removed worker 0's live container, ending its run failed.)"""
+    data directory: the restart removed worker 0's live container, ending its run with
+    exit 137 before any kill.)"""
     need_docker()
     starter = HubStarter(tmp_path)
     hub = starter.start(config=CONTAINER_BACKEND, args=["--workers", str(WORKERS)])
