@@ -370,24 +370,24 @@ class ContainerBackend(BackendLifecycle):
         return future
 
     async def _engine(self, fn: Callable[[], T]) -> T:
-        """Await ``fn()`` in the thread pool; :class:`BackendUnavailable` if :meth:`abandon`
-        stops the wait (a cancellation of the caller itself stays one)."""
-        future = self._submit(fn)
+        """Await ``fn()`` in the thread pool (see :meth:`_answer`)."""
+        return await self._answer(self._submit(fn))
+
+    async def _answer(self, future: asyncio.Future[T]) -> T:
+        """Await an engine call; :class:`BackendUnavailable` if :meth:`abandon` stopped the
+        wait. A cancellation of the awaiting task itself (which cancels the future it awaits
+        too, hence ``cancelling()``) stays a cancellation."""
         try:
             return await future
         except asyncio.CancelledError:
-            if self._gave_up(future):
+            task = asyncio.current_task()
+            ours = task is not None and task.cancelling() > 0
+            if self._abandoned and future.cancelled() and not ours:
                 raise BackendUnavailable(
                     f"backend {self._name!r}: the engine did not answer before the hub "
                     "stopped waiting for it"
                 ) from None
             raise
-
-    def _gave_up(self, future: asyncio.Future[Any]) -> bool:
-        """Whether ``future``'s wait ended because :meth:`abandon` cancelled it, not because
-        the awaiting task itself is being cancelled (which cancels the future it awaits)."""
-        task = asyncio.current_task()
-        return self._abandoned and future.cancelled() and task is not None and not task.cancelling()
 
     def abandon(self) -> None:
         """Stop waiting for the engine: every call under way fails at once, and every later
@@ -511,14 +511,7 @@ class ContainerBackend(BackendLifecycle):
         # for the id and removes the container anyway.
         box.create = self._submit(lambda: str(api.create_container_from_config(config)["Id"]))
         try:
-            box.cid = await box.create
-        except asyncio.CancelledError:
-            if self._gave_up(box.create):
-                raise BackendUnavailable(
-                    f"backend {self._name!r}: the engine did not create the container before "
-                    "the hub stopped waiting for it"
-                ) from None
-            raise
+            box.cid = await self._answer(box.create)
         except Exception as e:
             raise map_engine_error(e, "creating the container") from e
         reader, box.writer = await self._attach(box.cid, stdin=request.stdin is not None)

@@ -29,6 +29,20 @@ def need_docker() -> None:
     require("docker", ok, why)
 
 
+def owned_containers(owner: str) -> list[str]:
+    """The ids of the containers labelled ``agora.owner=<owner>``, running or not. Blocking."""
+    import docker
+
+    client = docker.from_env()
+    try:
+        found = client.api.containers(
+            all=True, quiet=True, filters={"label": f"agora.owner={owner}"}
+        )
+        return [c["Id"] for c in found]
+    finally:
+        client.close()
+
+
 def remove_containers_of(data_dirs: Iterable[Path]) -> int:
     """Remove the containers of the hubs on ``data_dirs`` (their ``agora.owner`` labels, every
     worker's); how many. Nothing without an engine. Blocking."""
@@ -43,10 +57,9 @@ def remove_containers_of(data_dirs: Iterable[Path]) -> int:
     removed = 0
     try:
         for data_dir in data_dirs:
-            label = f"agora.owner={owner_label(data_dir)}"
-            for item in client.api.containers(all=True, quiet=True, filters={"label": label}):
+            for cid in owned_containers(owner_label(data_dir)):
                 with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-                    client.api.remove_container(item["Id"], force=True, v=True)
+                    client.api.remove_container(cid, force=True, v=True)
                     removed += 1
     finally:
         client.close()

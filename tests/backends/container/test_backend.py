@@ -31,7 +31,7 @@ from backends.container import (
 )
 from tests.backends.helpers import BOUND_S
 from tests.backends.rigs import Listener, Rig
-from tests.support.docker import TEST_OWNER, docker_available
+from tests.support.docker import TEST_OWNER, docker_available, owned_containers
 from tests.support.require import require
 
 MIB = 1024 * 1024
@@ -264,10 +264,12 @@ async def test_a_workers_sweep_leaves_its_siblings_containers() -> None:
             )["Id"]
 
         async def swept(**kwargs: int | None) -> set[str]:
-            before = set(_owned(owner))
+            before = set(owned_containers(owner))
             async with ContainerBackend(owner=owner, warm_pool=0, **kwargs) as backend:
                 await backend.start()
-            return {name for name, cid in made.items() if cid in before - set(_owned(owner))}
+            return {
+                name for name, cid in made.items() if cid in before - set(owned_containers(owner))
+            }
 
         assert await swept(worker=1, workers=2) == {"w1"}
         assert await swept(worker=0, workers=2) == {"w0", "w2", "plain"}
@@ -311,7 +313,7 @@ async def test_no_containers_left_after_aclose() -> None:
     backend = ContainerBackend(owner=owner, warm_pool=2)
     await backend.start()
     assert await backend.wait_warm(60)
-    assert len(await asyncio.to_thread(_owned, owner)) == 2  # the warm pool
+    assert len(await asyncio.to_thread(owned_containers, owner)) == 2  # the warm pool
     rig = Rig(
         "container",
         backend,
@@ -321,20 +323,7 @@ async def test_no_containers_left_after_aclose() -> None:
     await anext(events)
     await backend.aclose()
     await events.aclose()
-    assert await asyncio.to_thread(_owned, owner) == []
-
-
-def _owned(owner: str) -> list[str]:
-    import docker
-
-    client = docker.from_env()
-    try:
-        return [
-            c["Id"]
-            for c in client.api.containers(all=True, filters={"label": f"agora.owner={owner}"})
-        ]
-    finally:
-        client.close()
+    assert await asyncio.to_thread(owned_containers, owner) == []
 
 
 async def test_missing_image_without_auto_build_is_unavailable() -> None:

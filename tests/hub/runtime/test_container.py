@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from backends.container import owner_label
-from tests.support.docker import EngineProxy, need_docker
+from tests.support.docker import EngineProxy, need_docker, owned_containers
 from tests.support.hub import HubProcess, HubStarter
 from tests.support.peer import ExecPeer, Frame, exec_peer, of_exec, of_kind
 from tests.support.tokens import SECRET
@@ -124,18 +124,6 @@ async def _first_output(p: ExecPeer, exec_id: str) -> tuple[Frame, None]:
             return frame, None
 
 
-def _containers(owner: str) -> set[str]:
-    """The ids of the containers labelled ``agora.owner=<owner>`` (blocking)."""
-    import docker
-
-    client = docker.from_env()
-    try:
-        found = client.api.containers(all=True, filters={"label": f"agora.owner={owner}"})
-        return {c["Id"] for c in found}
-    finally:
-        client.close()
-
-
 HUNG_CLOSE_GRACE_S = 2.0
 
 
@@ -162,10 +150,10 @@ async def test_a_hung_engine_does_not_hold_the_hubs_stop(tmp_path: Path) -> None
                 await _first_output(p, "long")
 
                 async def both() -> bool:  # the run's container and the refilled warm one
-                    return len(await asyncio.to_thread(_containers, owner)) == 2
+                    return len(await asyncio.to_thread(owned_containers, owner)) == 2
 
                 await wait_for(both, 30)
-                left = await asyncio.to_thread(_containers, owner)
+                left = set(await asyncio.to_thread(owned_containers, owner))
                 engine.freeze()
                 began = time.monotonic()
                 code = await asyncio.to_thread(hub.terminate)
@@ -179,7 +167,7 @@ async def test_a_hung_engine_does_not_hold_the_hubs_stop(tmp_path: Path) -> None
                 result = (await p.call("execResult", workspace="w", execId="long"))["result"]
 
                 async def swept() -> bool:
-                    return not left & await asyncio.to_thread(_containers, owner)
+                    return not left & set(await asyncio.to_thread(owned_containers, owner))
 
                 await wait_for(swept, 30)
             assert (result["status"], result["reason"]) == ("failed", "interrupted"), result
