@@ -22,9 +22,16 @@ expires after ``claim_lease`` seconds, and another survivor runs the hooks again
 be idempotent (both hooks write events with deterministic ids: a second run answers
 ``duplicate`` and writes nothing).
 
+A node only claims while it is alive itself (its own beat within the timeout, its row not
+claimed): a node resuming from a long pause beats before it may declare anyone dead, so two
+nodes cannot declare each other dead.
+
 A node that finds its own row claimed or reaped (it was paused or cut off for longer than the
-timeout) has been declared dead: it logs an error; what it writes for its old executions
-afterwards is ignored by the execution lifecycle (they are already finished).
+timeout) has been declared dead (*fenced*): it logs an error and tells ``on_fenced`` once. The
+hub then stops (hub.server.app: its clients move to other nodes, the process exits with
+code 75 for its supervisor to start it afresh, docs/operations.md): the survivor
+that claimed it closes its executions and members, so nothing it serves any longer is
+recorded, and a restarted process registers as a live node again.
 
 Reaped rows are deleted after ``retention`` (a day by default), so the table stays small.
 """
@@ -93,9 +100,11 @@ class _Sql:
             SET started_at = now(), last_beat = now(), stopped_at = NULL, reaped_by = NULL,
                 reap_claimed_at = NULL, reaped_at = NULL, url = NULL
         """
+        # A live twin: beating, not stopped, not claimed. A process declared dead (claimed)
+        # may still beat until it stops; its restart under the same id is no twin.
         self.fresh = (
             f"SELECT last_beat >= now() - make_interval(secs => $2) AND stopped_at IS NULL "
-            f"FROM {n} WHERE node_id = $1"
+            f"AND reaped_by IS NULL AND reaped_at IS NULL FROM {n} WHERE node_id = $1"
         )
         self.claim_own = (
             f"UPDATE {n} SET reaped_by = $1, reap_claimed_at = now() WHERE node_id = $1"
@@ -107,12 +116,22 @@ class _Sql:
         self.stop = f"UPDATE {n} SET stopped_at = now() WHERE node_id = $1 AND reaped_by IS NULL"
         self.nodes = f"SELECT {columns} FROM {n} ORDER BY started_at, node_id"
         self.dead = f"SELECT {columns} FROM {n} WHERE {dead} ORDER BY last_beat, node_id"
+        # Only a claimer that is alive itself (its own beat within the timeout, not stopped,
+        # not claimed): a node resuming from a pause longer than the timeout would otherwise
+        # claim the nodes that were beating all along before its own first beat is seen, and
+        # two such nodes could declare each other dead.
         self.claim = f"""
             UPDATE {n} SET reaped_by = $1, reap_claimed_at = now()
             WHERE node_id = (
                 SELECT node_id FROM {n}
                 WHERE {dead}
                   AND (reaped_by IS NULL OR reap_claimed_at < now() - make_interval(secs => $3))
+                  AND EXISTS (
+                    SELECT 1 FROM {n} AS me
+                    WHERE me.node_id = $1 AND me.stopped_at IS NULL AND me.reaped_by IS NULL
+                      AND me.reaped_at IS NULL
+                      AND me.last_beat >= now() - make_interval(secs => $2)
+                  )
                 ORDER BY last_beat, node_id
                 LIMIT 1
                 FOR UPDATE SKIP LOCKED
@@ -197,6 +216,8 @@ class Heartbeat:
         # Told the live nodes that can be reached, {node id: url}, after every beat (and
         # after publish_url): the owners' view of the cluster (hub.server.workers).
         self.on_live: Callable[[dict[str, str]], None] | None = None
+        # Told once, on the loop, when a beat finds this node declared dead (fenced).
+        self.on_fenced: Callable[[], None] | None = None
 
     def on_node_dead(self, hook: NodeHook) -> None:
         """Run ``hook(node_id)`` for each dead node this node claims (see the module
@@ -349,10 +370,13 @@ class Heartbeat:
         if fenced and not self.fenced:
             log.error(
                 "node %s was declared dead by the other nodes (no beat for %.0fs): its "
-                "running executions were closed as interrupted",
+                "running executions were closed as interrupted and its members as gone",
                 self.node_id,
                 self.timeout,
             )
+            self.fenced = True
+            if self.on_fenced is not None:
+                self.on_fenced()
         self.fenced = fenced
 
     async def reap_one(self) -> str | None:

@@ -51,6 +51,10 @@ _FLAGS: Final = {"1": True, "true": True, "yes": True, "0": False, "false": Fals
 ORPHAN_CHECK_S: Final = 1.0
 """How often a worker of ``--workers`` checks that its supervisor still runs."""
 
+EXIT_FENCED: Final = 75
+"""``agora serve``'s exit when the other nodes declared this one dead (EX_TEMPFAIL: start it
+again; the supervisor of ``--workers`` does)."""
+
 TRACE_EXPORTERS: Final = ("none", "console", "otlp")
 """``--traces`` (:data:`hub.observe.tracing.EXPORTERS`, not imported: ``agora --help`` does not
 load OpenTelemetry)."""
@@ -132,7 +136,8 @@ def register(subparsers: Any) -> None:
 
 
 async def serve_command(args: argparse.Namespace) -> int:
-    """Run the hub; 0 after a clean shutdown, 2 for bad configuration or a bind failure."""
+    """Run the hub; 0 after a clean shutdown, 2 for bad configuration or a bind failure,
+    :data:`EXIT_FENCED` when the other nodes of its cluster declared it dead."""
     # Imported here so that `agora --help` does not pull in websockets and the store drivers.
     from hub.log.factory import open_store
     from hub.observe.tracing import Tracing, provider_for
@@ -235,6 +240,12 @@ async def serve_command(args: argparse.Namespace) -> int:
         return fail("serve", f"cannot listen on {config.server.host}:{config.server.port}: {e}")
     finally:
         await tracing.aclose()
+    if hub.fenced:
+        logging.getLogger("agora.server").error(
+            "stopped: this node was declared dead by the other nodes (exit %d: start it again)",
+            EXIT_FENCED,
+        )
+        return EXIT_FENCED
     logging.getLogger("agora.server").info("stopped")
     return 0
 

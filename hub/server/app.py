@@ -258,6 +258,9 @@ class Hub:
         # Readiness (GET /readyz on the HTTP port, hub.http): the store open and recovery done.
         self.store_open = False
         self.recovered = False
+        # Declared dead by the other nodes of its cluster (hub.cluster.heartbeat): the hub
+        # stopped for that reason (`agora serve` then exits 75 for its supervisor).
+        self.fenced = False
 
     async def run(self, stop: asyncio.Event, on_ready: Callable[[str], None] | None = None) -> None:
         """Open the store, serve until ``stop`` is set, then shut down in order (see the module
@@ -274,6 +277,7 @@ class Hub:
                 heartbeat = self.cluster.heartbeat
                 if heartbeat is not None:
                     heartbeat.on_lags = self.metrics.heartbeats
+                    heartbeat.on_fenced = lambda: self._fence(stop)
                 await self.cluster.start()
                 if self.config.cluster.owners and heartbeat is not None:
                     # Every workspace served here until the live nodes are known (the URL
@@ -467,6 +471,17 @@ class Hub:
             ]
         )
         return Response(HTTPStatus.OK.value, HTTPStatus.OK.phrase, headers, body)
+
+    def _fence(self, stop: asyncio.Event) -> None:
+        """This node was declared dead (hub.cluster.heartbeat): the survivor that claimed it
+        closes its executions and members, so it must not go on serving as if alive. It
+        stops as for SIGTERM (its URL withdrawn, its clients closed with 1001: they move to
+        another node) and leaves a fresh start to its supervisor."""
+        if self.fenced:
+            return
+        self.fenced = True
+        log.error("node %s: declared dead by the other nodes; stopping", self.node_id)
+        stop.set()
 
     def _committed(self, workspace: str, batch: Sequence[Event]) -> None:
         if batch:

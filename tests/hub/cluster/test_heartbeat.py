@@ -109,7 +109,7 @@ async def test_a_crashed_node_is_reaped_by_exactly_one_survivor(cluster: Cluster
 
 
 async def test_dead_nodes_lists_a_silent_node_until_it_is_reaped(cluster: Cluster) -> None:
-    watcher = cluster.make("watcher")  # registered, never runs: it reaps nobody
+    watcher = cluster.make("watcher")  # registered, never runs: it reaps only when told
     await watcher.register()
     victim = await cluster.start("victim")
     await cluster.crash(victim)
@@ -117,6 +117,7 @@ async def test_dead_nodes_lists_a_silent_node_until_it_is_reaped(cluster: Cluste
     await asyncio.sleep(TIMEOUT + INTERVAL * 2)
     dead = await watcher.dead_nodes()
     assert [n.node_id for n in dead] == ["victim"] and dead[0].stopped_at is None
+    await watcher.beat()  # (only a node alive itself may claim)
     assert await watcher.reap_one() == "victim"
     assert await watcher.reap_one() is None
     assert await watcher.dead_nodes() == []
@@ -150,6 +151,7 @@ async def test_a_failing_hook_is_retried_after_the_claim_lease(cluster: Cluster)
     assert (await row(cluster.schema, "victim"))["reaped_at"] is None
     assert await watcher.reap_one() is None  # the claim still holds
     await asyncio.sleep(0.4)
+    await watcher.beat()  # (alive itself, whatever the machine's load)
     assert await watcher.reap_one() == "victim"
     assert (await row(cluster.schema, "victim"))["reaped_at"] is not None
     assert [d for _, d in cluster.calls] == ["victim", "victim"]
@@ -181,6 +183,8 @@ async def test_a_restart_under_the_same_id_reaps_its_predecessor(cluster: Cluste
 async def test_a_node_declared_dead_learns_it(cluster: Cluster) -> None:
     await cluster.start("reaper")
     paused = cluster.make("paused")
+    told: list[str] = []
+    paused.on_fenced = lambda: told.append("fenced")
     await paused.register()
     await paused.beat()
     assert not paused.fenced
@@ -188,7 +192,54 @@ async def test_a_node_declared_dead_learns_it(cluster: Cluster) -> None:
     await wait_for(lambda: cluster.calls, within=TIMEOUT * 5)
     await paused.beat()
     assert paused.fenced
+    await paused.beat()
+    assert told == ["fenced"]  # once
     await paused.stop()
+
+
+async def test_a_node_declared_dead_can_be_started_again_under_its_id_at_once(
+    cluster: Cluster,
+) -> None:
+    """The fenced process beat a moment ago (its row is fresh), but it is claimed: it is no
+    live node, and its restart (exit 75, a supervisor) must not be refused as a twin."""
+    await cluster.start("reaper")
+    paused = cluster.make("pinned")
+    await paused.register()
+    await asyncio.sleep(TIMEOUT + INTERVAL * 3)
+    await wait_for(lambda: cluster.calls, within=TIMEOUT * 5)
+    await paused.beat()
+    assert paused.fenced
+    await paused.stop()  # (a no-op on a claimed row: its last beat stays fresh)
+    again = cluster.make("pinned")
+    previous = await again.register()
+    assert previous is not None and previous.reaped_by == "reaper"
+    await again.beat()
+    assert not again.fenced
+    await again.stop()
+
+
+async def test_a_node_whose_own_beat_is_stale_claims_nobody(cluster: Cluster) -> None:
+    """A node resuming from a pause longer than the timeout must beat before it may declare
+    anyone dead: the others were not dead, it was (else two paused nodes fence each other)."""
+    other = cluster.make("other")
+    resumed = cluster.make("resumed")
+    for beat in (other, resumed):
+        await beat.register()
+    await asyncio.sleep(TIMEOUT + INTERVAL)  # both stale now
+    assert await resumed.reap_one() is None  # its own beat is stale too
+    await resumed.beat()
+    assert not resumed.fenced
+    assert await resumed.reap_one() == "other"  # alive again, it reaps the one still silent
+    await other.beat()
+    assert other.fenced
+    # A claimed node claims nobody, whatever its beat.
+    third = cluster.make("third")
+    await third.register()
+    await asyncio.sleep(TIMEOUT + INTERVAL)
+    await other.beat()
+    assert await other.reap_one() is None
+    for beat in (other, resumed, third):
+        await beat.stop()
 
 
 async def test_lags_are_told_once_an_interval_for_running_nodes(cluster: Cluster) -> None:
