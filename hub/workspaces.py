@@ -273,6 +273,8 @@ class Workspaces:
         self._opening: dict[str, asyncio.Future[_Live]] = {}
         self._listeners: list[Listener] = []
         self._snapshot_tasks: set[asyncio.Task[bool]] = set()
+        # The seq of the last snapshot the store holds, per workspace (save_snapshot_if_due).
+        self._snapshots_saved: dict[str, int] = {}
         self.tracing: Tracing | None = None
         """Where a publish's ``agora.decide``, ``agora.append`` and ``agora.fanout`` spans go
         (set by the hub when tracing is on): children of the caller's span (``agora.publish``)."""
@@ -1001,7 +1003,9 @@ class Workspaces:
         # is a disposable cache, so losing it on shutdown costs nothing but speed.
         snapshot = state.clone()
         task = asyncio.get_running_loop().create_task(
-            save_snapshot_if_due(self.store, snapshot, every=self.snapshot_every)
+            save_snapshot_if_due(
+                self.store, snapshot, every=self.snapshot_every, saved=self._snapshots_saved
+            )
         )
         self._snapshot_tasks.add(task)
         task.add_done_callback(self._snapshot_tasks.discard)

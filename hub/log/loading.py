@@ -8,7 +8,6 @@ are disposable caches). :func:`save_snapshot_if_due` writes one about every ``ev
 from __future__ import annotations
 
 import contextlib
-import weakref
 from typing import Final
 
 from hub.core.projections.executions import ExecJournal
@@ -25,10 +24,6 @@ from hub.log.base import EventStore
 __all__ = ["fold_log", "load_journal", "load_state", "rebuild_state", "save_snapshot_if_due"]
 
 READ_BATCH: Final = 5000
-
-# The seq of the last snapshot each store holds per workspace (saves a store round trip per
-# check). Only a hint: a wrong value costs one extra or one late snapshot, never a wrong state.
-_last_saved: weakref.WeakKeyDictionary[EventStore, dict[str, int]] = weakref.WeakKeyDictionary()
 
 
 async def load_state(
@@ -93,11 +88,18 @@ async def rebuild_state(
     return await load_state(store, workspace, at_seq=at_seq, use_snapshots=False)
 
 
-async def save_snapshot_if_due(store: EventStore, state: WorkspaceState, every: int) -> bool:
+async def save_snapshot_if_due(
+    store: EventStore, state: WorkspaceState, every: int, saved: dict[str, int]
+) -> bool:
     """Save a snapshot of ``state`` if its seq passed a multiple of ``every`` since the
     workspace's last snapshot (so batches that straddle a multiple still get one); return
     whether it saved. The encoding itself is synchronous, so a state that evolves while this
     awaits still gives a consistent snapshot (at the seq it has then).
+
+    ``saved``: the caller's record of the seq of the last snapshot ``store`` holds per
+    workspace (read from the store on a miss, updated here), which saves a store round trip
+    per check. Only a hint: a wrong value costs one extra or one late snapshot, never a wrong
+    state.
 
     Raises ``ValueError`` if ``every < 1``; otherwise only what the store raises.
     """
@@ -105,7 +107,6 @@ async def save_snapshot_if_due(store: EventStore, state: WorkspaceState, every: 
         raise ValueError("every must be >= 1")
     if state.seq < every:
         return False
-    saved = _last_saved.setdefault(store, {})
     last = saved.get(state.workspace)
     if last is None:
         snap = await store.load_snapshot(state.workspace, SNAPSHOT_NAME, SNAPSHOT_VERSION)

@@ -145,18 +145,19 @@ async def test_save_snapshot_if_due() -> None:
     history = _messages(25, "due")
     store = _store(history)
     with pytest.raises(ValueError):
-        await save_snapshot_if_due(store, rebuild(history, "due"), 0)
+        await save_snapshot_if_due(store, rebuild(history, "due"), 0, {})
     saved = []
+    record: dict[str, int] = {}
     for n in range(1, 26):
         state = rebuild(history[:n], "due")
-        if await save_snapshot_if_due(store, state, every=10):
+        if await save_snapshot_if_due(store, state, every=10, saved=record):
             saved.append(n)
     assert saved == [10, 20]
     assert [s.seq for s in store.snapshots] == [10, 20]
     assert all((s.name, s.version) == (SNAPSHOT_NAME, SNAPSHOT_VERSION) for s in store.snapshots)
-    # a new process (no cache) asks the store for the last one
-    loading._last_saved.clear()
-    assert not await save_snapshot_if_due(store, rebuild(history[:25], "due"), every=10)
+    assert record == {"due": 20}
+    # a new process (no record) asks the store for the last one
+    assert not await save_snapshot_if_due(store, rebuild(history[:25], "due"), every=10, saved={})
     # deleting snapshots changes nothing but speed
     before = await load_state(store, "due")
     await store.delete_snapshots()
@@ -182,10 +183,13 @@ def test_snapshot_plus_tail_equals_rebuild(history: list[Event], data: st.DataOb
 async def test_batches_straddling_a_multiple_still_snapshot() -> None:
     history = _messages(40, "straddle")
     store = _store(history)
+    record: dict[str, int] = {}
     saved = [
         n
         for n in (7, 13, 19, 21, 26, 33, 40)
-        if await save_snapshot_if_due(store, rebuild(history[:n], "straddle"), every=10)
+        if await save_snapshot_if_due(
+            store, rebuild(history[:n], "straddle"), every=10, saved=record
+        )
     ]
     assert saved == [13, 21, 33, 40]
 
