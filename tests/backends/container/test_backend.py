@@ -31,7 +31,7 @@ from backends.container import (
 )
 from tests.backends.helpers import BOUND_S
 from tests.backends.rigs import Listener, Rig
-from tests.support.docker import TEST_OWNER, docker_available, owned_containers
+from tests.support.docker import TEST_OWNER, EngineProxy, docker_available, owned_containers
 from tests.support.require import require
 
 MIB = 1024 * 1024
@@ -337,3 +337,32 @@ async def test_missing_image_without_auto_build_is_unavailable() -> None:
         rig = Rig("container", backend, backend.default_policy)
         with pytest.raises(BackendUnavailable):
             await rig.run("true")
+
+
+async def test_a_close_during_a_warm_fill_leaves_no_container(tmp_path: Path) -> None:
+    """The close comes while the warm pool's fill waits for the engine to create a container
+    (held here: :class:`EngineProxy`): the close waits for the fill (a job of the registry),
+    which removes the container it got once the engine answers, so nothing is left on the
+    engine. (Only a stop that gives up on the engine, ``abandon``, leaves containers: to the
+    next start's sweep.)"""
+    import docker
+
+    ok, why = await asyncio.to_thread(docker_available)
+    require("docker", ok, why)
+    owner = f"{TEST_OWNER}-fill-{uuid.uuid4().hex[:6]}"
+    try:
+        async with EngineProxy(tmp_path / "engine.sock") as engine:
+            backend = ContainerBackend(owner=owner, warm_pool=1, base_url=engine.base_url)
+            await backend.start()  # the fill is spawned, its create not sent yet
+            engine.freeze()  # ... and held once sent
+            closing = asyncio.create_task(backend.aclose())
+            await asyncio.sleep(0.5)  # the close cancelled the fill, the create is held
+            engine.thaw()
+            await asyncio.wait_for(closing, BOUND_S)
+            await asyncio.sleep(2)  # (a create the close did not wait for lands meanwhile)
+        assert await asyncio.to_thread(owned_containers, owner) == []
+    finally:
+        client = docker.from_env()
+        for cid in await asyncio.to_thread(owned_containers, owner):
+            with contextlib.suppress(docker.errors.APIError):
+                client.api.remove_container(cid, force=True)
