@@ -367,17 +367,16 @@ class Heartbeat:
         """One beat. Raises :class:`Unavailable`."""
         rows = await self._fetch(self._sql.beat, self.node_id, doing="beating")
         fenced = bool(rows and rows[0][0]) or not rows
-        if fenced and not self.fenced:
+        newly, self.fenced = fenced and not self.fenced, fenced
+        if newly:
             log.error(
                 "node %s was declared dead by the other nodes (no beat for %.0fs): its "
                 "running executions were closed as interrupted and its members as gone",
                 self.node_id,
                 self.timeout,
             )
-            self.fenced = True
             if self.on_fenced is not None:
                 self.on_fenced()
-        self.fenced = fenced
 
     async def reap_one(self) -> str | None:
         """Claim one dead node, run the hooks for it, mark it reaped; its id, or None when

@@ -477,8 +477,6 @@ class Hub:
         closes its executions and members, so it must not go on serving as if alive. It
         stops as for SIGTERM (its URL withdrawn, its clients closed with 1001: they move to
         another node) and leaves a fresh start to its supervisor."""
-        if self.fenced:
-            return
         self.fenced = True
         log.error("node %s: declared dead by the other nodes; stopping", self.node_id)
         stop.set()

@@ -46,18 +46,24 @@ def owned_containers(owner: str) -> list[str]:
 def remove_containers_of(data_dirs: Iterable[Path]) -> int:
     """Remove the containers of the hubs on ``data_dirs`` (their ``agora.owner`` labels, every
     worker's); how many. Nothing without an engine. Blocking."""
+    from backends.container import owner_label
+
+    return remove_owned(owner_label(data_dir) for data_dir in data_dirs)
+
+
+def remove_owned(owners: Iterable[str]) -> int:
+    """Remove the containers labelled ``agora.owner=<owner>`` for each of ``owners``; how
+    many. Nothing without an engine. Blocking."""
     if not docker_available()[0]:
         return 0
     import docker
     import docker.errors
 
-    from backends.container import owner_label
-
     client = docker.from_env()
     removed = 0
     try:
-        for data_dir in data_dirs:
-            for cid in owned_containers(owner_label(data_dir)):
+        for owner in owners:
+            for cid in owned_containers(owner):
                 with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                     client.api.remove_container(cid, force=True, v=True)
                     removed += 1

@@ -31,7 +31,13 @@ from backends.container import (
 )
 from tests.backends.helpers import BOUND_S
 from tests.backends.rigs import Listener, Rig
-from tests.support.docker import TEST_OWNER, EngineProxy, docker_available, owned_containers
+from tests.support.docker import (
+    TEST_OWNER,
+    EngineProxy,
+    docker_available,
+    owned_containers,
+    remove_owned,
+)
 from tests.support.require import require
 
 MIB = 1024 * 1024
@@ -345,8 +351,6 @@ async def test_a_close_during_a_warm_fill_leaves_no_container(tmp_path: Path) ->
     which removes the container it got once the engine answers, so nothing is left on the
     engine. (Only a stop that gives up on the engine, ``abandon``, leaves containers: to the
     next start's sweep.)"""
-    import docker
-
     ok, why = await asyncio.to_thread(docker_available)
     require("docker", ok, why)
     owner = f"{TEST_OWNER}-fill-{uuid.uuid4().hex[:6]}"
@@ -356,13 +360,10 @@ async def test_a_close_during_a_warm_fill_leaves_no_container(tmp_path: Path) ->
             await backend.start()  # the fill is spawned, its create not sent yet
             engine.freeze()  # ... and held once sent
             closing = asyncio.create_task(backend.aclose())
-            await asyncio.sleep(0.5)  # the close cancelled the fill, the create is held
+            await asyncio.sleep(0.5)  # the close waits for the fill, whose create is held
             engine.thaw()
             await asyncio.wait_for(closing, BOUND_S)
             await asyncio.sleep(2)  # (a create the close did not wait for lands meanwhile)
         assert await asyncio.to_thread(owned_containers, owner) == []
     finally:
-        client = docker.from_env()
-        for cid in await asyncio.to_thread(owned_containers, owner):
-            with contextlib.suppress(docker.errors.APIError):
-                client.api.remove_container(cid, force=True)
+        await asyncio.to_thread(remove_owned, [owner])

@@ -12,6 +12,7 @@ import signal
 
 import pytest
 
+from hub.commands.serve import EXIT_FENCED
 from hub.core.events import MemberJoined, MemberLeft
 from hub.log.postgres import PostgresEventStore
 from tests.hub.cluster.test_members import WITHIN, reaped, until_joined, until_left
@@ -19,8 +20,6 @@ from tests.support.hub import StartHub
 from tests.support.peer import peer
 from tests.support.tokens import mint
 from tests.support.waiting import wait_for
-
-EXIT_FENCED = 75
 
 
 @pytest.mark.slow
